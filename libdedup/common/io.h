@@ -1,0 +1,43 @@
+/*
+ * io.h -- the library's only system-call wrappers for file I/O.
+ *
+ * They retry EINTR and short transfers, translate errno into DD_E* codes,
+ * fill in an error message with the path and offset, and are the one place
+ * where tests inject I/O faults (faults.h).
+ */
+#ifndef DD_COMMON_IO_H
+#define DD_COMMON_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+/* open(2); returns the fd or a negative DD_E* code.  `what` names the file
+ * in the message. */
+int dd_io_open(dd_err *err, const char *path, int flags, mode_t mode);
+int dd_io_openat(dd_err *err, int dirfd, const char *name, int flags,
+		 mode_t mode);
+void dd_io_close(int fd);
+
+/* Reads exactly len bytes at off.  DD_ECORRUPT "short read" at EOF. */
+int dd_io_pread_full(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
+		     const char *what);
+/* Reads up to len bytes; *got gets the count (0 at EOF). */
+int dd_io_pread(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
+		size_t *got, const char *what);
+int dd_io_pwrite_full(dd_err *err, int fd, const void *buf, size_t len,
+		      uint64_t off, const char *what);
+/* read(2)/write(2) on a stream (pipe, terminal, file): full transfers. */
+int dd_io_read(dd_err *err, int fd, void *buf, size_t len, size_t *got,
+	       const char *what);
+int dd_io_write_full(dd_err *err, int fd, const void *buf, size_t len,
+		     const char *what);
+int dd_io_fdatasync(dd_err *err, int fd, const char *what);
+int dd_io_fsync_dir(dd_err *err, const char *dir);
+int dd_io_ftruncate(dd_err *err, int fd, uint64_t len, const char *what);
+int dd_io_rename(dd_err *err, const char *from, const char *to);
+int dd_io_fsize(dd_err *err, int fd, uint64_t *out, const char *what);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * hash.h -- block hashing.  The only includer of OpenSSL headers.
+ *
+ * Blocks are keyed by SHA-256 of their logical bytes.  DD_HASH_TEST_WEAK16
+ * keeps only the first 2 bytes of SHA-256 (the rest zero): a test-only
+ * hash that forces collisions so verify mode can be tested; a store
+ * records which one it uses (format/store.md).
+ */
+#ifndef DD_HASH_HASH_H
+#define DD_HASH_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DD_HASH_SIZE 32
+
+enum dd_hash_kind {
+	DD_HASH_SHA256 = 1,
+	DD_HASH_TEST_WEAK16 = 0x7f01
+};
+
+typedef struct dd_hasher dd_hasher;
+
+/* One hasher per thread; it keeps its digest context between calls. */
+int dd_hasher_new(dd_hasher **out, int kind);
+void dd_hasher_free(dd_hasher *h);
+void dd_hasher_sum(dd_hasher *h, const void *buf, size_t len,
+		   uint8_t out[DD_HASH_SIZE]);
+
+/* Incremental SHA-256 (always the real one): digests of whole images. */
+typedef struct dd_sha256_ctx dd_sha256_ctx;
+int dd_sha256_new(dd_sha256_ctx **out);
+void dd_sha256_update(dd_sha256_ctx *c, const void *buf, size_t len);
+void dd_sha256_final(dd_sha256_ctx *c, uint8_t out[DD_HASH_SIZE]);
+void dd_sha256_free(dd_sha256_ctx *c);
+
+/* One-shot SHA-256. */
+void dd_sha256(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE]);
+
+/* The same through a portable implementation that needs no library and
+ * cannot fail; used when libcrypto does, and by tests. */
+void dd_sha256_sw(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE]);
+
+/* Lower-case hex of a hash into buf (>= 65 bytes). */
+void dd_hash_hex(const uint8_t hash[DD_HASH_SIZE], char *buf);
+
+#endif
