@@ -1,0 +1,514 @@
+/*
+ * file.c -- pack files on disk (format/pack.md §2, §5, §6).
+ *
+ * A dd_pack is one open pack file: its fd, its id and, for a writer, the
+ * offset where the next record goes (pk_end).  All I/O goes through the
+ * dd_io wrappers so tests can inject faults.
+ *
+ * Write order (DESIGN.md invariant 1, format/pack.md §6):
+ *  - create: O_EXCL, write the file header, fdatasync, fsync the packs
+ *    directory -- only then may the store reference the pack;
+ *  - append: header + payload at pk_end; nothing is durable until
+ *    dd_pack_sync, and the store commits its LMDB transaction only after
+ *    the sync returned 0;
+ *  - a tail past the store's committed length is cut by dd_pack_truncate
+ *    when the next writer starts.
+ * After a failed fdatasync the kernel may have dropped dirty pages of
+ * records we already reported as appended, so the handle refuses all
+ * further appends and syncs (pk_broken): a later successful sync would
+ * otherwise vouch for data that is gone.
+ *
+ * Reads use pread only and never touch pk_end, so any number of threads may
+ * call dd_pack_read_rec on one handle while one thread appends.  A read with
+ * an expected record reads header and payload in one system call.
+ *
+ * The walk treats the file as hostile (format/pack.md §5.3): it never reads
+ * a payload before the header has passed every check, and its one buffer is
+ * bounded by the format's size limit, not by anything read from the file.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <dedup.h>
+
+#include "../common/alloc.h"
+#include "../common/io.h"
+#include "pack.h"
+
+#define DD_PACK_NAME_LEN 16
+
+struct dd_pack {
+	int pk_fd;
+	uint32_t pk_id;
+	int pk_writable;
+	int pk_broken;          /* a sync failed: no more appends (see top) */
+	uint64_t pk_end;        /* where the next record goes */
+	char pk_name[DD_PACK_NAME_LEN];
+};
+
+void dd_pack_name(char *buf, size_t len, uint32_t id)
+{
+	if (!buf || len == 0)
+		return;
+	snprintf(buf, len, "%08" PRIx32 ".pack", id);
+}
+
+uint32_t dd_pack_id(const dd_pack *p)
+{
+	return p->pk_id;
+}
+
+uint64_t dd_pack_end(const dd_pack *p)
+{
+	return p->pk_end;
+}
+
+/*
+ * Re-records a decode error with the pack name and offset in front.  The
+ * inner message may already start with the code's symbol; drop it so the
+ * symbol appears once.
+ */
+static int pack_err_at(dd_err *err, const char *name, uint64_t off,
+		       const dd_err *inner)
+{
+	const char *msg = inner->de_msg;
+	const char *sym = dd_err_symbol(inner->de_code);
+	size_t n = sym ? strlen(sym) : 0;
+
+	if (n && strncmp(msg, sym, n) == 0 && msg[n] == ':') {
+		msg += n + 1;
+		while (*msg == ' ')
+			msg++;
+	}
+	return dd_err_set(err, inner->de_code, "pack %s, off %" PRIu64 ": %s",
+			  name, off, msg);
+}
+
+/*
+ * fsync(2) of the packs directory, so the new name survives a crash.  The
+ * dd_io wrappers only sync a directory by path and the store hands us a
+ * dirfd; this is the one system call here outside dd_io (besides the
+ * cleanup unlink), so it is not fault-injected (see dd_io_fsync_dir).
+ */
+static int pack_fsync_dirfd(dd_err *err, int dirfd, const char *name)
+{
+	int r;
+
+	do
+		r = fsync(dirfd);
+	while (r < 0 && errno == EINTR);
+	/* As dd_io_fsync_dir: a file system that cannot sync a directory
+	 * (EINVAL) has made the name as durable as it can. */
+	if (r < 0 && errno != EINVAL)
+		return dd_err_set_errno(err, errno,
+					"fsync of the packs directory for %s",
+					name);
+	return 0;
+}
+
+static int pack_alloc(dd_pack **out, int fd, uint32_t id, int writable)
+{
+	dd_pack *p = dd_calloc(1, sizeof(*p));
+
+	if (!p)
+		return DD_ENOMEM;
+	p->pk_fd = fd;
+	p->pk_id = id;
+	p->pk_writable = writable;
+	dd_pack_name(p->pk_name, sizeof(p->pk_name), id);
+	*out = p;
+	return 0;
+}
+
+int dd_pack_create(dd_pack **out, dd_err *err, int dirfd, uint32_t id)
+{
+	uint8_t hdr[DD_PACK_FILE_HDR_SIZE];
+	char name[DD_PACK_NAME_LEN];
+	dd_pack *p = NULL;
+	int fd, rc;
+
+	if (!out || dirfd < 0)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_create: bad argument");
+	dd_pack_name(name, sizeof(name), id);
+	/* O_EXCL: a pack is never overwritten, even by a confused caller. */
+	fd = dd_io_openat(err, dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+			  0644);
+	if (fd < 0) {
+		struct stat st;
+
+		/* dd_errno_code has no EEXIST; the store needs to tell an
+		 * orphan of a crash (format/pack.md §6) from an I/O error. */
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			return dd_err_set(err, DD_EEXIST,
+					  "pack %s already exists", name);
+		return fd;
+	}
+	dd_pack_file_hdr_encode(hdr, id);
+	rc = dd_io_pwrite_full(err, fd, hdr, sizeof(hdr), 0, name);
+	if (rc)
+		goto fail;
+	rc = dd_io_fdatasync(err, fd, name);
+	if (rc)
+		goto fail;
+	rc = pack_fsync_dirfd(err, dirfd, name);
+	if (rc)
+		goto fail;
+	rc = pack_alloc(&p, fd, id, 1);
+	if (rc) {
+		rc = dd_err_set(err, rc, "pack %s: out of memory", name);
+		goto fail;
+	}
+	p->pk_end = DD_PACK_FILE_HDR_SIZE;
+	*out = p;
+	return 0;
+fail:
+	/* Leave no half-made file behind: a retry must be able to O_EXCL. */
+	dd_io_close(fd);
+	(void)unlinkat(dirfd, name, 0);
+	return rc;
+}
+
+int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
+		 int writable)
+{
+	uint8_t hdr[DD_PACK_FILE_HDR_SIZE];
+	char name[DD_PACK_NAME_LEN];
+	dd_err inner;
+	dd_pack *p = NULL;
+	uint64_t size;
+	uint32_t hid;
+	int fd, rc;
+
+	if (!out || dirfd < 0)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_open: bad argument");
+	dd_pack_name(name, sizeof(name), id);
+	fd = dd_io_openat(err, dirfd, name,
+			  (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	rc = dd_io_fsize(err, fd, &size, name);
+	if (rc)
+		goto fail;
+	if (size < DD_PACK_FILE_HDR_SIZE) {
+		rc = dd_err_set(err, DD_ECORRUPT,
+				"pack %s: %" PRIu64 " bytes, shorter than its header",
+				name, size);
+		goto fail;
+	}
+	rc = dd_io_pread_full(err, fd, hdr, sizeof(hdr), 0, name);
+	if (rc)
+		goto fail;
+	dd_err_clear(&inner);
+	rc = dd_pack_file_hdr_decode(&inner, hdr, &hid);
+	/* format/pack.md §2.1: a renamed or copied file is not this pack. */
+	if (rc == 0 && hid != id)
+		rc = dd_err_set(&inner, DD_ECORRUPT,
+				"header names pack %08" PRIx32, hid);
+	if (rc) {
+		rc = pack_err_at(err, name, 0, &inner);
+		goto fail;
+	}
+	rc = pack_alloc(&p, fd, id, writable);
+	if (rc) {
+		rc = dd_err_set(err, rc, "pack %s: out of memory", name);
+		goto fail;
+	}
+	/* The store truncates to its committed length before appending. */
+	p->pk_end = size;
+	*out = p;
+	return 0;
+fail:
+	dd_io_close(fd);
+	return rc;
+}
+
+void dd_pack_close(dd_pack *p)
+{
+	if (!p)
+		return;
+	dd_io_close(p->pk_fd);
+	dd_free(p);
+}
+
+static int pack_check_writable(dd_pack *p, dd_err *err)
+{
+	if (!p->pk_writable)
+		return dd_err_set(err, DD_EPERM, "pack %s: opened read-only",
+				  p->pk_name);
+	if (p->pk_broken)
+		return dd_err_set(err, DD_EIO,
+				  "pack %s: unusable after a failed sync",
+				  p->pk_name);
+	return 0;
+}
+
+int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
+{
+	uint64_t size;
+	int rc;
+
+	if (!p)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_truncate: NULL pack");
+	rc = pack_check_writable(p, err);
+	if (rc)
+		return rc;
+	if (end < DD_PACK_FILE_HDR_SIZE)
+		return dd_err_set(err, DD_EINVAL,
+				  "pack %s: truncate to %" PRIu64 " cuts its header",
+				  p->pk_name, end);
+	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	if (rc)
+		return rc;
+	/* format/pack.md §6: a committed length past EOF means lost data;
+	 * extending with zeros would hide it. */
+	if (end > size)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "pack %s: committed length %" PRIu64 " beyond file size %" PRIu64,
+				  p->pk_name, end, size);
+	if (end < size) {
+		/* Not synced: if the cut is lost in a crash, the tail is
+		 * still past the committed length and cut again. */
+		rc = dd_io_ftruncate(err, p->pk_fd, end, p->pk_name);
+		if (rc)
+			return rc;
+	}
+	p->pk_end = end;
+	return 0;
+}
+
+int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
+		   const void *payload, uint64_t *offset)
+{
+	uint8_t hdr[DD_PACK_REC_HDR_SIZE];
+	dd_err inner;
+	uint64_t off;
+	int rc;
+
+	if (!p || !rec || !payload || !offset)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_append: NULL argument");
+	rc = pack_check_writable(p, err);
+	if (rc)
+		return rc;
+	dd_err_clear(&inner);
+	if (dd_pack_rec_check_sizes(&inner, rec) != 0)
+		return dd_err_set(err, DD_EINVAL,
+				  "pack %s: refusing to append an invalid record: %s",
+				  p->pk_name, inner.de_msg);
+	off = p->pk_end;
+	dd_pack_rec_encode(hdr, rec);
+	/* Two writes rather than a copy of up to 1 MiB into one buffer; a
+	 * dd_io_pwritev_full would make it one system call. */
+	rc = dd_io_pwrite_full(err, p->pk_fd, hdr, sizeof(hdr), off,
+			       p->pk_name);
+	if (rc == 0)
+		rc = dd_io_pwrite_full(err, p->pk_fd, payload, rec->pr_psize,
+				       off + DD_PACK_REC_HDR_SIZE, p->pk_name);
+	if (rc) {
+		/* pk_end is unchanged, so the next append overwrites the
+		 * partial record; cutting it now just keeps walks short. */
+		(void)dd_io_ftruncate(NULL, p->pk_fd, off, p->pk_name);
+		return rc;
+	}
+	p->pk_end = off + DD_PACK_REC_HDR_SIZE + rec->pr_psize;
+	*offset = off;
+	return 0;
+}
+
+int dd_pack_sync(dd_pack *p, dd_err *err)
+{
+	int rc;
+
+	if (!p)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_sync: NULL pack");
+	rc = pack_check_writable(p, err);
+	if (rc)
+		return rc;
+	rc = dd_io_fdatasync(err, p->pk_fd, p->pk_name);
+	if (rc)
+		p->pk_broken = 1;
+	return rc;
+}
+
+/* Decodes the header at buf and wraps any error with pack and offset. */
+static int pack_decode_at(dd_pack *p, dd_err *err, uint64_t off,
+			  const uint8_t *buf, dd_pack_rec *rec)
+{
+	dd_err inner;
+	int rc;
+
+	dd_err_clear(&inner);
+	rc = dd_pack_rec_decode(&inner, buf, rec);
+	if (rc)
+		return pack_err_at(err, p->pk_name, off, &inner);
+	return 0;
+}
+
+int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
+		     const dd_pack_rec *expect, dd_pack_rec *rec, void *buf,
+		     size_t buflen)
+{
+	uint8_t *b = buf;
+	dd_err inner;
+	dd_pack_rec r;
+	uint32_t psize;
+	int rc;
+
+	if (!p || !rec || !buf)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_read_rec: NULL argument");
+	if (buflen < DD_PACK_REC_HDR_SIZE)
+		return dd_err_set(err, DD_EINVAL,
+				  "pack %s: read buffer of %zu bytes", p->pk_name,
+				  buflen);
+	/* Offsets come from the DDT, which may be damaged too.  The bound
+	 * keeps offset + record within off_t. */
+	if (offset < DD_PACK_FILE_HDR_SIZE ||
+	    offset > (uint64_t)INT64_MAX - DD_PACK_REC_HDR_SIZE - DD_BLOCK_SIZE_MAX)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "pack %s: record offset %" PRIu64 " out of range",
+				  p->pk_name, offset);
+
+	if (expect) {
+		/* The expected sizes come from the DDT: check them before
+		 * they size a read.  The codec is the record's business. */
+		r = *expect;
+		r.pr_codec = DD_CODEC_ZSTD;
+		dd_err_clear(&inner);
+		rc = dd_pack_rec_check_sizes(&inner, &r);
+		if (rc)
+			return pack_err_at(err, p->pk_name, offset, &inner);
+		psize = expect->pr_psize;
+		if (psize > buflen - DD_PACK_REC_HDR_SIZE)
+			return dd_err_set(err, DD_EINVAL,
+					  "pack %s, off %" PRIu64 ": record of %" PRIu32 " bytes does not fit a %zu-byte buffer",
+					  p->pk_name, offset, psize, buflen);
+		/* One system call per block: header and payload together. */
+		rc = dd_io_pread_full(err, p->pk_fd, b,
+				      DD_PACK_REC_HDR_SIZE + (size_t)psize,
+				      offset, p->pk_name);
+		if (rc)
+			return rc;
+		rc = pack_decode_at(p, err, offset, b, &r);
+		if (rc)
+			return rc;
+		if (r.pr_lsize != expect->pr_lsize ||
+		    r.pr_psize != expect->pr_psize ||
+		    memcmp(r.pr_hash, expect->pr_hash, sizeof(r.pr_hash)) != 0)
+			return dd_err_set(err, DD_ECORRUPT,
+					  "pack %s, off %" PRIu64 ": record (lsize %" PRIu32 ", psize %" PRIu32 ") is not the one expected (lsize %" PRIu32 ", psize %" PRIu32 ")%s",
+					  p->pk_name, offset, r.pr_lsize,
+					  r.pr_psize, expect->pr_lsize,
+					  expect->pr_psize,
+					  memcmp(r.pr_hash, expect->pr_hash,
+						 sizeof(r.pr_hash)) ?
+						  ", hash differs" : "");
+		*rec = r;
+		return 0;
+	}
+
+	rc = dd_io_pread_full(err, p->pk_fd, b, DD_PACK_REC_HDR_SIZE, offset,
+			      p->pk_name);
+	if (rc)
+		return rc;
+	rc = pack_decode_at(p, err, offset, b, &r);
+	if (rc)
+		return rc;
+	if (r.pr_psize > buflen - DD_PACK_REC_HDR_SIZE)
+		return dd_err_set(err, DD_EINVAL,
+				  "pack %s, off %" PRIu64 ": record of %" PRIu32 " bytes does not fit a %zu-byte buffer",
+				  p->pk_name, offset, r.pr_psize, buflen);
+	rc = dd_io_pread_full(err, p->pk_fd, b + DD_PACK_REC_HDR_SIZE,
+			      r.pr_psize, offset + DD_PACK_REC_HDR_SIZE,
+			      p->pk_name);
+	if (rc)
+		return rc;
+	*rec = r;
+	return 0;
+}
+
+int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
+		 void *ctx, uint64_t *end)
+{
+	const size_t buflen = DD_PACK_REC_HDR_SIZE + DD_BLOCK_SIZE_MAX;
+	uint64_t size, bound, off = DD_PACK_FILE_HDR_SIZE;
+	uint8_t *buf = NULL;
+	dd_pack_rec rec;
+	size_t got;
+	int rc;
+
+	if (end)
+		*end = off;
+	if (!p || !fn)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_walk: NULL argument");
+	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	if (rc)
+		return rc;
+	bound = (limit == 0 || limit > size) ? size : limit;
+	buf = dd_malloc(buflen);
+	if (!buf)
+		return dd_err_set(err, DD_ENOMEM,
+				  "pack %s: no memory for a walk buffer",
+				  p->pk_name);
+
+	while (off < bound) {
+		if (bound - off < DD_PACK_REC_HDR_SIZE) {
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s, off %" PRIu64 ": partial record header (%" PRIu64 " bytes left)",
+					p->pk_name, off, bound - off);
+			goto out;
+		}
+		rc = dd_io_pread(err, p->pk_fd, buf, DD_PACK_REC_HDR_SIZE, off,
+				 &got, p->pk_name);
+		if (rc)
+			goto out;
+		if (got < DD_PACK_REC_HDR_SIZE) {
+			/* Shrunk under us (a writer truncating its tail). */
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s, off %" PRIu64 ": partial record header",
+					p->pk_name, off);
+			goto out;
+		}
+		rc = pack_decode_at(p, err, off, buf, &rec);
+		if (rc)
+			goto out;
+		/* Decode bounded psize to 1 MiB: it fits buf, and no sum
+		 * below can overflow. */
+		if (rec.pr_psize > bound - off - DD_PACK_REC_HDR_SIZE) {
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s, off %" PRIu64 ": record payload of %" PRIu32 " bytes runs past %s %" PRIu64,
+					p->pk_name, off, rec.pr_psize,
+					bound == size ? "end of file" : "limit",
+					bound);
+			goto out;
+		}
+		rc = dd_io_pread(err, p->pk_fd, buf + DD_PACK_REC_HDR_SIZE,
+				 rec.pr_psize, off + DD_PACK_REC_HDR_SIZE, &got,
+				 p->pk_name);
+		if (rc)
+			goto out;
+		if (got < rec.pr_psize) {
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s, off %" PRIu64 ": partial record payload",
+					p->pk_name, off);
+			goto out;
+		}
+		rc = fn(ctx, off, &rec, buf + DD_PACK_REC_HDR_SIZE);
+		if (rc)
+			goto out;
+		off += DD_PACK_REC_HDR_SIZE + rec.pr_psize;
+		if (end)
+			*end = off;
+	}
+	/* A limit past the end of the file: committed data is missing. */
+	if (limit > size)
+		rc = dd_err_set(err, DD_ECORRUPT,
+				"pack %s: file ends at %" PRIu64 ", before limit %" PRIu64,
+				p->pk_name, size, limit);
+out:
+	dd_free(buf);
+	return rc;
+}
