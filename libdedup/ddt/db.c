@@ -1,0 +1,303 @@
+/*
+ * db.c -- the LMDB environment of a store and its generic operations.
+ *
+ * One environment per store directory (STORE/db).  LMDB's rule that an
+ * environment is opened once per process is kept by a registry keyed by the
+ * directory's (device, inode): a second dd_db_open of the same store shares
+ * the handle.  Transactions are MDB_NOTLS so that a read transaction held by
+ * a reader may be used from whichever thread that reader runs on.
+ *
+ * LMDB codes are translated here, where they enter (STYLE.md):
+ * MDB_MAP_FULL -> DD_ENOSPC, MDB_CORRUPTED/MDB_PAGE_NOTFOUND -> DD_ECORRUPT,
+ * MDB_VERSION_MISMATCH/MDB_INVALID -> DD_ECORRUPT, errno values via
+ * dd_errno_code.
+ */
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dedup.h"
+#include "common/alloc.h"
+#include "common/endian.h"
+#include "ddt/db_internal.h"
+
+/* Virtual size of the map: the data file grows only as pages are used. */
+#define DD_DB_MAPSIZE ((size_t)1 << 40)
+
+static const char *const dd_db_names[DD_DBI_COUNT] = {
+	[DD_DBI_META] = "meta", [DD_DBI_DDT0] = "ddt0",
+	[DD_DBI_DDT1] = "ddt1", [DD_DBI_SNAP] = "snap",
+	[DD_DBI_BMAP] = "bmap", [DD_DBI_PEND] = "pend",
+	[DD_DBI_PACKS] = "packs",
+};
+
+static pthread_mutex_t dd_db_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static dd_db *dd_db_registry;
+
+int dd_mdb_error(dd_err *err, int rc, const char *what)
+{
+	int code;
+
+	switch (rc) {
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+		code = DD_ENOSPC;
+		break;
+	case MDB_NOTFOUND:
+		code = DD_ENOENT;
+		break;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_VERSION_MISMATCH:
+	case MDB_BAD_VALSIZE:
+		code = DD_ECORRUPT;
+		break;
+	case MDB_READERS_FULL:
+		code = DD_EBUSY;
+		break;
+	default:
+		code = rc > 0 ? dd_errno_code(rc) : DD_EIO;
+		break;
+	}
+	return dd_err_set(err, code, "%s: %s", what, mdb_strerror(rc));
+}
+
+static int dd_db_open_dbis(dd_db *db, dd_err *err, bool create)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(db->db_env, NULL, create ? 0 : MDB_RDONLY, &txn);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb begin");
+	for (int i = 0; i < DD_DBI_COUNT; i++) {
+		rc = mdb_dbi_open(txn, dd_db_names[i], create ? MDB_CREATE : 0,
+				  &db->db_dbi[i]);
+		if (rc) {
+			mdb_txn_abort(txn);
+			if (rc == MDB_NOTFOUND)
+				return dd_err_set(err, DD_ECORRUPT,
+						  "lmdb table '%s' is missing",
+						  dd_db_names[i]);
+			return dd_mdb_error(err, rc, "lmdb open table");
+		}
+	}
+	rc = mdb_txn_commit(txn);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb commit");
+	return 0;
+}
+
+static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
+{
+	for (dd_db *d = dd_db_registry; d; d = d->db_next)
+		if (d->db_dev == dev && d->db_ino == ino)
+			return d;
+	return NULL;
+}
+
+int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
+	       bool readonly)
+{
+	struct stat st;
+	dd_db *db;
+	int rc;
+
+	if (stat(dir, &st) != 0)
+		return dd_err_set(err, dd_errno_code(errno), "%s: %s", dir,
+				  strerror(errno));
+	pthread_mutex_lock(&dd_db_registry_lock);
+	db = dd_db_registry_find(st.st_dev, st.st_ino);
+	if (db) {
+		db->db_refs++;
+		pthread_mutex_unlock(&dd_db_registry_lock);
+		*out = db;
+		return 0;
+	}
+	db = dd_calloc(1, sizeof(*db));
+	if (!db) {
+		rc = dd_err_set(err, DD_ENOMEM, "out of memory");
+		goto unlock;
+	}
+	rc = mdb_env_create(&db->db_env);
+	if (rc) {
+		rc = dd_mdb_error(err, rc, "lmdb env");
+		goto fail;
+	}
+	mdb_env_set_maxdbs(db->db_env, DD_DBI_COUNT + 2);
+	mdb_env_set_mapsize(db->db_env, DD_DB_MAPSIZE);
+	mdb_env_set_maxreaders(db->db_env, 1022);
+	rc = mdb_env_open(db->db_env, dir,
+			  MDB_NOTLS | (readonly ? MDB_RDONLY : 0), 0644);
+	if (rc) {
+		rc = dd_mdb_error(err, rc, dir);
+		goto fail;
+	}
+	rc = dd_db_open_dbis(db, err, create);
+	if (rc)
+		goto fail;
+	db->db_dev = st.st_dev;
+	db->db_ino = st.st_ino;
+	db->db_refs = 1;
+	db->db_next = dd_db_registry;
+	dd_db_registry = db;
+	pthread_mutex_unlock(&dd_db_registry_lock);
+	*out = db;
+	return 0;
+fail:
+	if (db->db_env)
+		mdb_env_close(db->db_env);
+	dd_free(db);
+unlock:
+	pthread_mutex_unlock(&dd_db_registry_lock);
+	return rc;
+}
+
+void dd_db_close(dd_db *db)
+{
+	if (!db)
+		return;
+	pthread_mutex_lock(&dd_db_registry_lock);
+	if (--db->db_refs > 0) {
+		pthread_mutex_unlock(&dd_db_registry_lock);
+		return;
+	}
+	for (dd_db **pp = &dd_db_registry; *pp; pp = &(*pp)->db_next) {
+		if (*pp == db) {
+			*pp = db->db_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&dd_db_registry_lock);
+	mdb_env_close(db->db_env);
+	dd_free(db);
+}
+
+/* The live DDT is named in meta (format/ddt.md §4); read once per txn. */
+static int dd_txn_load_ddt(dd_txn *txn, dd_err *err)
+{
+	uint64_t which = 0;
+	int rc = dd_meta_get_u64(txn, err, "ddt.live", &which);
+
+	if (rc == DD_ENOENT)
+		which = 0;
+	else if (rc)
+		return rc;
+	if (which > 1)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "meta ddt.live is %llu, expected 0 or 1",
+				  (unsigned long long)which);
+	txn->tx_ddt = txn->tx_db->db_dbi[which ? DD_DBI_DDT1 : DD_DBI_DDT0];
+	txn->tx_ddt_other = txn->tx_db->db_dbi[which ? DD_DBI_DDT0 : DD_DBI_DDT1];
+	txn->tx_ddt_which = (unsigned)which;
+	return 0;
+}
+
+int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out)
+{
+	dd_txn *txn = dd_calloc(1, sizeof(*txn));
+	int rc;
+
+	if (!txn)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	txn->tx_db = db;
+	txn->tx_write = write;
+	rc = mdb_txn_begin(db->db_env, NULL, write ? 0 : MDB_RDONLY,
+			   &txn->tx_mdb);
+	if (rc) {
+		dd_free(txn);
+		return dd_mdb_error(err, rc, "lmdb begin");
+	}
+	rc = dd_txn_load_ddt(txn, err);
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	*out = txn;
+	return 0;
+}
+
+int dd_txn_commit(dd_txn *txn, dd_err *err)
+{
+	int rc = mdb_txn_commit(txn->tx_mdb);
+
+	dd_free(txn);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb commit");
+	return 0;
+}
+
+void dd_txn_abort(dd_txn *txn)
+{
+	if (!txn)
+		return;
+	mdb_txn_abort(txn->tx_mdb);
+	dd_free(txn);
+}
+
+/* ---- meta ---------------------------------------------------------------*/
+
+int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out)
+{
+	MDB_val k = {strlen(key), (void *)key}, v;
+	int rc = mdb_get(txn->tx_mdb, txn->tx_db->db_dbi[DD_DBI_META], &k, &v);
+
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb get meta");
+	if (v.mv_size != 8)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "meta %s has %zu bytes, expected 8", key,
+				  v.mv_size);
+	*out = dd_get_le64(v.mv_data);
+	return 0;
+}
+
+int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t val)
+{
+	uint8_t buf[8];
+	MDB_val k = {strlen(key), (void *)key}, v = {8, buf};
+	int rc;
+
+	dd_put_le64(buf, val);
+	rc = mdb_put(txn->tx_mdb, txn->tx_db->db_dbi[DD_DBI_META], &k, &v, 0);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb put meta");
+	return 0;
+}
+
+int dd_db_usage_get(dd_txn *txn, dd_err *err, dd_db_usage *out)
+{
+	MDB_stat st;
+	MDB_envinfo info;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < DD_DBI_COUNT; i++) {
+		MDB_dbi dbi = txn->tx_db->db_dbi[i];
+		uint64_t bytes;
+
+		rc = mdb_stat(txn->tx_mdb, dbi, &st);
+		if (rc)
+			return dd_mdb_error(err, rc, "lmdb stat");
+		bytes = (uint64_t)(st.ms_branch_pages + st.ms_leaf_pages +
+				   st.ms_overflow_pages) * st.ms_psize;
+		if (dbi == txn->tx_ddt) {
+			out->ddt_entries = st.ms_entries;
+			out->ddt_bytes = bytes;
+		} else {
+			out->meta_bytes += bytes;
+		}
+	}
+	rc = mdb_env_info(txn->tx_db->db_env, &info);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb info");
+	rc = mdb_env_stat(txn->tx_db->db_env, &st);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb stat");
+	out->file_bytes = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+	return 0;
+}

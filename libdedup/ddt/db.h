@@ -1,0 +1,166 @@
+/*
+ * db.h -- the store's LMDB environment: the dedup table, snapshots, block
+ * maps, packs and metadata.  This module is the only includer of <lmdb.h>.
+ *
+ * Named databases (format/ddt.md and format/store.md give the encodings):
+ *
+ *   meta   string key -> value      format version, store options, counters
+ *   ddt0   hash||variant -> entry   the dedup table (one of ddt0/ddt1 is
+ *   ddt1                            live; gc rebuilds it into the other in
+ *                                   key order to compact it, §ddt.4)
+ *   snap   name -> snapshot record  committed snapshots
+ *   bmap   be64 id||be64 idx -> key  block maps; a missing index is a hole
+ *   pend   be64 id -> name           snapshots being written (rolled back
+ *                                   by the next writer after a crash)
+ *   packs  be32 pack id -> record   committed end of each pack file
+ *
+ * Every write happens in one write transaction at a time (LMDB allows one
+ * per environment; the store's writer lock makes it one per store).
+ * LMDB forbids opening one environment twice in a process, so dd_db_open
+ * shares one handle per (device, inode) of the directory, refcounted.
+ */
+#ifndef DD_DDT_DB_H
+#define DD_DDT_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "../hash/hash.h"
+
+typedef struct dd_db dd_db;
+typedef struct dd_txn dd_txn;
+
+int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
+	       bool readonly);
+void dd_db_close(dd_db *db);
+
+/* A write transaction must stay on the thread that began it. */
+int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out);
+int dd_txn_commit(dd_txn *txn, dd_err *err);
+void dd_txn_abort(dd_txn *txn);
+
+/* ---- meta ---------------------------------------------------------------*/
+
+/* DD_ENOENT when absent; DD_ECORRUPT when the value is not 8 bytes. */
+int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out);
+int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t v);
+
+/* ---- the dedup table (format/ddt.md) -------------------------------------*/
+
+#define DD_DDT_KEY_SIZE 33
+#define DD_DDT_VAL_SIZE 32
+#define DD_DDT_MAX_VARIANT 255
+
+/* Entry flags. */
+#define DD_DDE_PENDING 0x0001u /* in the writer's current batch, not yet in a
+				  pack: de_offset is the batch index.  Never
+				  committed (format/ddt.md §3). */
+
+typedef struct dd_ddt_key {
+	uint8_t dk_hash[DD_HASH_SIZE];
+	uint8_t dk_variant; /* > 0 only for verified collisions */
+} dd_ddt_key;
+
+typedef struct dd_ddt_ent {
+	uint8_t de_codec;
+	uint16_t de_flags;
+	uint32_t de_pack;
+	uint64_t de_offset;   /* of the record header in the pack */
+	uint32_t de_psize;    /* stored payload bytes */
+	uint32_t de_lsize;    /* logical bytes */
+	uint64_t de_refcnt;   /* block-map references; 0 awaits gc */
+} dd_ddt_ent;
+
+/* DD_ENOENT when absent; DD_ECORRUPT for a value that fails to decode. */
+int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+	       dd_ddt_ent *out);
+int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+	       const dd_ddt_ent *ent);
+int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key);
+
+/* Walks the live DDT in key order; fn returning non-zero stops the walk
+ * with that value.  fn must not write to the DDT (use dd_ddt_put after). */
+typedef int (*dd_ddt_walk_fn)(void *ctx, const dd_ddt_key *key,
+			      const dd_ddt_ent *ent);
+int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx);
+
+/* Rewrites the live DDT into the other table in key order (full pages) and
+ * makes that the live one, dropping entries with refcount 0.  *removed
+ * gets their count.  Write transaction only. */
+int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed);
+
+typedef struct dd_db_usage {
+	uint64_t ddt_entries;
+	uint64_t ddt_bytes;     /* pages of the live DDT tree x page size */
+	uint64_t meta_bytes;    /* pages of every other table */
+	uint64_t file_bytes;    /* pages in use in the data file */
+} dd_db_usage;
+int dd_db_usage_get(dd_txn *txn, dd_err *err, dd_db_usage *out);
+
+/* ---- snapshots and block maps (format/store.md) ---------------------------*/
+
+typedef struct dd_snap_rec {
+	uint64_t sr_id;
+	uint32_t sr_block_size;
+	uint64_t sr_size;
+	uint64_t sr_blocks;
+	uint64_t sr_zero_blocks;
+	int64_t sr_ctime;
+	uint8_t sr_digest[DD_HASH_SIZE];
+} dd_snap_rec;
+
+int dd_snap_get(dd_txn *txn, dd_err *err, const char *name, dd_snap_rec *out);
+int dd_snap_put(dd_txn *txn, dd_err *err, const char *name,
+		const dd_snap_rec *rec);
+int dd_snap_del(dd_txn *txn, dd_err *err, const char *name);
+
+typedef int (*dd_snap_walk_fn)(void *ctx, const char *name,
+			       const dd_snap_rec *rec);
+int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx);
+
+/* Appends block idx of snapshot id (indices must increase per id: the
+ * table is written with MDB_APPEND). */
+int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
+		   const dd_ddt_key *key);
+
+/* A cursor over one snapshot's block map from a starting index. */
+typedef struct dd_bmap_cur dd_bmap_cur;
+int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out);
+/* Positions at the first entry with index >= idx.  Returns 1 and fills
+ * *idx_out/key when found, 0 at the end of this snapshot's map. */
+int dd_bmap_seek(dd_bmap_cur *cur, dd_err *err, uint64_t idx,
+		 uint64_t *idx_out, dd_ddt_key *key);
+int dd_bmap_next(dd_bmap_cur *cur, dd_err *err, uint64_t *idx_out,
+		 dd_ddt_key *key);
+void dd_bmap_close(dd_bmap_cur *cur);
+
+/* Deletes a snapshot's whole map, calling fn for each entry first (to drop
+ * its reference).  Write transaction only.  fn may write to the DDT. */
+typedef int (*dd_bmap_drop_fn)(void *ctx, uint64_t idx,
+			       const dd_ddt_key *key);
+int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
+		 void *ctx);
+
+/* Walks every entry of every map (scrub maps bad blocks to snapshots). */
+typedef int (*dd_bmap_walk_fn)(void *ctx, uint64_t id, uint64_t idx,
+			       const dd_ddt_key *key);
+int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx);
+
+/* Snapshots being written: id -> name. */
+int dd_pend_put(dd_txn *txn, dd_err *err, uint64_t id, const char *name);
+int dd_pend_del(dd_txn *txn, dd_err *err, uint64_t id);
+/* First pending id, 1 if found, 0 if none. */
+int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id);
+
+/* ---- packs ----------------------------------------------------------------*/
+
+/* Committed end offset of a pack (format/store.md §4). */
+int dd_packs_get(dd_txn *txn, dd_err *err, uint32_t id, uint64_t *end);
+int dd_packs_put(dd_txn *txn, dd_err *err, uint32_t id, uint64_t end);
+int dd_packs_del(dd_txn *txn, dd_err *err, uint32_t id);
+typedef int (*dd_packs_walk_fn)(void *ctx, uint32_t id, uint64_t end);
+int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * ddt.c -- the dedup table: block key -> where the block lives.
+ *
+ * Key (33 bytes): SHA-256 of the block's logical bytes, then a variant
+ * byte.  The variant is 0 except in verify mode, when two different blocks
+ * share a hash: the second is stored apart under variant 1, and so on
+ * (format/ddt.md §2).  Value (32 bytes, little-endian, field by field):
+ * pack, offset, sizes, codec and the reference count (§3).
+ *
+ * An entry's lifetime: created by a writer with refcount 1 when a block is
+ * first stored; each block-map reference adds 1; deleting a snapshot (or
+ * rolling back a crashed writer) subtracts 1 per reference; at 0 the entry
+ * stays until gc removes it with its pack bytes.  Random hash keys leave
+ * LMDB pages about half full, so gc rewrites the table in key order into
+ * the other of ddt0/ddt1 (MDB_APPEND: full pages) -- §4.
+ */
+#include <string.h>
+
+#include "dedup.h"
+#include "common/endian.h"
+#include "ddt/db_internal.h"
+
+#define DD_DDT_VAL_VERSION 1
+#define DD_DDE_KNOWN_FLAGS DD_DDE_PENDING
+
+static void dd_ddt_key_encode(uint8_t out[DD_DDT_KEY_SIZE],
+			      const dd_ddt_key *key)
+{
+	memcpy(out, key->dk_hash, DD_HASH_SIZE);
+	out[DD_HASH_SIZE] = key->dk_variant;
+}
+
+static int dd_ddt_key_decode(dd_err *err, const MDB_val *k, dd_ddt_key *out)
+{
+	if (k->mv_size != DD_DDT_KEY_SIZE)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "ddt key of %zu bytes, expected %d",
+				  k->mv_size, DD_DDT_KEY_SIZE);
+	memcpy(out->dk_hash, k->mv_data, DD_HASH_SIZE);
+	out->dk_variant = ((const uint8_t *)k->mv_data)[DD_HASH_SIZE];
+	return 0;
+}
+
+static void dd_ddt_val_encode(uint8_t out[DD_DDT_VAL_SIZE],
+			      const dd_ddt_ent *e)
+{
+	out[0] = DD_DDT_VAL_VERSION;
+	out[1] = e->de_codec;
+	dd_put_le16(out + 2, e->de_flags);
+	dd_put_le32(out + 4, e->de_pack);
+	dd_put_le64(out + 8, e->de_offset);
+	dd_put_le32(out + 16, e->de_psize);
+	dd_put_le32(out + 20, e->de_lsize);
+	dd_put_le64(out + 24, e->de_refcnt);
+}
+
+/* format/ddt.md §3: a value that fails these checks is damage. */
+static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
+{
+	const uint8_t *p = v->mv_data;
+
+	if (v->mv_size != DD_DDT_VAL_SIZE)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "ddt value of %zu bytes, expected %d",
+				  v->mv_size, DD_DDT_VAL_SIZE);
+	if (p[0] != DD_DDT_VAL_VERSION)
+		return dd_err_set(err, p[0] > DD_DDT_VAL_VERSION ? DD_EVERSION
+								  : DD_ECORRUPT,
+				  "ddt value version %u, this build reads %d",
+				  p[0], DD_DDT_VAL_VERSION);
+	e->de_codec = p[1];
+	e->de_flags = dd_get_le16(p + 2);
+	e->de_pack = dd_get_le32(p + 4);
+	e->de_offset = dd_get_le64(p + 8);
+	e->de_psize = dd_get_le32(p + 16);
+	e->de_lsize = dd_get_le32(p + 20);
+	e->de_refcnt = dd_get_le64(p + 24);
+	if ((e->de_flags & ~DD_DDE_KNOWN_FLAGS) || e->de_codec > 1 ||
+	    e->de_lsize == 0 || e->de_lsize > DD_BLOCK_SIZE_MAX ||
+	    e->de_psize > e->de_lsize)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "ddt value out of range (flags %#x, codec %u,"
+				  " lsize %u, psize %u)", e->de_flags,
+				  e->de_codec, e->de_lsize, e->de_psize);
+	return 0;
+}
+
+int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+	       dd_ddt_ent *out)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	MDB_val k = {sizeof(kb), kb}, v;
+	int rc;
+
+	dd_ddt_key_encode(kb, key);
+	rc = mdb_get(txn->tx_mdb, txn->tx_ddt, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt get");
+	return dd_ddt_val_decode(err, &v, out);
+}
+
+int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+	       const dd_ddt_ent *ent)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	int rc;
+
+	dd_ddt_key_encode(kb, key);
+	dd_ddt_val_encode(vb, ent);
+	rc = mdb_put(txn->tx_mdb, txn->tx_ddt, &k, &v, 0);
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt put");
+	return 0;
+}
+
+int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	MDB_val k = {sizeof(kb), kb};
+	int rc;
+
+	dd_ddt_key_encode(kb, key);
+	rc = mdb_del(txn->tx_mdb, txn->tx_ddt, &k, NULL);
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt del");
+	return 0;
+}
+
+static int dd_ddt_walk_dbi(dd_txn *txn, dd_err *err, MDB_dbi dbi,
+			   dd_ddt_walk_fn fn, void *ctx)
+{
+	MDB_cursor *cur;
+	MDB_val k, v;
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	int rc = mdb_cursor_open(txn->tx_mdb, dbi, &cur);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt cursor");
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		int r = dd_ddt_key_decode(err, &k, &key);
+
+		if (!r)
+			r = dd_ddt_val_decode(err, &v, &ent);
+		if (!r)
+			r = fn(ctx, &key, &ent);
+		if (r) {
+			mdb_cursor_close(cur);
+			return r;
+		}
+	}
+	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND)
+		return dd_mdb_error(err, rc, "ddt walk");
+	return 0;
+}
+
+int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx)
+{
+	return dd_ddt_walk_dbi(txn, err, txn->tx_ddt, fn, ctx);
+}
+
+struct dd_compact_ctx {
+	dd_txn *cc_txn;
+	dd_err *cc_err;
+	MDB_cursor *cc_dst;
+	uint64_t cc_removed;
+};
+
+static int dd_compact_one(void *arg, const dd_ddt_key *key,
+			  const dd_ddt_ent *ent)
+{
+	struct dd_compact_ctx *cc = arg;
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	int rc;
+
+	if (ent->de_refcnt == 0) {
+		cc->cc_removed++;
+		return 0;
+	}
+	if (ent->de_flags & DD_DDE_PENDING)
+		return dd_err_set(cc->cc_err, DD_ECORRUPT,
+				  "ddt entry still pending at compaction");
+	dd_ddt_key_encode(kb, key);
+	dd_ddt_val_encode(vb, ent);
+	rc = mdb_cursor_put(cc->cc_dst, &k, &v, MDB_APPEND);
+	if (rc)
+		return dd_mdb_error(cc->cc_err, rc, "ddt compact put");
+	return 0;
+}
+
+int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
+{
+	struct dd_compact_ctx cc = {txn, err, NULL, 0};
+	unsigned next = txn->tx_ddt_which ^ 1u;
+	int rc;
+
+	if (!txn->tx_write)
+		return dd_err_set(err, DD_EINVAL, "ddt compact needs a write txn");
+	/* The other table is empty except after a crash mid-compaction, which
+	 * never committed; empty it anyway so MDB_APPEND starts clean. */
+	rc = mdb_drop(txn->tx_mdb, txn->tx_ddt_other, 0);
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt compact drop");
+	rc = mdb_cursor_open(txn->tx_mdb, txn->tx_ddt_other, &cc.cc_dst);
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt compact cursor");
+	rc = dd_ddt_walk(txn, err, dd_compact_one, &cc);
+	mdb_cursor_close(cc.cc_dst);
+	if (rc)
+		return rc;
+	rc = mdb_drop(txn->tx_mdb, txn->tx_ddt, 0);
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt compact drop old");
+	rc = dd_meta_put_u64(txn, err, "ddt.live", next);
+	if (rc)
+		return rc;
+	MDB_dbi old = txn->tx_ddt;
+	txn->tx_ddt = txn->tx_ddt_other;
+	txn->tx_ddt_other = old;
+	txn->tx_ddt_which = next;
+	if (removed)
+		*removed = cc.cc_removed;
+	return 0;
+}

@@ -1,0 +1,218 @@
+/*
+ * reader.c -- random-access reads of a committed snapshot.
+ *
+ * A reader holds one LMDB read transaction for its lifetime: block map and
+ * DDT stay consistent with each other as of the open, even if the snapshot
+ * is deleted or gc moves blocks meanwhile (a pack gc removed after the open
+ * is an error, never other bytes).  A read walks the block map with one
+ * cursor from the first block of the range (a missing index is a hole),
+ * looks every block up in the DDT, then reads, decompresses and verifies
+ * the blocks in parallel on the store's pool -- or alone, when another
+ * thread has the pool.  Whole blocks decompress straight into the caller's
+ * buffer; only partial ones go through scratch.
+ */
+#include <string.h>
+
+#include "chunk/chunk.h"
+#include "common/alloc.h"
+#include "store/store_internal.h"
+
+/* Blocks looked up and read per round: bounds the reader's memory. */
+#define DD_READER_ROUND 512
+
+typedef struct dd_rblk {
+	dd_ddt_key rb_key;
+	dd_ddt_ent rb_ent;
+	uint8_t *rb_dst;       /* where the wanted part goes */
+	uint32_t rb_skip;      /* bytes of the block before the wanted part */
+	uint32_t rb_len;       /* wanted bytes */
+	int rb_rc;
+	dd_err rb_err;
+} dd_rblk;
+
+struct dd_reader {
+	dd_store *r_store;
+	dd_err r_err;
+	dd_txn *r_txn;
+	dd_bmap_cur *r_cur;
+	dd_snap_rec r_snap;
+	dd_scratch r_sc;       /* when the pool is busy */
+	dd_rblk *r_blk;        /* DD_READER_ROUND entries */
+	size_t r_nblk;
+};
+
+int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
+{
+	dd_reader *r;
+	int rc;
+
+	if (!s || !out)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_reader_open: NULL "
+					  "argument") : DD_EINVAL;
+	if (dd_name_check(name))
+		return dd_store_failf(s, DD_ENAME, "invalid snapshot name");
+	r = dd_calloc(1, sizeof(*r));
+	if (!r)
+		return dd_store_failf(s, DD_ENOMEM, "out of memory");
+	r->r_store = s;
+	r->r_blk = dd_calloc(DD_READER_ROUND, sizeof(*r->r_blk));
+	rc = r->r_blk ? 0 : dd_err_set(&r->r_err, DD_ENOMEM, "out of memory");
+	if (!rc)
+		rc = dd_scratch_init(&r->r_sc, &r->r_err, s);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, &r->r_err, false, &r->r_txn);
+	if (!rc) {
+		rc = dd_snap_get(r->r_txn, &r->r_err, name, &r->r_snap);
+		if (rc == DD_ENOENT)
+			dd_err_set(&r->r_err, rc, "no snapshot '%s'", name);
+	}
+	if (!rc && r->r_snap.sr_block_size != s->st_block_size)
+		rc = dd_err_set(&r->r_err, DD_ECORRUPT,
+				"snapshot '%s' has block size %u, store %u",
+				name, r->r_snap.sr_block_size, s->st_block_size);
+	if (!rc)
+		rc = dd_bmap_open(r->r_txn, &r->r_err, r->r_snap.sr_id, &r->r_cur);
+	if (rc) {
+		dd_store_fail(s, &r->r_err);
+		dd_reader_close(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+uint64_t dd_reader_size(const dd_reader *r)
+{
+	return r ? r->r_snap.sr_size : 0;
+}
+
+static int dd_rblk_read(dd_store *s, dd_scratch *sc, dd_rblk *rb)
+{
+	uint32_t lsize = rb->rb_ent.de_lsize;
+
+	if (rb->rb_skip == 0 && rb->rb_len == lsize)
+		return dd_block_read(s, &rb->rb_err, sc, &rb->rb_key,
+				     &rb->rb_ent, rb->rb_dst);
+	int rc = dd_block_read(s, &rb->rb_err, sc, &rb->rb_key, &rb->rb_ent,
+			       sc->sc_dbuf);
+	if (!rc)
+		memcpy(rb->rb_dst, sc->sc_dbuf + rb->rb_skip, rb->rb_len);
+	return rc;
+}
+
+static void dd_read_job(void *arg, size_t i, unsigned worker)
+{
+	dd_reader *r = arg;
+	dd_rblk *rb = &r->r_blk[i];
+
+	rb->rb_rc = dd_rblk_read(r->r_store, &r->r_store->st_scratch[worker], rb);
+}
+
+/* Reads the r_nblk blocks collected for this round. */
+static int dd_reader_round(dd_reader *r)
+{
+	dd_store *s = r->r_store;
+
+	if (r->r_nblk > 1 && pthread_mutex_trylock(&s->st_pool_lock) == 0) {
+		dd_pool_run(s->st_pool, dd_read_job, r, r->r_nblk);
+		pthread_mutex_unlock(&s->st_pool_lock);
+	} else {
+		for (size_t i = 0; i < r->r_nblk; i++)
+			r->r_blk[i].rb_rc = dd_rblk_read(s, &r->r_sc,
+							 &r->r_blk[i]);
+	}
+	for (size_t i = 0; i < r->r_nblk; i++)
+		if (r->r_blk[i].rb_rc)
+			return dd_err_copy(&r->r_err, &r->r_blk[i].rb_err);
+	r->r_nblk = 0;
+	return 0;
+}
+
+/* Queues block idx (found in the map with key) for the round. */
+static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
+			   uint64_t off, uint64_t end, uint8_t *buf)
+{
+	uint64_t bs = r->r_snap.sr_block_size, bstart = idx * bs;
+	uint64_t from = off > bstart ? off : bstart;
+	uint64_t to = end < bstart + bs ? end : bstart + bs;
+	dd_rblk *rb = &r->r_blk[r->r_nblk];
+	int rc = dd_ddt_get(r->r_txn, &r->r_err, key, &rb->rb_ent);
+
+	if (rc == DD_ENOENT)
+		return dd_err_set(&r->r_err, DD_ECORRUPT,
+				  "block %llu of the snapshot is missing from "
+				  "the ddt", (unsigned long long)idx);
+	if (rc)
+		return rc;
+	if (rb->rb_ent.de_lsize < to - bstart)
+		return dd_err_set(&r->r_err, DD_ECORRUPT,
+				  "block %llu: ddt size %u is shorter than the "
+				  "snapshot needs", (unsigned long long)idx,
+				  rb->rb_ent.de_lsize);
+	rb->rb_key = *key;
+	rb->rb_dst = buf + (from - off);
+	rb->rb_skip = (uint32_t)(from - bstart);
+	rb->rb_len = (uint32_t)(to - from);
+	rb->rb_rc = 0;
+	if (++r->r_nblk == DD_READER_ROUND)
+		return dd_reader_round(r);
+	return 0;
+}
+
+int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
+		    size_t *nread)
+{
+	uint64_t size, end, bs, idx, first, last;
+	dd_ddt_key key;
+	int rc;
+
+	if (!r)
+		return DD_EINVAL;
+	if ((!buf && len) || !nread)
+		return dd_err_set(&r->r_err, DD_EINVAL,
+				  "dd_reader_pread: NULL argument");
+	size = r->r_snap.sr_size;
+	*nread = 0;
+	if (off >= size || len == 0)
+		return 0;
+	end = size - off < len ? size : off + len;
+	bs = r->r_snap.sr_block_size;
+	first = off / bs;
+	last = (end - 1) / bs;
+	/* Holes are whatever the map does not name: zero the range, then
+	 * overwrite with the blocks it does name. */
+	memset(buf, 0, (size_t)(end - off));
+	r->r_nblk = 0;
+	for (rc = dd_bmap_seek(r->r_cur, &r->r_err, first, &idx, &key);
+	     rc == 1 && idx <= last;
+	     rc = dd_bmap_next(r->r_cur, &r->r_err, &idx, &key)) {
+		rc = dd_reader_queue(r, &key, idx, off, end, buf);
+		if (rc)
+			break;
+	}
+	if (rc < 0 || (rc = dd_reader_round(r)) != 0) {
+		r->r_nblk = 0;
+		memset(buf, 0, (size_t)(end - off)); /* no partial data */
+		return rc;
+	}
+	*nread = (size_t)(end - off);
+	return 0;
+}
+
+void dd_reader_close(dd_reader *r)
+{
+	if (!r)
+		return;
+	dd_bmap_close(r->r_cur);
+	dd_txn_abort(r->r_txn);
+	dd_scratch_fini(&r->r_sc);
+	dd_free(r->r_blk);
+	dd_free(r);
+}
+
+const char *dd_reader_errmsg(const dd_reader *r)
+{
+	if (!r)
+		return "DD_EINVAL: NULL reader";
+	return r->r_err.de_code ? r->r_err.de_msg : "no error";
+}

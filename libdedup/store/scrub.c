@@ -1,0 +1,220 @@
+/*
+ * scrub.c -- read and verify every stored block; name who uses bad ones.
+ *
+ * Pass 1 walks the DDT in one read transaction and verifies blocks in
+ * rounds on the pool (each read is the full checked path of block.c).
+ * Bad blocks are kept in a sorted array.  Pass 2, only when something is
+ * bad, walks every block map once and reports each use of a bad block with
+ * the snapshot's name and the byte offset; a bad block nothing uses is
+ * reported once with no snapshot.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "store/store_internal.h"
+
+#define DD_SCRUB_ROUND 256
+
+typedef struct dd_sblk {
+	dd_ddt_key sb_key;
+	dd_ddt_ent sb_ent;
+	int sb_rc;
+	bool sb_used;
+} dd_sblk;
+
+typedef struct dd_scrub {
+	dd_store *sc_store;
+	dd_err *sc_err;
+	dd_txn *sc_txn;
+	dd_sblk sc_round[DD_SCRUB_ROUND];
+	size_t sc_n;
+	dd_sblk *sc_bad;
+	size_t sc_nbad, sc_capbad;
+	dd_scrub_result sc_res;
+	dd_scrub_cb sc_cb;
+	void *sc_ctx;
+	/* pass 2: snapshot id -> name */
+	uint64_t *sc_ids;
+	char (*sc_names)[DD_NAME_MAX + 1];
+	uint32_t *sc_bs;
+	size_t sc_nsnap, sc_capsnap;
+} dd_scrub;
+
+static void dd_scrub_job(void *arg, size_t i, unsigned worker)
+{
+	dd_scrub *sc = arg;
+	dd_sblk *b = &sc->sc_round[i];
+	dd_scratch *scr = &sc->sc_store->st_scratch[worker];
+	dd_err err;
+
+	b->sb_rc = dd_block_read(sc->sc_store, &err, scr, &b->sb_key,
+				 &b->sb_ent, scr->sc_dbuf);
+}
+
+static int dd_key_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, sizeof(dd_ddt_key));
+}
+
+static int dd_scrub_round(dd_scrub *sc)
+{
+	dd_store *s = sc->sc_store;
+
+	pthread_mutex_lock(&s->st_pool_lock);
+	dd_pool_run(s->st_pool, dd_scrub_job, sc, sc->sc_n);
+	pthread_mutex_unlock(&s->st_pool_lock);
+	for (size_t i = 0; i < sc->sc_n; i++) {
+		dd_sblk *b = &sc->sc_round[i];
+
+		sc->sc_res.blocks_checked++;
+		sc->sc_res.bytes_checked += b->sb_ent.de_lsize;
+		if (b->sb_rc == 0)
+			continue;
+		if (b->sb_rc == DD_ENOMEM)
+			return dd_err_set(sc->sc_err, DD_ENOMEM, "out of memory");
+		if (sc->sc_nbad == sc->sc_capbad) {
+			size_t n = sc->sc_capbad ? sc->sc_capbad * 2 : 64;
+			dd_sblk *nb = dd_realloc(sc->sc_bad, n * sizeof(*nb));
+
+			if (!nb)
+				return dd_err_set(sc->sc_err, DD_ENOMEM,
+						  "out of memory");
+			sc->sc_bad = nb;
+			sc->sc_capbad = n;
+		}
+		sc->sc_bad[sc->sc_nbad++] = *b;
+	}
+	sc->sc_n = 0;
+	return 0;
+}
+
+static int dd_scrub_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
+{
+	dd_scrub *sc = arg;
+	dd_sblk *b = &sc->sc_round[sc->sc_n++];
+
+	b->sb_key = *key;
+	b->sb_ent = *e;
+	b->sb_used = false;
+	if (sc->sc_n == DD_SCRUB_ROUND)
+		return dd_scrub_round(sc);
+	return 0;
+}
+
+static int dd_scrub_snap(void *arg, const char *name, const dd_snap_rec *r)
+{
+	dd_scrub *sc = arg;
+
+	if (sc->sc_nsnap == sc->sc_capsnap) {
+		size_t n = sc->sc_capsnap ? sc->sc_capsnap * 2 : 16;
+		uint64_t *ids = dd_realloc(sc->sc_ids, n * sizeof(*ids));
+		uint32_t *bs = ids ? dd_realloc(sc->sc_bs, n * sizeof(*bs)) : NULL;
+		char(*names)[DD_NAME_MAX + 1] =
+			bs ? dd_realloc(sc->sc_names, n * sizeof(*names)) : NULL;
+
+		if (ids)
+			sc->sc_ids = ids;
+		if (bs)
+			sc->sc_bs = bs;
+		if (!names)
+			return dd_err_set(sc->sc_err, DD_ENOMEM, "out of memory");
+		sc->sc_names = names;
+		sc->sc_capsnap = n;
+	}
+	sc->sc_ids[sc->sc_nsnap] = r->sr_id;
+	sc->sc_bs[sc->sc_nsnap] = r->sr_block_size;
+	strcpy(sc->sc_names[sc->sc_nsnap], name);
+	sc->sc_nsnap++;
+	return 0;
+}
+
+static int dd_scrub_report(dd_scrub *sc, dd_sblk *b, const char *snap,
+			   uint64_t offset)
+{
+	dd_scrub_bad bad = {
+		.pack = b->sb_ent.de_pack,
+		.pack_offset = b->sb_ent.de_offset,
+		.error = b->sb_rc,
+		.snapshot = snap,
+		.offset = offset,
+	};
+
+	memcpy(bad.hash, b->sb_key.dk_hash, DD_HASH_SIZE);
+	if (sc->sc_cb && sc->sc_cb(&bad, sc->sc_ctx) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub stopped by its callback");
+	return 0;
+}
+
+static int dd_scrub_use(void *arg, uint64_t id, uint64_t idx,
+			const dd_ddt_key *key)
+{
+	dd_scrub *sc = arg;
+	dd_sblk *b = bsearch(key, sc->sc_bad, sc->sc_nbad, sizeof(*b),
+			     dd_key_cmp);
+
+	if (!b)
+		return 0;
+	b->sb_used = true;
+	for (size_t i = 0; i < sc->sc_nsnap; i++)
+		if (sc->sc_ids[i] == id)
+			return dd_scrub_report(sc, b, sc->sc_names[i],
+					       idx * sc->sc_bs[i]);
+	return 0; /* a writer's pending map: not a snapshot yet */
+}
+
+static int dd_scrub_run(dd_scrub *sc)
+{
+	int rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
+
+	if (!rc && sc->sc_n)
+		rc = dd_scrub_round(sc);
+	if (rc || sc->sc_nbad == 0)
+		return rc;
+	/* sb_key is the first member: sort and search by key */
+	qsort(sc->sc_bad, sc->sc_nbad, sizeof(*sc->sc_bad), dd_key_cmp);
+	rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_snap, sc);
+	if (!rc)
+		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err, dd_scrub_use, sc);
+	for (size_t i = 0; !rc && i < sc->sc_nbad; i++)
+		if (!sc->sc_bad[i].sb_used)
+			rc = dd_scrub_report(sc, &sc->sc_bad[i], NULL, 0);
+	sc->sc_res.bad_blocks = sc->sc_nbad;
+	if (!rc)
+		rc = dd_err_set(sc->sc_err, DD_ECHECKSUM,
+				"scrub found %zu bad block%s", sc->sc_nbad,
+				sc->sc_nbad == 1 ? "" : "s");
+	return rc;
+}
+
+int dd_store_scrub(dd_store *s, dd_scrub_cb cb, void *ctx,
+		   dd_scrub_result *out)
+{
+	dd_err err = {0};
+	dd_scrub *sc;
+	int rc;
+
+	if (!s)
+		return DD_EINVAL;
+	sc = dd_calloc(1, sizeof(*sc));
+	if (!sc)
+		return dd_store_failf(s, DD_ENOMEM, "out of memory");
+	sc->sc_store = s;
+	sc->sc_err = &err;
+	sc->sc_cb = cb;
+	sc->sc_ctx = ctx;
+	rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
+	if (!rc) {
+		rc = dd_scrub_run(sc);
+		dd_txn_abort(sc->sc_txn);
+	}
+	if (out)
+		*out = sc->sc_res;
+	dd_free(sc->sc_bad);
+	dd_free(sc->sc_ids);
+	dd_free(sc->sc_bs);
+	dd_free(sc->sc_names);
+	dd_free(sc);
+	return rc ? dd_store_fail(s, &err) : 0;
+}

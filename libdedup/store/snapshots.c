@@ -1,0 +1,215 @@
+/*
+ * snapshots.c -- listing, describing and deleting snapshots; the content
+ * digest; dropping a snapshot's references.
+ *
+ * Deleting a snapshot and rolling back a killed writer are the same
+ * operation (dd_snap_drop_refs): each block-map entry gives back one
+ * reference, and the map is removed.  Blocks whose count reaches 0 stay in
+ * their pack until gc (format/ddt.md §1).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "store/store_internal.h"
+
+struct dd_drop_ctx {
+	dd_txn *dc_txn;
+	dd_err *dc_err;
+};
+
+static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
+{
+	struct dd_drop_ctx *dc = arg;
+	dd_ddt_ent ent;
+	int rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
+
+	if (rc == DD_ENOENT)
+		return dd_err_set(dc->dc_err, DD_ECORRUPT,
+				  "block %llu refers to a block missing from "
+				  "the ddt", (unsigned long long)idx);
+	if (rc)
+		return rc;
+	if (ent.de_refcnt == 0)
+		return dd_err_set(dc->dc_err, DD_ECORRUPT,
+				  "ddt reference count underflow");
+	ent.de_refcnt--;
+	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
+}
+
+int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
+{
+	struct dd_drop_ctx dc = {txn, err};
+
+	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
+}
+
+/* ---- the content digest (format/store.md §6) -------------------------------*/
+
+struct dd_digest {
+	dd_sha256_ctx *dg_sha;
+};
+
+int dd_digest_new(dd_digest **out, dd_err *err)
+{
+	dd_digest *d = dd_calloc(1, sizeof(*d));
+
+	if (!d || dd_sha256_new(&d->dg_sha) != 0) {
+		dd_free(d);
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	}
+	*out = d;
+	return 0;
+}
+
+void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null)
+{
+	static const uint8_t zero[DD_HASH_SIZE];
+
+	dd_sha256_update(d->dg_sha, hash_or_null ? hash_or_null : zero,
+			 DD_HASH_SIZE);
+}
+
+void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
+		     uint8_t out[DD_HASH_SIZE])
+{
+	uint8_t tail[12];
+
+	for (int i = 0; i < 8; i++)
+		tail[i] = (uint8_t)(size >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		tail[8 + i] = (uint8_t)(block_size >> (8 * i));
+	dd_sha256_update(d->dg_sha, tail, sizeof(tail));
+	dd_sha256_final(d->dg_sha, out);
+}
+
+void dd_digest_free(dd_digest *d)
+{
+	if (!d)
+		return;
+	dd_sha256_free(d->dg_sha);
+	dd_free(d);
+}
+
+/* ---- public: list, stat, delete --------------------------------------------*/
+
+static void dd_info_fill(dd_snapshot_info *out, const char *name,
+			 const dd_snap_rec *r)
+{
+	memset(out, 0, sizeof(*out));
+	strncpy(out->name, name, DD_NAME_MAX);
+	out->size = r->sr_size;
+	out->blocks = r->sr_blocks;
+	out->zero_blocks = r->sr_zero_blocks;
+	out->ctime = r->sr_ctime;
+	memcpy(out->digest, r->sr_digest, DD_HASH_SIZE);
+}
+
+struct dd_list_ctx {
+	dd_err *lc_err;
+	dd_snapshot_info *lc_list;
+	size_t lc_count, lc_cap;
+};
+
+static int dd_list_one(void *arg, const char *name, const dd_snap_rec *r)
+{
+	struct dd_list_ctx *lc = arg;
+
+	if (lc->lc_count == lc->lc_cap) {
+		size_t n = lc->lc_cap ? lc->lc_cap * 2 : 16;
+		dd_snapshot_info *nl = dd_realloc(lc->lc_list, n * sizeof(*nl));
+
+		if (!nl)
+			return dd_err_set(lc->lc_err, DD_ENOMEM, "out of memory");
+		lc->lc_list = nl;
+		lc->lc_cap = n;
+	}
+	dd_info_fill(&lc->lc_list[lc->lc_count++], name, r);
+	return 0;
+}
+
+int dd_snapshot_list(dd_store *s, dd_snapshot_info **out, size_t *count)
+{
+	dd_err err = {0};
+	struct dd_list_ctx lc = {&err, NULL, 0, 0};
+	dd_txn *txn;
+	int rc;
+
+	if (!s || !out || !count)
+		return s ? dd_store_failf(s, DD_EINVAL,
+					  "dd_snapshot_list: NULL argument")
+			 : DD_EINVAL;
+	rc = dd_txn_begin(s->st_db, &err, false, &txn);
+	if (rc)
+		return dd_store_fail(s, &err);
+	rc = dd_snap_walk(txn, &err, dd_list_one, &lc);
+	dd_txn_abort(txn);
+	if (rc) {
+		dd_free(lc.lc_list);
+		return dd_store_fail(s, &err);
+	}
+	*out = lc.lc_list;
+	*count = lc.lc_count;
+	return 0;
+}
+
+void dd_snapshot_list_free(dd_snapshot_info *list)
+{
+	dd_free(list);
+}
+
+int dd_snapshot_stat(dd_store *s, const char *name, dd_snapshot_info *out)
+{
+	dd_err err = {0};
+	dd_snap_rec r;
+	dd_txn *txn;
+	int rc;
+
+	if (!s || !out)
+		return DD_EINVAL;
+	if (dd_name_check(name))
+		return dd_store_failf(s, DD_ENAME, "invalid snapshot name");
+	rc = dd_txn_begin(s->st_db, &err, false, &txn);
+	if (rc)
+		return dd_store_fail(s, &err);
+	rc = dd_snap_get(txn, &err, name, &r);
+	dd_txn_abort(txn);
+	if (rc == DD_ENOENT)
+		dd_err_set(&err, rc, "no snapshot '%s'", name);
+	if (rc)
+		return dd_store_fail(s, &err);
+	dd_info_fill(out, name, &r);
+	return 0;
+}
+
+int dd_snapshot_delete(dd_store *s, const char *name)
+{
+	dd_err err = {0};
+	dd_snap_rec r;
+	dd_txn *txn;
+	int rc;
+
+	if (!s)
+		return DD_EINVAL;
+	if (dd_name_check(name))
+		return dd_store_failf(s, DD_ENAME, "invalid snapshot name");
+	rc = dd_store_lock(s, &err);
+	if (rc)
+		return dd_store_fail(s, &err);
+	rc = dd_txn_begin(s->st_db, &err, true, &txn);
+	if (!rc) {
+		rc = dd_snap_get(txn, &err, name, &r);
+		if (rc == DD_ENOENT)
+			dd_err_set(&err, rc, "no snapshot '%s'", name);
+		if (!rc)
+			rc = dd_snap_drop_refs(txn, &err, r.sr_id);
+		if (!rc)
+			rc = dd_snap_del(txn, &err, name);
+		if (rc)
+			dd_txn_abort(txn);
+		else
+			rc = dd_txn_commit(txn, &err);
+	}
+	dd_store_unlock(s);
+	return rc ? dd_store_fail(s, &err) : 0;
+}

@@ -1,0 +1,120 @@
+/*
+ * stat.c -- store statistics: ratios, DDT size and the refcount histogram.
+ *
+ * Computed from one read transaction by walking the DDT and the snapshot
+ * table, so the figures are always consistent with each other.  Ratios are
+ * those of `zdb -S` (DESIGN.md): on logical sizes, zero blocks excluded.
+ */
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store/store_internal.h"
+
+static unsigned dd_hist_bucket(uint64_t refcnt)
+{
+	unsigned b = 0;
+
+	while (refcnt >>= 1)
+		b++;
+	return b < DD_HIST_BUCKETS ? b : DD_HIST_BUCKETS - 1;
+}
+
+static int dd_stat_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
+{
+	dd_stat *st = arg;
+	dd_hist_row *row;
+
+	(void)key;
+	if (e->de_refcnt == 0) {
+		st->unreferenced_blocks++;
+		return 0;
+	}
+	st->unique_blocks++;
+	st->unique_bytes += e->de_lsize;
+	st->stored_bytes += e->de_psize;
+	st->referenced_blocks += e->de_refcnt;
+	st->referenced_bytes += e->de_refcnt * e->de_lsize;
+	row = &st->hist[dd_hist_bucket(e->de_refcnt)];
+	row->blocks++;
+	row->lsize += e->de_lsize;
+	row->psize += e->de_psize;
+	row->ref_blocks += e->de_refcnt;
+	row->ref_lsize += e->de_refcnt * e->de_lsize;
+	row->ref_psize += e->de_refcnt * e->de_psize;
+	return 0;
+}
+
+static int dd_stat_snap(void *arg, const char *name, const dd_snap_rec *r)
+{
+	dd_stat *st = arg;
+
+	(void)name;
+	st->snapshots++;
+	st->logical_bytes += r->sr_size;
+	st->zero_blocks += r->sr_zero_blocks;
+	return 0;
+}
+
+struct dd_stat_packs {
+	dd_store *sp_store;
+	dd_stat *sp_stat;
+};
+
+static int dd_stat_pack(void *arg, uint32_t id, uint64_t end)
+{
+	struct dd_stat_packs *sp = arg;
+	char name[32];
+	struct stat st;
+
+	dd_pack_name(name, sizeof(name), id);
+	sp->sp_stat->pack_files++;
+	if (fstatat(sp->sp_store->st_packdir, name, &st, 0) == 0)
+		sp->sp_stat->pack_bytes += (uint64_t)st.st_size;
+	else
+		sp->sp_stat->pack_bytes += end;
+	return 0;
+}
+
+int dd_store_stat(dd_store *s, dd_stat *out)
+{
+	dd_err err = {0};
+	dd_db_usage use;
+	struct dd_stat_packs sp;
+	dd_stat st;
+	dd_txn *txn;
+	int rc;
+
+	if (!s || !out)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_store_stat: NULL "
+					  "argument") : DD_EINVAL;
+	if (out->version == 0 || out->version > DD_STAT_VERSION)
+		return dd_store_failf(s, DD_EINVAL, "dd_stat version %u not "
+				      "supported (set DD_STAT_VERSION)",
+				      out->version);
+	memset(&st, 0, sizeof(st));
+	st.version = out->version;
+	sp = (struct dd_stat_packs){s, &st};
+	rc = dd_txn_begin(s->st_db, &err, false, &txn);
+	if (rc)
+		return dd_store_fail(s, &err);
+	rc = dd_ddt_walk(txn, &err, dd_stat_ddt, &st);
+	if (!rc)
+		rc = dd_snap_walk(txn, &err, dd_stat_snap, &st);
+	if (!rc)
+		rc = dd_packs_walk(txn, &err, dd_stat_pack, &sp);
+	if (!rc)
+		rc = dd_db_usage_get(txn, &err, &use);
+	dd_txn_abort(txn);
+	if (rc)
+		return dd_store_fail(s, &err);
+	st.ddt_entries = use.ddt_entries;
+	st.ddt_bytes = use.ddt_bytes;
+	st.meta_bytes = use.meta_bytes;
+	st.lmdb_file_bytes = use.file_bytes;
+	st.dedup_ratio = st.unique_bytes
+		? (double)st.referenced_bytes / (double)st.unique_bytes : 1.0;
+	st.compress_ratio = st.stored_bytes
+		? (double)st.unique_bytes / (double)st.stored_bytes : 1.0;
+	*out = st;
+	return 0;
+}

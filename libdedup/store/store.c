@@ -1,0 +1,717 @@
+/*
+ * store.c -- creating, opening and locking a store; recovery after a crash.
+ *
+ * Creation writes everything else first and STORE/DEDUP last (through a
+ * temporary file and rename), so a directory is a store only once it is
+ * whole.  Opening checks the format line before touching LMDB: a store
+ * written by a newer format is refused with a message that says so.
+ *
+ * The writer lock is flock(2) on STORE/lock, so it dies with its process:
+ * a killed writer never leaves a store locked.  The first holder after a
+ * crash recovers (dd_store_recover): it is the only one allowed to change
+ * anything, so recovery never races a live writer.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/io.h"
+#include "store/store_internal.h"
+
+static _Thread_local dd_err dd_open_err;
+
+int dd_store_fail(dd_store *s, const dd_err *err)
+{
+	pthread_mutex_lock(&s->st_lock);
+	dd_err_copy(&s->st_err, err);
+	pthread_mutex_unlock(&s->st_lock);
+	return err->de_code;
+}
+
+int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
+{
+	dd_err err;
+	char msg[DD_ERRMSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	dd_err_set(&err, code, "%s", msg);
+	return dd_store_fail(s, &err);
+}
+
+const char *dd_store_errmsg(const dd_store *s)
+{
+	const dd_err *e = s ? &s->st_err : &dd_open_err;
+
+	return e->de_code ? e->de_msg : "no error";
+}
+
+int dd_name_check(const char *name)
+{
+	size_t len;
+
+	if (!name)
+		return DD_ENAME;
+	len = strnlen(name, DD_NAME_MAX + 1);
+	if (len == 0 || len > DD_NAME_MAX)
+		return DD_ENAME;
+	if (!strcmp(name, ".") || !strcmp(name, ".."))
+		return DD_ENAME;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)name[i];
+
+		if (c < 0x20 || c == 0x7f || c == '/' || c == '@')
+			return DD_ENAME;
+	}
+	return 0;
+}
+
+/* ---- scratch ------------------------------------------------------------*/
+
+int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s)
+{
+	int rc;
+
+	memset(sc, 0, sizeof(*sc));
+	rc = dd_codec_new(&sc->sc_codec, s->st_compress, s->st_level);
+	if (rc)
+		return dd_err_set(err, rc, "cannot create codec context");
+	rc = dd_hasher_new(&sc->sc_hasher, s->st_hash_kind);
+	if (rc) {
+		dd_scratch_fini(sc);
+		return dd_err_set(err, rc, "cannot create hasher");
+	}
+	sc->sc_rbuf_len = DD_PACK_REC_HDR_SIZE + dd_codec_bound(s->st_block_size);
+	sc->sc_rbuf = dd_malloc(sc->sc_rbuf_len);
+	sc->sc_dbuf = dd_malloc(s->st_block_size);
+	if (!sc->sc_rbuf || !sc->sc_dbuf) {
+		dd_scratch_fini(sc);
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+void dd_scratch_fini(dd_scratch *sc)
+{
+	dd_codec_free(sc->sc_codec);
+	dd_hasher_free(sc->sc_hasher);
+	dd_free(sc->sc_rbuf);
+	dd_free(sc->sc_dbuf);
+	memset(sc, 0, sizeof(*sc));
+}
+
+/* ---- the DEDUP file (format/store.md §1) ---------------------------------*/
+
+static int dd_format_file_check(dd_err *err, const char *path)
+{
+	char fpath[4096], buf[512], *line, *save = NULL;
+	size_t got = 0;
+	long fmt = -1;
+	int fd, rc;
+
+	snprintf(fpath, sizeof(fpath), "%s/DEDUP", path);
+	fd = dd_io_open(err, fpath, O_RDONLY, 0);
+	if (fd == DD_ENOENT) {
+		struct stat st;
+
+		if (stat(path, &st) != 0)
+			return dd_err_set(err, DD_ENOENT, "%s: no such store",
+					  path);
+		return dd_err_set(err, DD_ENOENT,
+				  "%s: not a libdedup store (no DEDUP file)",
+				  path);
+	}
+	if (fd < 0)
+		return fd;
+	rc = dd_io_read(err, fd, buf, sizeof(buf) - 1, &got, fpath);
+	dd_io_close(fd);
+	if (rc)
+		return rc;
+	buf[got] = 0;
+	line = strtok_r(buf, "\n", &save);
+	if (!line || strcmp(line, DD_STORE_MAGIC_LINE) != 0)
+		return dd_err_set(err, DD_EFORMAT,
+				  "%s: not a libdedup store (bad DEDUP file)",
+				  path);
+	while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+		if (!strncmp(line, "format ", 7)) {
+			char *end;
+
+			errno = 0;
+			fmt = strtol(line + 7, &end, 10);
+			if (errno || *end || fmt < 1)
+				fmt = 0;
+		}
+	}
+	if (fmt == 0 || fmt == -1)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "%s: DEDUP file has no valid format line", path);
+	if (fmt > DD_STORE_FORMAT)
+		return dd_err_set(err, DD_EVERSION,
+				  "%s: store format %ld is newer than this "
+				  "build reads (format %d); upgrade libdedup",
+				  path, fmt, DD_STORE_FORMAT);
+	return 0;
+}
+
+static int dd_format_file_write(dd_err *err, const char *path)
+{
+	char tmp[4096], fin[4096], body[64];
+	int fd, rc, n;
+
+	snprintf(tmp, sizeof(tmp), "%s/DEDUP.tmp", path);
+	snprintf(fin, sizeof(fin), "%s/DEDUP", path);
+	n = snprintf(body, sizeof(body), "%s\nformat %d\n", DD_STORE_MAGIC_LINE,
+		     DD_STORE_FORMAT);
+	fd = dd_io_open(err, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return fd;
+	rc = dd_io_pwrite_full(err, fd, body, (size_t)n, 0, tmp);
+	if (!rc)
+		rc = dd_io_fdatasync(err, fd, tmp);
+	dd_io_close(fd);
+	if (!rc)
+		rc = dd_io_rename(err, tmp, fin);
+	if (!rc)
+		rc = dd_io_fsync_dir(err, path);
+	return rc;
+}
+
+/* ---- options kept in meta (format/store.md §2) ---------------------------*/
+
+static const char *const dd_meta_opts[] = {
+	"block_size", "verify", "compress", "compress_level", "hash",
+};
+
+static int dd_store_load_options(dd_store *s, dd_err *err)
+{
+	uint64_t v[5], fmt, features;
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_meta_get_u64(txn, err, "format", &fmt);
+	if (!rc)
+		rc = dd_meta_get_u64(txn, err, "features", &features);
+	for (size_t i = 0; !rc && i < 5; i++)
+		rc = dd_meta_get_u64(txn, err, dd_meta_opts[i], &v[i]);
+	dd_txn_abort(txn);
+	if (rc == DD_ENOENT)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "%s: store metadata is incomplete", s->st_path);
+	if (rc)
+		return rc;
+	if (fmt > DD_STORE_FORMAT)
+		return dd_err_set(err, DD_EVERSION,
+				  "%s: store format %llu is newer than this "
+				  "build reads (format %d)", s->st_path,
+				  (unsigned long long)fmt, DD_STORE_FORMAT);
+	if (features != 0)
+		return dd_err_set(err, DD_ENOTSUP,
+				  "%s: store uses features %#llx this build "
+				  "does not know", s->st_path,
+				  (unsigned long long)features);
+	if (v[0] < DD_BLOCK_SIZE_MIN || v[0] > DD_BLOCK_SIZE_MAX ||
+	    (v[0] & (v[0] - 1)) || v[1] > 1 || v[2] > DD_COMPRESS_ZSTD ||
+	    v[3] > 22 || (v[4] != DD_HASH_SHA256 && v[4] != DD_HASH_TEST_WEAK16))
+		return dd_err_set(err, DD_ECORRUPT,
+				  "%s: store options out of range", s->st_path);
+	s->st_block_size = (uint32_t)v[0];
+	s->st_verify = (int)v[1];
+	s->st_compress = (int)v[2];
+	s->st_level = (int)v[3];
+	s->st_hash_kind = (int)v[4];
+	return 0;
+}
+
+static int dd_store_init_meta(dd_store *s, dd_err *err,
+			      const dd_create_opts *o, int hash_kind)
+{
+	const uint64_t vals[] = {
+		o->block_size, o->verify ? 1 : 0, (uint64_t)o->compress,
+		(uint64_t)o->compress_level, (uint64_t)hash_kind,
+	};
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_meta_put_u64(txn, err, "format", DD_STORE_FORMAT);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "features", 0);
+	for (size_t i = 0; !rc && i < 5; i++)
+		rc = dd_meta_put_u64(txn, err, dd_meta_opts[i], vals[i]);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "pack.next", 1);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "snap.next", 1);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "ddt.live", 0);
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	return dd_txn_commit(txn, err);
+}
+
+/* ---- open and close -------------------------------------------------------*/
+
+static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
+			  const dd_open_opts *oopts)
+{
+	dd_store *s;
+
+	if (oopts && (oopts->version == 0 ||
+		      oopts->version > DD_OPEN_OPTS_VERSION))
+		return dd_err_set(err, DD_EINVAL,
+				  "dd_open_opts version %u not supported",
+				  oopts->version);
+	s = dd_calloc(1, sizeof(*s));
+	if (!s)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	s->st_packdir = -1;
+	s->st_lockfd = -1;
+	pthread_mutex_init(&s->st_lock, NULL);
+	pthread_mutex_init(&s->st_pool_lock, NULL);
+	if (oopts)
+		s->st_opts = *oopts;
+	else
+		s->st_opts = (dd_open_opts)DD_OPEN_OPTS_INIT;
+	s->st_path = dd_strdup(path);
+	if (!s->st_path) {
+		dd_store_close(s);
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	}
+	*out = s;
+	return 0;
+}
+
+/* Opens db, packs and lock, reads options, starts the pool. */
+static int dd_store_attach(dd_store *s, dd_err *err, bool create)
+{
+	char p[4096];
+	int rc;
+
+	snprintf(p, sizeof(p), "%s/db", s->st_path);
+	rc = dd_db_open(&s->st_db, err, p, create, false);
+	if (rc == DD_EPERM && !create) {
+		s->st_opts.readonly = 1;
+		rc = dd_db_open(&s->st_db, err, p, false, true);
+	}
+	if (rc)
+		return rc;
+	snprintf(p, sizeof(p), "%s/packs", s->st_path);
+	s->st_packdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
+	if (s->st_packdir < 0)
+		return s->st_packdir;
+	snprintf(p, sizeof(p), "%s/lock", s->st_path);
+	s->st_lockfd = dd_io_open(err, p, O_RDWR | O_CREAT, 0644);
+	if (s->st_lockfd == DD_EPERM)
+		s->st_lockfd = dd_io_open(err, p, O_RDONLY, 0);
+	if (s->st_lockfd < 0)
+		return s->st_lockfd;
+	return 0;
+}
+
+static int dd_store_start_pool(dd_store *s, dd_err *err)
+{
+	unsigned width;
+	int rc = dd_pool_new(&s->st_pool, s->st_opts.threads);
+
+	if (rc)
+		return dd_err_set(err, rc, "cannot start worker threads");
+	width = dd_pool_width(s->st_pool);
+	s->st_scratch = dd_calloc(width, sizeof(*s->st_scratch));
+	if (!s->st_scratch)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	s->st_nscratch = width;
+	for (unsigned i = 0; i < width; i++) {
+		rc = dd_scratch_init(&s->st_scratch[i], err, s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
+{
+	dd_err *err = &dd_open_err;
+	dd_store *s = NULL;
+	int rc;
+
+	dd_err_clear(err);
+	if (!out || !path || !*path)
+		return dd_err_set(err, DD_EINVAL, "dd_store_open: no path");
+	rc = dd_format_file_check(err, path);
+	if (!rc)
+		rc = dd_store_alloc(&s, err, path, oopts);
+	if (!rc)
+		rc = dd_store_attach(s, err, false);
+	if (!rc)
+		rc = dd_store_load_options(s, err);
+	if (!rc)
+		rc = dd_store_start_pool(s, err);
+	if (rc) {
+		dd_store_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+static int dd_dir_prepare(dd_err *err, const char *path)
+{
+	DIR *d;
+	struct dirent *de;
+	int nonempty = 0;
+
+	if (mkdir(path, 0755) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return dd_err_set(err, dd_errno_code(errno), "%s: %s", path,
+				  strerror(errno));
+	d = opendir(path);
+	if (!d)
+		return dd_err_set(err, errno == ENOTDIR ? DD_EEXIST
+							 : dd_errno_code(errno),
+				  "%s: %s", path,
+				  errno == ENOTDIR ? "exists and is not a directory"
+						   : strerror(errno));
+	while ((de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			nonempty = 1;
+	closedir(d);
+	if (nonempty)
+		return dd_err_set(err, DD_EEXIST,
+				  "%s: directory is not empty", path);
+	return 0;
+}
+
+static int dd_create_opts_check(dd_err *err, const dd_create_opts *in,
+				dd_create_opts *o)
+{
+	*o = (dd_create_opts)DD_CREATE_OPTS_INIT;
+	if (in) {
+		if (in->version == 0 || in->version > DD_CREATE_OPTS_VERSION)
+			return dd_err_set(err, DD_EINVAL,
+					  "dd_create_opts version %u not supported",
+					  in->version);
+		*o = *in;
+	}
+	if (o->block_size == 0)
+		o->block_size = DD_BLOCK_SIZE_DEFAULT;
+	if (o->block_size < DD_BLOCK_SIZE_MIN ||
+	    o->block_size > DD_BLOCK_SIZE_MAX ||
+	    (o->block_size & (o->block_size - 1)))
+		return dd_err_set(err, DD_EINVAL,
+				  "block size %u: must be a power of two from "
+				  "4 KiB to 1 MiB", o->block_size);
+	if (o->compress != DD_COMPRESS_NONE && o->compress != DD_COMPRESS_ZSTD)
+		return dd_err_set(err, DD_EINVAL, "unknown compression %d",
+				  o->compress);
+	if (o->compress_level == 0)
+		o->compress_level = 1;
+	if (o->compress_level < 1 || o->compress_level > 19)
+		return dd_err_set(err, DD_EINVAL,
+				  "compression level %d: must be 1 to 19",
+				  o->compress_level);
+	return 0;
+}
+
+int dd_store_create_kind(dd_store **out, const char *path,
+			 const dd_create_opts *opts, const dd_open_opts *oopts,
+			 int hash_kind)
+{
+	dd_err *err = &dd_open_err;
+	dd_create_opts o;
+	dd_store *s = NULL;
+	char p[4096];
+	int rc;
+
+	dd_err_clear(err);
+	if (!out || !path || !*path)
+		return dd_err_set(err, DD_EINVAL, "dd_store_create: no path");
+	if (strlen(path) > 3000)
+		return dd_err_set(err, DD_EINVAL, "store path too long");
+	rc = dd_create_opts_check(err, opts, &o);
+	if (!rc)
+		rc = dd_dir_prepare(err, path);
+	if (rc)
+		return rc;
+	snprintf(p, sizeof(p), "%s/db", path);
+	if (mkdir(p, 0755) != 0)
+		return dd_err_set(err, dd_errno_code(errno), "%s: %s", p,
+				  strerror(errno));
+	snprintf(p, sizeof(p), "%s/packs", path);
+	if (mkdir(p, 0755) != 0)
+		return dd_err_set(err, dd_errno_code(errno), "%s: %s", p,
+				  strerror(errno));
+	rc = dd_store_alloc(&s, err, path, oopts);
+	if (!rc)
+		rc = dd_store_attach(s, err, true);
+	if (!rc)
+		rc = dd_store_init_meta(s, err, &o, hash_kind);
+	if (!rc)
+		rc = dd_format_file_write(err, path);
+	if (!rc)
+		rc = dd_store_load_options(s, err);
+	if (!rc)
+		rc = dd_store_start_pool(s, err);
+	if (rc) {
+		dd_store_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int dd_store_create(dd_store **out, const char *path,
+		    const dd_create_opts *opts, const dd_open_opts *oopts)
+{
+	return dd_store_create_kind(out, path, opts, oopts, DD_HASH_SHA256);
+}
+
+void dd_store_close(dd_store *s)
+{
+	if (!s)
+		return;
+	if (s->st_pool)
+		dd_pool_free(s->st_pool);
+	if (s->st_scratch) {
+		for (size_t i = 0; i < s->st_nscratch; i++)
+			dd_scratch_fini(&s->st_scratch[i]);
+		dd_free(s->st_scratch);
+	}
+	for (uint32_t i = 0; i < s->st_npacks; i++)
+		dd_pack_close(s->st_packs[i]);
+	dd_free(s->st_packs);
+	if (s->st_lockfd >= 0)
+		dd_io_close(s->st_lockfd);
+	if (s->st_packdir >= 0)
+		dd_io_close(s->st_packdir);
+	dd_db_close(s->st_db);
+	pthread_mutex_destroy(&s->st_lock);
+	pthread_mutex_destroy(&s->st_pool_lock);
+	dd_free(s->st_path);
+	dd_free(s);
+}
+
+int dd_store_info_get(dd_store *s, dd_store_info *out)
+{
+	if (!s || !out)
+		return DD_EINVAL;
+	out->block_size = s->st_block_size;
+	out->verify = s->st_verify;
+	out->compress = s->st_compress;
+	out->compress_level = s->st_level;
+	out->format_version = DD_STORE_FORMAT;
+	return 0;
+}
+
+/* ---- pack handles -----------------------------------------------------------*/
+
+int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&s->st_lock);
+	if (id >= s->st_npacks) {
+		uint32_t n = id + 16;
+		dd_pack **np = dd_realloc(s->st_packs, n * sizeof(*np));
+
+		if (!np) {
+			rc = dd_err_set(err, DD_ENOMEM, "out of memory");
+			goto out;
+		}
+		memset(np + s->st_npacks, 0,
+		       (n - s->st_npacks) * sizeof(*np));
+		s->st_packs = np;
+		s->st_npacks = n;
+	}
+	if (!s->st_packs[id])
+		rc = dd_pack_open(&s->st_packs[id], err, s->st_packdir, id, 0);
+	if (!rc)
+		*out = s->st_packs[id];
+out:
+	pthread_mutex_unlock(&s->st_lock);
+	return rc;
+}
+
+/* ---- the writer lock and recovery ---------------------------------------------*/
+
+int dd_store_lock(dd_store *s, dd_err *err)
+{
+	int rc;
+
+	if (s->st_opts.readonly)
+		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
+				  s->st_path);
+	pthread_mutex_lock(&s->st_lock);
+	if (s->st_writer_held) {
+		pthread_mutex_unlock(&s->st_lock);
+		return dd_err_set(err, DD_EBUSY,
+				  "%s: store is busy: this handle has a writer "
+				  "open", s->st_path);
+	}
+	s->st_writer_held = true;
+	pthread_mutex_unlock(&s->st_lock);
+	for (;;) {
+		if (flock(s->st_lockfd,
+			  LOCK_EX | (s->st_opts.wait_for_lock ? 0 : LOCK_NB)) == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		rc = errno == EWOULDBLOCK
+			     ? dd_err_set(err, DD_EBUSY,
+					  "%s: store is busy: another writer "
+					  "holds its lock", s->st_path)
+			     : dd_err_set(err, dd_errno_code(errno),
+					  "%s/lock: %s", s->st_path,
+					  strerror(errno));
+		goto fail;
+	}
+	rc = dd_store_recover(s, err);
+	if (rc) {
+		flock(s->st_lockfd, LOCK_UN);
+		goto fail;
+	}
+	return 0;
+fail:
+	pthread_mutex_lock(&s->st_lock);
+	s->st_writer_held = false;
+	pthread_mutex_unlock(&s->st_lock);
+	return rc;
+}
+
+void dd_store_unlock(dd_store *s)
+{
+	flock(s->st_lockfd, LOCK_UN);
+	pthread_mutex_lock(&s->st_lock);
+	s->st_writer_held = false;
+	pthread_mutex_unlock(&s->st_lock);
+}
+
+/* Rolls back every snapshot a killed writer left pending. */
+static int dd_recover_pending(dd_store *s, dd_err *err)
+{
+	for (;;) {
+		uint64_t id;
+		dd_txn *txn;
+		int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+		if (rc)
+			return rc;
+		rc = dd_pend_first(txn, err, &id);
+		if (rc == 0) {
+			dd_txn_abort(txn);
+			return 0;
+		}
+		if (rc == 1)
+			rc = dd_snap_drop_refs(txn, err, id);
+		if (!rc)
+			rc = dd_pend_del(txn, err, id);
+		if (rc) {
+			dd_txn_abort(txn);
+			return rc;
+		}
+		rc = dd_txn_commit(txn, err);
+		if (rc)
+			return rc;
+	}
+}
+
+/* Truncates pack tails past their committed end; removes pack files that
+ * no commit recorded (created by a writer that died before committing). */
+static int dd_recover_packs(dd_store *s, dd_err *err)
+{
+	int dfd = dup(s->st_packdir);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct dirent *de;
+	dd_txn *txn;
+	int rc;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return dd_err_set(err, dd_errno_code(errno), "%s/packs: %s",
+				  s->st_path, strerror(errno));
+	}
+	rc = dd_txn_begin(s->st_db, err, false, &txn);
+	if (rc) {
+		closedir(d);
+		return rc;
+	}
+	rewinddir(d);
+	while (!rc && (de = readdir(d)) != NULL) {
+		char *end;
+		unsigned long id;
+		uint64_t committed;
+		struct stat st;
+
+		if (strlen(de->d_name) != 13 ||
+		    strcmp(de->d_name + 8, ".pack") != 0)
+			continue;
+		errno = 0;
+		id = strtoul(de->d_name, &end, 16);
+		if (errno || end != de->d_name + 8 || id == 0 ||
+		    id > UINT32_MAX)
+			continue;
+		rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
+		if (rc == DD_ENOENT) {
+			rc = 0;
+			if (unlinkat(s->st_packdir, de->d_name, 0) != 0)
+				rc = dd_err_set(err, dd_errno_code(errno),
+						"remove %s: %s", de->d_name,
+						strerror(errno));
+			continue;
+		}
+		if (rc)
+			break;
+		if (fstatat(s->st_packdir, de->d_name, &st, 0) != 0) {
+			rc = dd_err_set(err, dd_errno_code(errno), "%s: %s",
+					de->d_name, strerror(errno));
+			break;
+		}
+		if ((uint64_t)st.st_size < committed) {
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s is %lld bytes, shorter than its "
+					"committed %llu", de->d_name,
+					(long long)st.st_size,
+					(unsigned long long)committed);
+		} else if ((uint64_t)st.st_size > committed) {
+			dd_pack *p;
+
+			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id, 1);
+			if (!rc) {
+				rc = dd_pack_truncate(p, err, committed);
+				dd_pack_close(p);
+			}
+		}
+	}
+	dd_txn_abort(txn);
+	closedir(d);
+	if (!rc && fsync(s->st_packdir) != 0)
+		rc = dd_err_set(err, dd_errno_code(errno), "sync %s/packs: %s",
+				s->st_path, strerror(errno));
+	return rc;
+}
+
+int dd_store_recover(dd_store *s, dd_err *err)
+{
+	int rc = dd_recover_pending(s, err);
+
+	if (!rc)
+		rc = dd_recover_packs(s, err);
+	return rc;
+}

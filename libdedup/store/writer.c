@@ -1,0 +1,630 @@
+/*
+ * writer.c -- writing a snapshot: cut, hash, deduplicate, compress, store.
+ *
+ * Data arrives through dd_writer_write into one of two batch buffers
+ * (8 MiB or 16 blocks, whichever is larger).  A full batch goes through:
+ *
+ *   1. hash     parallel (pool, caller included): SHA-256 per block, and
+ *               zero blocks found (holes: never hashed into the DDT);
+ *   2. lookup   serial, in the writer's LMDB transaction: each block is a
+ *               hole, a reference to a block the DDT holds (refcount + 1),
+ *               or new.  A new block gets a PENDING placeholder entry at
+ *               once, so a later block of the same batch dedups against
+ *               it.  In verify mode a hash match is compared byte by byte
+ *               (the batch's own bytes for a placeholder, a checked read
+ *               for a stored block); a mismatch tries the next variant of
+ *               the key (format/ddt.md §2);
+ *   3. compress parallel and asynchronous (pool threads only), new blocks
+ *               only -- never compress what the DDT already holds;
+ *   4. store    serial, when the next batch arrives or at commit: records
+ *               appended to the active pack, placeholders replaced by the
+ *               real location.
+ *
+ * While batch N compresses, the caller fills batch N+1.  Stage 4 of N runs
+ * before stage 2 of N+1, so a lookup never sees another batch's
+ * placeholder, and placeholders are never committed.
+ *
+ * Commits: every DD_WRITER_COMMIT_BYTES the pack is synced and the
+ * transaction committed, to bound LMDB's dirty pages; the snapshot is still
+ * invisible (only a `pend` entry names it, so a crash is rolled back by the
+ * next writer, store.c).  dd_writer_commit syncs the pack, then commits the
+ * transaction that adds the snapshot record: data before metadata.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "chunk/chunk.h"
+#include "common/alloc.h"
+#include "store/store_internal.h"
+
+#define DD_WRITER_BATCH_BYTES ((size_t)8 << 20)
+#define DD_WRITER_COMMIT_BYTES ((uint64_t)512 << 20)
+
+enum { DD_SLOT_ZERO, DD_SLOT_DUP, DD_SLOT_NEW };
+enum { DD_W_OPEN, DD_W_FAILED, DD_W_COMMITTED, DD_W_ABORTED };
+
+typedef struct dd_slot {
+	dd_ddt_key sl_key;
+	uint32_t sl_lsize;
+	uint32_t sl_psize;
+	uint8_t sl_kind;
+	uint8_t sl_codec;
+	int sl_rc;
+} dd_slot;
+
+typedef struct dd_batch {
+	uint8_t *bt_data;       /* bt_cap blocks of logical bytes */
+	size_t bt_fill;         /* bytes in bt_data */
+	dd_slot *bt_slot;
+	uint8_t *bt_out;        /* compressed payloads, one stride per slot */
+	uint32_t *bt_new;       /* slots of new blocks, in order */
+	size_t bt_nnew;
+	size_t bt_nblk;
+	uint64_t bt_first;      /* image block index of slot 0 */
+	bool bt_busy;           /* compression running on the pool */
+	struct dd_writer *bt_writer;
+} dd_batch;
+
+struct dd_writer {
+	dd_store *w_store;
+	dd_err w_err;
+	int w_state;
+	char w_name[DD_NAME_MAX + 1];
+	uint64_t w_id;
+	dd_txn *w_txn;
+	dd_pack *w_pack;          /* active pack, writable; NULL until needed */
+	uint64_t w_pack_next;     /* meta pack.next */
+	uint32_t w_bs;
+	size_t w_cap;             /* blocks per batch */
+	size_t w_stride;          /* bytes per slot in bt_out */
+	dd_batch w_batch[2];
+	int w_cur;                /* the batch being filled */
+	bool w_pool_held;
+	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
+	dd_digest *w_digest;
+	uint64_t w_size;
+	uint64_t w_blocks;
+	uint64_t w_zero;
+	uint64_t w_uncommitted;   /* logical bytes since the last commit */
+};
+
+static int dd_writer_fail(dd_writer *w, int rc)
+{
+	w->w_state = DD_W_FAILED;
+	dd_store_fail(w->w_store, &w->w_err);
+	return rc;
+}
+
+/* ---- stage 1: hash -----------------------------------------------------*/
+
+static void dd_hash_job(void *arg, size_t i, unsigned worker)
+{
+	dd_writer *w = arg;
+	dd_batch *b = &w->w_batch[w->w_cur];
+	dd_slot *sl = &b->bt_slot[i];
+	const uint8_t *data = b->bt_data + i * w->w_bs;
+
+	sl->sl_lsize = (uint32_t)(b->bt_fill - i * w->w_bs < w->w_bs
+					  ? b->bt_fill - i * w->w_bs : w->w_bs);
+	sl->sl_key.dk_variant = 0;
+	sl->sl_rc = 0;
+	if (dd_is_zero(data, sl->sl_lsize)) {
+		sl->sl_kind = DD_SLOT_ZERO;
+		return;
+	}
+	sl->sl_kind = DD_SLOT_DUP;
+	dd_hasher_sum(w->w_store->st_scratch[worker].sc_hasher, data,
+		      sl->sl_lsize, sl->sl_key.dk_hash);
+}
+
+/* ---- stage 2: lookup ---------------------------------------------------*/
+
+/* Verify mode: is the block of `ent` byte-identical to slot data? */
+static int dd_same_bytes(dd_writer *w, dd_batch *b, const dd_ddt_key *key,
+			 const dd_ddt_ent *ent, const uint8_t *data,
+			 uint32_t lsize, bool *same)
+{
+	int rc;
+
+	*same = false;
+	if (ent->de_lsize != lsize)
+		return 0;
+	if (ent->de_flags & DD_DDE_PENDING) {
+		*same = !memcmp(b->bt_data + ent->de_offset * w->w_bs, data,
+				lsize);
+		return 0;
+	}
+	rc = dd_block_read(w->w_store, &w->w_err, &w->w_sc, key, ent,
+			   w->w_sc.sc_dbuf);
+	/* A damaged stored copy is not the same bytes: store this one apart
+	 * under another variant, so the new image stays readable. */
+	if (rc == DD_ECHECKSUM || rc == DD_ECORRUPT)
+		return 0;
+	if (rc)
+		return rc;
+	*same = !memcmp(w->w_sc.sc_dbuf, data, lsize);
+	return 0;
+}
+
+static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
+{
+	dd_slot *sl = &b->bt_slot[i];
+	const uint8_t *data = b->bt_data + i * w->w_bs;
+	dd_ddt_ent ent;
+	int rc;
+
+	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+		bool same = true;
+
+		sl->sl_key.dk_variant = (uint8_t)v;
+		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		if (rc == DD_ENOENT) {
+			ent = (dd_ddt_ent){
+				.de_flags = DD_DDE_PENDING,
+				.de_offset = i,
+				.de_lsize = sl->sl_lsize,
+				.de_refcnt = 1,
+			};
+			sl->sl_kind = DD_SLOT_NEW;
+			b->bt_new[b->bt_nnew++] = (uint32_t)i;
+			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		}
+		if (rc)
+			return rc;
+		if (w->w_store->st_verify) {
+			rc = dd_same_bytes(w, b, &sl->sl_key, &ent, data,
+					   sl->sl_lsize, &same);
+			if (rc)
+				return rc;
+		}
+		if (same) {
+			ent.de_refcnt++;
+			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		}
+	}
+	return dd_err_set(&w->w_err, DD_ENOSPC,
+			  "more than %d different blocks share one hash",
+			  DD_DDT_MAX_VARIANT + 1);
+}
+
+static int dd_lookup_batch(dd_writer *w, dd_batch *b)
+{
+	b->bt_nnew = 0;
+	for (size_t i = 0; i < b->bt_nblk; i++) {
+		dd_slot *sl = &b->bt_slot[i];
+		int rc;
+
+		if (sl->sl_kind == DD_SLOT_ZERO) {
+			w->w_zero++;
+			dd_digest_block(w->w_digest, NULL);
+			continue;
+		}
+		rc = dd_lookup_slot(w, b, i);
+		if (!rc)
+			rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id,
+					    b->bt_first + i, &sl->sl_key);
+		if (rc)
+			return rc;
+		dd_digest_block(w->w_digest, sl->sl_key.dk_hash);
+	}
+	return 0;
+}
+
+/* ---- stage 3: compress -------------------------------------------------*/
+
+static void dd_compress_one(void *arg, size_t j, unsigned worker)
+{
+	dd_batch *b = arg;
+	dd_writer *w = b->bt_writer;
+	uint32_t i = b->bt_new[j];
+	dd_slot *sl = &b->bt_slot[i];
+	dd_err err;
+
+	sl->sl_rc = dd_codec_compress(w->w_store->st_scratch[worker].sc_codec,
+				      &err, b->bt_out + (size_t)i * w->w_stride,
+				      b->bt_data + (size_t)i * w->w_bs,
+				      sl->sl_lsize, &sl->sl_psize,
+				      &sl->sl_codec);
+}
+
+/* ---- stage 4: store ----------------------------------------------------*/
+
+static int dd_writer_new_pack(dd_writer *w)
+{
+	uint32_t id;
+	int rc;
+
+	if (w->w_pack) {
+		rc = dd_pack_sync(w->w_pack, &w->w_err);
+		if (!rc)
+			rc = dd_packs_put(w->w_txn, &w->w_err,
+					  dd_pack_id(w->w_pack),
+					  dd_pack_end(w->w_pack));
+		if (rc)
+			return rc;
+		dd_pack_close(w->w_pack);
+		w->w_pack = NULL;
+	}
+	if (w->w_pack_next > UINT32_MAX)
+		return dd_err_set(&w->w_err, DD_ENOSPC, "pack ids exhausted");
+	id = (uint32_t)w->w_pack_next++;
+	rc = dd_pack_create(&w->w_pack, &w->w_err, w->w_store->st_packdir, id);
+	if (!rc)
+		rc = dd_packs_put(w->w_txn, &w->w_err, id,
+				  dd_pack_end(w->w_pack));
+	if (!rc)
+		rc = dd_meta_put_u64(w->w_txn, &w->w_err, "pack.next",
+				     w->w_pack_next);
+	return rc;
+}
+
+static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
+{
+	dd_slot *sl = &b->bt_slot[i];
+	dd_pack_rec rec = {
+		.pr_codec = sl->sl_codec,
+		.pr_lsize = sl->sl_lsize,
+		.pr_psize = sl->sl_psize,
+	};
+	dd_ddt_ent ent;
+	uint64_t off;
+	int rc;
+
+	if (sl->sl_rc)
+		return dd_err_set(&w->w_err, sl->sl_rc,
+				  "compressing block %llu failed",
+				  (unsigned long long)(b->bt_first + i));
+	if (!w->w_pack || dd_pack_end(w->w_pack) + DD_PACK_REC_HDR_SIZE +
+				  sl->sl_psize > DD_PACK_MAX_BYTES) {
+		rc = dd_writer_new_pack(w);
+		if (rc)
+			return rc;
+	}
+	memcpy(rec.pr_hash, sl->sl_key.dk_hash, DD_HASH_SIZE);
+	rc = dd_pack_append(w->w_pack, &w->w_err, &rec,
+			    b->bt_out + (size_t)i * w->w_stride, &off);
+	if (!rc)
+		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+	if (rc)
+		return rc;
+	ent.de_flags &= (uint16_t)~DD_DDE_PENDING;
+	ent.de_codec = sl->sl_codec;
+	ent.de_pack = dd_pack_id(w->w_pack);
+	ent.de_offset = off;
+	ent.de_psize = sl->sl_psize;
+	return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+}
+
+/* Data first: sync the pack, record its end, then commit (invariant 1). */
+static int dd_writer_sync_commit(dd_writer *w, bool reopen)
+{
+	int rc = 0;
+
+	if (w->w_pack) {
+		rc = dd_pack_sync(w->w_pack, &w->w_err);
+		if (!rc)
+			rc = dd_packs_put(w->w_txn, &w->w_err,
+					  dd_pack_id(w->w_pack),
+					  dd_pack_end(w->w_pack));
+	}
+	if (rc)
+		return rc;
+	rc = dd_txn_commit(w->w_txn, &w->w_err);
+	w->w_txn = NULL;
+	if (rc)
+		return rc;
+	w->w_uncommitted = 0;
+	if (reopen)
+		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
+	return rc;
+}
+
+static void dd_writer_pool_release(dd_writer *w)
+{
+	if (w->w_pool_held) {
+		pthread_mutex_unlock(&w->w_store->st_pool_lock);
+		w->w_pool_held = false;
+	}
+}
+
+/* Waits for batch b's compression and stores its new blocks. */
+static int dd_batch_finish(dd_writer *w, dd_batch *b)
+{
+	int rc = 0;
+
+	if (!b->bt_busy)
+		return 0;
+	dd_pool_wait(w->w_store->st_pool);
+	b->bt_busy = false;
+	dd_writer_pool_release(w);
+	for (size_t j = 0; !rc && j < b->bt_nnew; j++)
+		rc = dd_store_slot(w, b, b->bt_new[j]);
+	if (rc)
+		return rc;
+	w->w_uncommitted += b->bt_fill;
+	b->bt_fill = 0;
+	if (w->w_uncommitted >= DD_WRITER_COMMIT_BYTES)
+		rc = dd_writer_sync_commit(w, true);
+	return rc;
+}
+
+/* Stages 1-3 for the batch being filled; then filling moves to the other
+ * batch, whose stage 4 is done first. */
+static int dd_batch_submit(dd_writer *w)
+{
+	dd_batch *b = &w->w_batch[w->w_cur];
+	dd_batch *next = &w->w_batch[w->w_cur ^ 1];
+	dd_pool *pool = w->w_store->st_pool;
+	int rc = dd_batch_finish(w, next);
+
+	if (rc)
+		return rc;
+	b->bt_nblk = (b->bt_fill + w->w_bs - 1) / w->w_bs;
+	b->bt_first = w->w_blocks;
+	pthread_mutex_lock(&w->w_store->st_pool_lock);
+	w->w_pool_held = true;
+	dd_pool_run(pool, dd_hash_job, w, b->bt_nblk);
+	rc = dd_lookup_batch(w, b);
+	if (rc) {
+		dd_writer_pool_release(w);
+		return rc;
+	}
+	w->w_blocks += b->bt_nblk;
+	w->w_size += b->bt_fill;
+	dd_pool_start(pool, dd_compress_one, b, b->bt_nnew);
+	b->bt_busy = true;
+	w->w_cur ^= 1;
+	return 0;
+}
+
+/* ---- public ------------------------------------------------------------*/
+
+static int dd_batch_alloc(dd_writer *w, dd_batch *b)
+{
+	b->bt_writer = w;
+	b->bt_data = dd_malloc(w->w_cap * w->w_bs);
+	b->bt_slot = dd_calloc(w->w_cap, sizeof(*b->bt_slot));
+	b->bt_out = dd_malloc(w->w_cap * w->w_stride);
+	b->bt_new = dd_calloc(w->w_cap, sizeof(*b->bt_new));
+	if (!b->bt_data || !b->bt_slot || !b->bt_out || !b->bt_new)
+		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+	return 0;
+}
+
+static void dd_batch_free(dd_batch *b)
+{
+	dd_free(b->bt_data);
+	dd_free(b->bt_slot);
+	dd_free(b->bt_out);
+	dd_free(b->bt_new);
+}
+
+/* Reserves a snapshot id and records it pending, in its own commit, so a
+ * crash from here on is rolled back by the next writer. */
+static int dd_writer_reserve(dd_writer *w)
+{
+	dd_snap_rec existing;
+	dd_txn *txn;
+	int rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_snap_get(txn, &w->w_err, w->w_name, &existing);
+	if (rc == 0)
+		rc = dd_err_set(&w->w_err, DD_EEXIST,
+				"snapshot '%s' already exists", w->w_name);
+	else if (rc == DD_ENOENT)
+		rc = dd_meta_get_u64(txn, &w->w_err, "snap.next", &w->w_id);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, &w->w_err, "snap.next", w->w_id + 1);
+	if (!rc)
+		rc = dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
+	if (!rc)
+		rc = dd_meta_get_u64(txn, &w->w_err, "pack.next",
+				     &w->w_pack_next);
+	if (rc == DD_ENOENT)
+		rc = dd_err_set(&w->w_err, DD_ECORRUPT,
+				"store metadata is incomplete");
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	return dd_txn_commit(txn, &w->w_err);
+}
+
+/* Appends to the newest pack if it has room, else a new one is made at the
+ * first new block. */
+static int dd_writer_open_pack(dd_writer *w)
+{
+	uint64_t end;
+	uint32_t last;
+	int rc;
+
+	if (w->w_pack_next <= 1)
+		return 0;
+	last = (uint32_t)(w->w_pack_next - 1);
+	rc = dd_packs_get(w->w_txn, &w->w_err, last, &end);
+	if (rc == DD_ENOENT)
+		return 0; /* removed by gc */
+	if (rc || end >= DD_PACK_MAX_BYTES / 2)
+		return rc;
+	rc = dd_pack_open(&w->w_pack, &w->w_err, w->w_store->st_packdir, last, 1);
+	if (!rc)
+		rc = dd_pack_truncate(w->w_pack, &w->w_err, end);
+	return rc;
+}
+
+int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
+{
+	dd_writer *w;
+	int rc;
+
+	if (!s || !out)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_writer_begin: "
+					  "NULL argument") : DD_EINVAL;
+	if (dd_name_check(name))
+		return dd_store_failf(s, DD_ENAME, "invalid snapshot name "
+				      "(1-255 bytes, no '/', '@', control "
+				      "characters, '.' or '..')");
+	w = dd_calloc(1, sizeof(*w));
+	if (!w)
+		return dd_store_failf(s, DD_ENOMEM, "out of memory");
+	w->w_store = s;
+	w->w_bs = s->st_block_size;
+	w->w_cap = DD_WRITER_BATCH_BYTES / w->w_bs;
+	if (w->w_cap < 16)
+		w->w_cap = 16;
+	w->w_stride = dd_codec_bound(w->w_bs);
+	strcpy(w->w_name, name);
+	rc = dd_store_lock(s, &w->w_err);
+	if (rc) {
+		dd_store_fail(s, &w->w_err);
+		dd_free(w);
+		return rc;
+	}
+	w->w_state = DD_W_OPEN;
+	rc = dd_batch_alloc(w, &w->w_batch[0]);
+	if (!rc)
+		rc = dd_batch_alloc(w, &w->w_batch[1]);
+	if (!rc)
+		rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
+	if (!rc)
+		rc = dd_digest_new(&w->w_digest, &w->w_err);
+	if (!rc)
+		rc = dd_writer_reserve(w);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, &w->w_err, true, &w->w_txn);
+	if (!rc)
+		rc = dd_writer_open_pack(w);
+	if (rc) {
+		dd_store_fail(s, &w->w_err);
+		dd_writer_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int dd_writer_write(dd_writer *w, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	size_t cap_bytes;
+
+	if (!w)
+		return DD_EINVAL;
+	if (w->w_state != DD_W_OPEN)
+		return dd_err_set(&w->w_err, DD_ESTATE,
+				  "writer is not open (after an error, commit "
+				  "or abort)");
+	if (!buf && len)
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
+						    "NULL buffer"));
+	cap_bytes = w->w_cap * w->w_bs;
+	while (len > 0) {
+		dd_batch *b = &w->w_batch[w->w_cur];
+		size_t n = cap_bytes - b->bt_fill;
+		int rc;
+
+		if (n > len)
+			n = len;
+		memcpy(b->bt_data + b->bt_fill, p, n);
+		b->bt_fill += n;
+		p += n;
+		len -= n;
+		if (b->bt_fill == cap_bytes) {
+			rc = dd_batch_submit(w);
+			if (rc)
+				return dd_writer_fail(w, rc);
+		}
+	}
+	return 0;
+}
+
+int dd_writer_commit(dd_writer *w)
+{
+	dd_snap_rec rec, existing;
+	int rc = 0;
+
+	if (!w)
+		return DD_EINVAL;
+	if (w->w_state != DD_W_OPEN)
+		return dd_err_set(&w->w_err, DD_ESTATE,
+				  "writer is not open (after an error, commit "
+				  "or abort)");
+	if (w->w_batch[w->w_cur].bt_fill > 0)
+		rc = dd_batch_submit(w);
+	for (int i = 0; !rc && i < 2; i++)
+		rc = dd_batch_finish(w, &w->w_batch[w->w_cur ^ i ^ 1]);
+	if (rc)
+		return dd_writer_fail(w, rc);
+	rec = (dd_snap_rec){
+		.sr_id = w->w_id,
+		.sr_block_size = w->w_bs,
+		.sr_size = w->w_size,
+		.sr_blocks = w->w_blocks,
+		.sr_zero_blocks = w->w_zero,
+		.sr_ctime = (int64_t)time(NULL),
+	};
+	dd_digest_final(w->w_digest, w->w_size, w->w_bs, rec.sr_digest);
+	rc = dd_snap_get(w->w_txn, &w->w_err, w->w_name, &existing);
+	if (rc == 0)
+		rc = dd_err_set(&w->w_err, DD_EEXIST,
+				"snapshot '%s' already exists", w->w_name);
+	else if (rc == DD_ENOENT)
+		rc = dd_snap_put(w->w_txn, &w->w_err, w->w_name, &rec);
+	if (!rc)
+		rc = dd_pend_del(w->w_txn, &w->w_err, w->w_id);
+	if (!rc)
+		rc = dd_writer_sync_commit(w, false);
+	if (rc)
+		return dd_writer_fail(w, rc);
+	w->w_state = DD_W_COMMITTED;
+	dd_pack_close(w->w_pack);
+	w->w_pack = NULL;
+	dd_store_unlock(w->w_store);
+	return 0;
+}
+
+void dd_writer_abort(dd_writer *w)
+{
+	dd_err err;
+
+	if (!w || w->w_state == DD_W_COMMITTED || w->w_state == DD_W_ABORTED)
+		return;
+	for (int i = 0; i < 2; i++) {
+		if (w->w_batch[i].bt_busy) {
+			dd_pool_wait(w->w_store->st_pool);
+			w->w_batch[i].bt_busy = false;
+		}
+	}
+	dd_writer_pool_release(w);
+	dd_txn_abort(w->w_txn);
+	w->w_txn = NULL;
+	dd_pack_close(w->w_pack);
+	w->w_pack = NULL;
+	/* Roll back what intermediate commits made durable and cut the pack
+	 * tail; if this fails, the next writer's recovery does it. */
+	dd_store_recover(w->w_store, &err);
+	dd_store_unlock(w->w_store);
+	w->w_state = DD_W_ABORTED;
+}
+
+void dd_writer_free(dd_writer *w)
+{
+	if (!w)
+		return;
+	if (w->w_state == DD_W_OPEN || w->w_state == DD_W_FAILED)
+		dd_writer_abort(w);
+	dd_batch_free(&w->w_batch[0]);
+	dd_batch_free(&w->w_batch[1]);
+	dd_scratch_fini(&w->w_sc);
+	dd_digest_free(w->w_digest);
+	dd_free(w);
+}
+
+const char *dd_writer_errmsg(const dd_writer *w)
+{
+	if (!w)
+		return "DD_EINVAL: NULL writer";
+	return w->w_err.de_code ? w->w_err.de_msg : "no error";
+}
