@@ -1,0 +1,925 @@
+/*
+ * dedup.c -- the `dedup` command: create a store, put and get snapshots,
+ * list, remove, report statistics, collect garbage and scrub.
+ *
+ * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
+ * "dedup: message" on stderr), 2 a usage error.  Data and requested output
+ * go to stdout; messages, summaries and progress to stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "util.h"
+
+#define PUT_CHUNK (4u << 20)
+#define GET_CHUNK (8u << 20)
+#define HOLE_GRAIN (64u << 10)  /* zero runs skipped when writing a file */
+
+static const char usage_text[] =
+	"usage: dedup COMMAND [OPTIONS] ARGS\n"
+	"\n"
+	"  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n"
+	"  dedup put  [-v] [--wait] STORE@NAME [FILE|-]   ingest FILE, a device or stdin\n"
+	"  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"
+	"  dedup ls   [--json] STORE                      list snapshots\n"
+	"  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"
+	"  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"
+	"  dedup gc   [--wait] STORE                      reclaim unreferenced space\n"
+	"  dedup scrub STORE                              verify every stored block\n"
+	"\n"
+	"  --help       show this help\n"
+	"  --version    show the version\n"
+	"\n"
+	"Sizes accept K/KiB/M/MiB/G/GiB suffixes (powers of 1024).\n"
+	"Exit status: 0 success, 1 error, 2 usage error.\n";
+
+static const char *subcmd = "";
+
+/* ---- option parsing -----------------------------------------------------*/
+
+enum {
+	OPT_HELP = 'h',
+	OPT_VERBOSE = 'v',
+	OPT_WAIT = 256,
+	OPT_JSON,
+	OPT_BLOCK_SIZE,
+	OPT_VERIFY,
+	OPT_COMPRESS,
+};
+
+static _Noreturn void usage_exit(void)
+{
+	fputs(usage_text, stdout);
+	exit(0);
+}
+
+/* One line for an option getopt_long refused (opterr is 0). */
+static _Noreturn void bad_option(int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+	char shortopt[3] = {'-', 0, 0};
+
+	/* For a short option, argv[optind - 1] may be a group like "-vx". */
+	if (optopt > 0 && optopt < 256 && arg[1] != '-') {
+		shortopt[1] = (char)optopt;
+		arg = shortopt;
+	}
+	if (c == ':')
+		die_usage("%s: option '%s' needs an argument", subcmd, arg);
+	die_usage("%s: unknown option '%s'", subcmd, arg);
+}
+
+/* Positionals left after options: between min and max of them. */
+static void want_args(int argc, char **argv, int min, int max)
+{
+	int n = argc - optind;
+
+	if (n < min)
+		die_usage("%s: missing argument", subcmd);
+	if (n > max)
+		die_usage("%s: unexpected argument '%.300s'", subcmd,
+			  argv[optind + max]);
+}
+
+struct common_opts {
+	int verbose;
+	int wait;
+	int json;
+};
+
+/* Parses options shared by most subcommands; `allow` lists the ones this
+ * subcommand takes (as OPT_ values in a zero-terminated array). */
+static void parse_common(int argc, char **argv, const int *allow,
+			 struct common_opts *o)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, OPT_HELP},
+		{"verbose", no_argument, NULL, OPT_VERBOSE},
+		{"wait", no_argument, NULL, OPT_WAIT},
+		{"json", no_argument, NULL, OPT_JSON},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
+		const int *a;
+
+		if (c == OPT_HELP)
+			usage_exit();
+		if (c == '?' || c == ':')
+			bad_option(c, argv);
+		for (a = allow; *a && *a != c; a++)
+			;
+		if (!*a)
+			die_usage("%s: option '%s' not valid here", subcmd,
+				  argv[optind - 1]);
+		if (c == OPT_VERBOSE)
+			o->verbose = 1;
+		else if (c == OPT_WAIT)
+			o->wait = 1;
+		else if (c == OPT_JSON)
+			o->json = 1;
+	}
+}
+
+/* ---- store helpers ------------------------------------------------------*/
+
+static dd_store *open_store(const char *path, int wait, int readonly)
+{
+	dd_open_opts oo = DD_OPEN_OPTS_INIT;
+	dd_store *s = NULL;
+	int rc;
+
+	oo.wait_for_lock = wait;
+	oo.readonly = readonly;
+	rc = dd_store_open(&s, path, &oo);
+	if (rc != 0)
+		die("%s", lib_msg(dd_store_errmsg(NULL), rc));
+	return s;
+}
+
+static _Noreturn void die_store(dd_store *s, int rc)
+{
+	die("%s", lib_msg(dd_store_errmsg(s), rc));
+}
+
+/* "DD_ECHECKSUM" out of "DD_ECHECKSUM: checksum mismatch". */
+static const char *err_symbol(char *buf, size_t len, int code)
+{
+	const char *s = dd_strerror(code);
+	size_t n = strcspn(s, ":");
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* ---- init ---------------------------------------------------------------*/
+
+static void parse_compress(const char *arg, dd_create_opts *co)
+{
+	char *end;
+	long lvl;
+
+	if (strcmp(arg, "none") == 0) {
+		co->compress = DD_COMPRESS_NONE;
+		co->compress_level = 0;
+		return;
+	}
+	if (strcmp(arg, "zstd") == 0) {
+		co->compress = DD_COMPRESS_ZSTD;
+		co->compress_level = 0;
+		return;
+	}
+	if (strncmp(arg, "zstd:", 5) != 0 || !(arg[5] >= '0' && arg[5] <= '9'))
+		die_usage("init: --compress takes zstd, zstd:LEVEL or none, "
+			  "not '%.100s'", arg);
+	errno = 0;
+	lvl = strtol(arg + 5, &end, 10);
+	if (errno || *end || lvl < 1 || lvl > 19)
+		die_usage("init: zstd level must be 1..19, not '%.100s'",
+			  arg + 5);
+	co->compress = DD_COMPRESS_ZSTD;
+	co->compress_level = (int)lvl;
+}
+
+static uint32_t parse_block_size(const char *arg)
+{
+	uint64_t v;
+
+	if (parse_size(arg, &v) != 0)
+		die_usage("init: invalid block size '%.100s'", arg);
+	if (v < DD_BLOCK_SIZE_MIN || v > DD_BLOCK_SIZE_MAX || (v & (v - 1)))
+		die_usage("init: block size must be a power of two from "
+			  "4 KiB to 1 MiB, not '%.100s'", arg);
+	return (uint32_t)v;
+}
+
+static int cmd_init(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, OPT_HELP},
+		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+		{"verify", no_argument, NULL, OPT_VERIFY},
+		{"compress", required_argument, NULL, OPT_COMPRESS},
+		{NULL, 0, NULL, 0},
+	};
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	dd_store *s = NULL;
+	int c, rc;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_HELP:
+			usage_exit();
+		case OPT_BLOCK_SIZE:
+			co.block_size = parse_block_size(optarg);
+			break;
+		case OPT_VERIFY:
+			co.verify = 1;
+			break;
+		case OPT_COMPRESS:
+			parse_compress(optarg, &co);
+			break;
+		default:
+			bad_option(c, argv);
+		}
+	}
+	want_args(argc, argv, 1, 1);
+	rc = dd_store_create(&s, argv[optind], &co, NULL);
+	if (rc != 0)
+		die("%s", lib_msg(dd_store_errmsg(NULL), rc));
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- put ----------------------------------------------------------------*/
+
+struct input {
+	int fd;
+	const char *label;
+	uint64_t size;      /* 0 when unknown (pipes) */
+};
+
+static void open_input(struct input *in, const char *path)
+{
+	struct stat st;
+
+	in->size = 0;
+	if (!path || strcmp(path, "-") == 0) {
+		in->fd = STDIN_FILENO;
+		in->label = "stdin";
+	} else {
+		in->fd = open(path, O_RDONLY | O_CLOEXEC);
+		in->label = path;
+		if (in->fd < 0)
+			die("%s: %s", path, strerror(errno));
+	}
+	if (fstat(in->fd, &st) != 0)
+		die("%s: %s", in->label, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		die("%s: is a directory", in->label);
+	if (S_ISREG(st.st_mode)) {
+		in->size = (uint64_t)st.st_size;
+	} else if (S_ISBLK(st.st_mode)) {
+		/* A block device is read as a stream; its size only feeds
+		 * the progress meter. */
+		off_t end = lseek(in->fd, 0, SEEK_END);
+
+		if (end > 0 && lseek(in->fd, 0, SEEK_SET) == 0)
+			in->size = (uint64_t)end;
+	}
+}
+
+/* Aborts the writer and exits with its message. */
+static _Noreturn void put_fail(dd_writer *w, int rc, const char *why)
+{
+	char msg[1024];
+
+	snprintf(msg, sizeof(msg), "%s", why ? why :
+		 lib_msg(dd_writer_errmsg(w), rc));
+	dd_writer_abort(w);
+	dd_writer_free(w);
+	die("%s", msg);
+}
+
+static void put_summary(dd_store *s, const char *name, uint64_t bytes,
+			double secs)
+{
+	dd_snapshot_info si;
+	char hs[32];
+
+	human_size(hs, sizeof(hs), bytes);
+	if (dd_snapshot_stat(s, name, &si) == 0)
+		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %" PRIu64
+			" blocks, %" PRIu64 " zero, %.2f s, %.1f MB/s\n",
+			util_prog, name, bytes, hs, si.blocks, si.zero_blocks,
+			secs, secs > 0 ? (double)bytes / secs / 1e6 : 0.0);
+	else
+		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %.2f s\n",
+			util_prog, name, bytes, hs, secs);
+}
+
+static int cmd_put(int argc, char **argv)
+{
+	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, 0};
+	struct common_opts o;
+	struct progress pg;
+	struct input in;
+	char *path, *name, *buf;
+	dd_writer *w = NULL;
+	dd_store *s;
+	uint64_t total = 0;
+	double t0;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 2);
+	split_snapref_or_die(argv[optind], &path, &name);
+	open_input(&in, optind + 1 < argc ? argv[optind + 1] : NULL);
+	buf = malloc(PUT_CHUNK);
+	if (!buf)
+		die("out of memory");
+	s = open_store(path, o.wait, 0);
+	rc = dd_writer_begin(&w, s, name);
+	if (rc != 0)
+		die_store(s, rc);
+
+	t0 = now_seconds();
+	progress_init(&pg, name, in.size, o.verbose);
+	for (;;) {
+		ssize_t n = read_full(in.fd, buf, PUT_CHUNK);
+		char why[512];
+
+		if (n < 0) {
+			snprintf(why, sizeof(why), "%s: read: %s", in.label,
+				 strerror(errno));
+			put_fail(w, 0, why);
+		}
+		if (n == 0)
+			break;
+		rc = dd_writer_write(w, buf, (size_t)n);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		total += (uint64_t)n;
+		progress_update(&pg, total);
+	}
+	rc = dd_writer_commit(w);
+	if (rc != 0)
+		put_fail(w, rc, NULL);
+	progress_finish(&pg);
+	dd_writer_free(w);
+	if (o.verbose)
+		put_summary(s, name, total, now_seconds() - t0);
+	dd_store_close(s);
+	if (in.fd != STDIN_FILENO)
+		close(in.fd);
+	free(buf);
+	free(path);
+	free(name);
+	return 0;
+}
+
+/* ---- get ----------------------------------------------------------------*/
+
+struct output {
+	int fd;
+	const char *path;   /* NULL for stdout */
+	int regular;        /* a regular file: holes allowed, removed on error */
+	int sparse;         /* zero runs were skipped with lseek */
+};
+
+static struct output *get_out;
+
+static _Noreturn void get_fail(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* Exits with one line, first removing a partially written regular FILE. */
+static void get_fail(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (get_out && get_out->path && get_out->regular) {
+		close(get_out->fd);
+		unlink(get_out->path);
+	}
+	die("%s", msg);
+}
+
+static void open_output(struct output *out, const char *path)
+{
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	if (!path || strcmp(path, "-") == 0) {
+		out->fd = STDOUT_FILENO;
+		return;
+	}
+	out->path = path;
+	out->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (out->fd < 0)
+		die("%s: %s", path, strerror(errno));
+	if (fstat(out->fd, &st) != 0)
+		die("%s: %s", path, strerror(errno));
+	out->regular = S_ISREG(st.st_mode);
+}
+
+static int all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Writes a chunk; into a regular file, runs of zeros become holes. */
+static void write_chunk(struct output *out, const char *p, size_t n)
+{
+	const char *name = out->path ? out->path : "stdout";
+
+	while (n > 0) {
+		size_t k = n < HOLE_GRAIN ? n : HOLE_GRAIN;
+
+		if (out->regular && all_zero(p, k)) {
+			if (lseek(out->fd, (off_t)k, SEEK_CUR) < 0)
+				get_fail("%s: seek: %s", name, strerror(errno));
+			out->sparse = 1;
+		} else if (write_all(out->fd, p, k) != 0) {
+			get_fail("%s: write: %s", name, strerror(errno));
+		}
+		p += k;
+		n -= k;
+	}
+}
+
+static void finish_output(struct output *out, uint64_t size)
+{
+	const char *name = out->path ? out->path : "stdout";
+
+	if (!out->path)
+		return;
+	if (out->sparse && ftruncate(out->fd, (off_t)size) != 0)
+		get_fail("%s: truncate: %s", name, strerror(errno));
+	if (fsync(out->fd) != 0 && errno != EINVAL)
+		get_fail("%s: fsync: %s", name, strerror(errno));
+	if (close(out->fd) != 0) {
+		out->regular = 0;  /* fd is gone; report without unlinking */
+		unlink(out->path);
+		die("%s: close: %s", name, strerror(errno));
+	}
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	static const int allow[] = {OPT_VERBOSE, 0};
+	struct common_opts o;
+	struct output out;
+	struct progress pg;
+	char *path, *name, *buf;
+	dd_reader *r = NULL;
+	dd_store *s;
+	uint64_t size, off = 0;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 2);
+	split_snapref_or_die(argv[optind], &path, &name);
+	buf = malloc(GET_CHUNK);
+	if (!buf)
+		die("out of memory");
+	s = open_store(path, 0, 1);
+	rc = dd_reader_open(&r, s, name);
+	if (rc != 0)
+		die_store(s, rc);
+	size = dd_reader_size(r);
+
+	/* The output is created only once the snapshot is known to exist. */
+	open_output(&out, optind + 1 < argc ? argv[optind + 1] : NULL);
+	get_out = &out;
+	progress_init(&pg, name, size, o.verbose);
+	while (off < size) {
+		size_t want = size - off < GET_CHUNK ? (size_t)(size - off)
+						     : GET_CHUNK;
+		size_t got = 0;
+
+		rc = dd_reader_pread(r, buf, want, off, &got);
+		if (rc != 0)
+			get_fail("%s", lib_msg(dd_reader_errmsg(r), rc));
+		if (got == 0 || got > want)
+			get_fail("%s@%s: snapshot ended early", path, name);
+		write_chunk(&out, buf, got);
+		off += got;
+		progress_update(&pg, off);
+	}
+	finish_output(&out, size);
+	get_out = NULL;
+	progress_finish(&pg);
+	if (o.verbose)
+		fprintf(stderr, "%s: get %s: %" PRIu64 " bytes\n", util_prog,
+			name, size);
+	dd_reader_close(r);
+	dd_store_close(s);
+	free(buf);
+	free(path);
+	free(name);
+	return 0;
+}
+
+/* ---- ls -----------------------------------------------------------------*/
+
+static void ls_json(const dd_snapshot_info *list, size_t count)
+{
+	char hex[65], when[40];
+	size_t i;
+
+	fputs("[", stdout);
+	for (i = 0; i < count; i++) {
+		const dd_snapshot_info *si = &list[i];
+
+		fputs(i ? ",\n  {" : "\n  {", stdout);
+		fputs("\"name\": ", stdout);
+		json_string(stdout, si->name);
+		printf(", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"zero_blocks\": %" PRIu64 ", \"ctime\": \"%s\""
+		       ", \"ctime_epoch\": %" PRId64 ", \"digest\": \"%s\"}",
+		       si->size, si->blocks, si->zero_blocks,
+		       iso8601_utc(when, sizeof(when), si->ctime), si->ctime,
+		       hex_encode(hex, si->digest, sizeof(si->digest)));
+	}
+	fputs(count ? "\n]\n" : "]\n", stdout);
+}
+
+static void ls_text(const dd_snapshot_info *list, size_t count)
+{
+	char hex[65], when[40];
+	int wname = 4, wsize = 4, wblocks = 6;
+	size_t i;
+
+	for (i = 0; i < count; i++) {
+		char num[32];
+		int n = (int)strlen(list[i].name);
+
+		wname = n > wname ? n : wname;
+		n = snprintf(num, sizeof(num), "%" PRIu64, list[i].size);
+		wsize = n > wsize ? n : wsize;
+		n = snprintf(num, sizeof(num), "%" PRIu64, list[i].blocks);
+		wblocks = n > wblocks ? n : wblocks;
+	}
+	printf("%-*s  %*s  %*s  %-20s  %s\n", wname, "NAME", wsize, "SIZE",
+	       wblocks, "BLOCKS", "CTIME", "DIGEST");
+	for (i = 0; i < count; i++) {
+		const dd_snapshot_info *si = &list[i];
+
+		hex_encode(hex, si->digest, 8);
+		printf("%-*s  %*" PRIu64 "  %*" PRIu64 "  %-20s  %s\n", wname,
+		       si->name, wsize, si->size, wblocks, si->blocks,
+		       iso8601_utc(when, sizeof(when), si->ctime), hex);
+	}
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	static const int allow[] = {OPT_JSON, 0};
+	struct common_opts o;
+	dd_snapshot_info *list = NULL;
+	size_t count = 0;
+	dd_store *s;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	s = open_store(argv[optind], 0, 1);
+	rc = dd_snapshot_list(s, &list, &count);
+	if (rc != 0)
+		die_store(s, rc);
+	if (o.json)
+		ls_json(list, count);
+	else
+		ls_text(list, count);
+	dd_snapshot_list_free(list);
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- rm -----------------------------------------------------------------*/
+
+static int cmd_rm(int argc, char **argv)
+{
+	static const int allow[] = {OPT_WAIT, 0};
+	struct common_opts o;
+	char *path, *name;
+	dd_store *s;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	split_snapref_or_die(argv[optind], &path, &name);
+	s = open_store(path, o.wait, 0);
+	rc = dd_snapshot_delete(s, name);
+	if (rc != 0)
+		die_store(s, rc);
+	dd_store_close(s);
+	free(path);
+	free(name);
+	return 0;
+}
+
+/* ---- stat ---------------------------------------------------------------*/
+
+static void json_double(const char *key, double v, int last)
+{
+	if (isfinite(v))
+		printf("  \"%s\": %.17g%s\n", key, v, last ? "" : ",");
+	else
+		printf("  \"%s\": null%s\n", key, last ? "" : ",");
+}
+
+static void json_u64(const char *key, uint64_t v)
+{
+	printf("  \"%s\": %" PRIu64 ",\n", key, v);
+}
+
+static const char *compress_name(char *buf, size_t len,
+				 const dd_store_info *info)
+{
+	if (info->compress == DD_COMPRESS_NONE)
+		snprintf(buf, len, "none");
+	else if (info->compress == DD_COMPRESS_ZSTD)
+		snprintf(buf, len, "zstd:%d",
+			 info->compress_level ? info->compress_level : 1);
+	else
+		snprintf(buf, len, "unknown(%d)", info->compress);
+	return buf;
+}
+
+static void stat_json(const dd_stat *st, const dd_store_info *info)
+{
+	char comp[32];
+	int i, first = 1;
+
+	printf("{\n");
+	json_u64("block_size", info->block_size);
+	printf("  \"verify\": %s,\n", info->verify ? "true" : "false");
+	printf("  \"compress\": \"%s\",\n",
+	       compress_name(comp, sizeof(comp), info));
+	json_u64("format_version", info->format_version);
+	json_u64("snapshots", st->snapshots);
+	json_u64("logical_bytes", st->logical_bytes);
+	json_u64("zero_blocks", st->zero_blocks);
+	json_u64("referenced_blocks", st->referenced_blocks);
+	json_u64("referenced_bytes", st->referenced_bytes);
+	json_u64("unique_blocks", st->unique_blocks);
+	json_u64("unique_bytes", st->unique_bytes);
+	json_u64("stored_bytes", st->stored_bytes);
+	json_u64("unreferenced_blocks", st->unreferenced_blocks);
+	json_u64("pack_files", st->pack_files);
+	json_u64("pack_bytes", st->pack_bytes);
+	json_u64("ddt_entries", st->ddt_entries);
+	json_u64("ddt_bytes", st->ddt_bytes);
+	json_u64("meta_bytes", st->meta_bytes);
+	json_u64("lmdb_file_bytes", st->lmdb_file_bytes);
+	json_double("dedup_ratio", st->dedup_ratio, 0);
+	json_double("compress_ratio", st->compress_ratio, 0);
+	printf("  \"histogram\": [");
+	for (i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &st->hist[i];
+		uint64_t lo = 1ull << i;
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		printf("%s\n    {\"refcnt_min\": %" PRIu64
+		       ", \"refcnt_max\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"lsize\": %" PRIu64 ", \"psize\": %" PRIu64
+		       ", \"ref_blocks\": %" PRIu64 ", \"ref_lsize\": %" PRIu64
+		       ", \"ref_psize\": %" PRIu64 "}",
+		       first ? "" : ",", lo, 2 * lo - 1, h->blocks, h->lsize,
+		       h->psize, h->ref_blocks, h->ref_lsize, h->ref_psize);
+		first = 0;
+	}
+	printf("%s]\n}\n", first ? "" : "\n  ");
+}
+
+static void hist_row(const char *label, const dd_hist_row *h)
+{
+	char c[6][16];
+
+	printf("%6s   %6s   %5s   %5s   %6s   %5s   %5s\n", label,
+	       nicenum(c[0], 16, h->blocks), nicenum(c[1], 16, h->lsize),
+	       nicenum(c[2], 16, h->psize), nicenum(c[3], 16, h->ref_blocks),
+	       nicenum(c[4], 16, h->ref_lsize), nicenum(c[5], 16, h->ref_psize));
+}
+
+/* The DDT histogram laid out as `zdb -DD` prints it. */
+static void stat_histogram(const dd_stat *st)
+{
+	dd_hist_row tot;
+	char label[16];
+	int i;
+
+	memset(&tot, 0, sizeof(tot));
+	printf("\nbucket              allocated                 referenced\n");
+	printf("______   _______________________   _______________________\n");
+	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
+	printf("------   ------   -----   -----   ------   -----   -----\n");
+	for (i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &st->hist[i];
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		hist_row(nicenum(label, sizeof(label), 1ull << i), h);
+		tot.blocks += h->blocks;
+		tot.lsize += h->lsize;
+		tot.psize += h->psize;
+		tot.ref_blocks += h->ref_blocks;
+		tot.ref_lsize += h->ref_lsize;
+		tot.ref_psize += h->ref_psize;
+	}
+	hist_row("Total", &tot);
+}
+
+static void stat_text(const char *path, const dd_stat *st,
+		      const dd_store_info *info)
+{
+	char a[32], b[32], comp[32];
+	double perentry = st->ddt_entries ?
+		(double)st->ddt_bytes / (double)st->ddt_entries : 0;
+
+	printf("store %s: format %" PRIu32 ", block size %s, compress %s, "
+	       "verify %s\n", path, info->format_version,
+	       human_size(a, sizeof(a), info->block_size),
+	       compress_name(comp, sizeof(comp), info),
+	       info->verify ? "on" : "off");
+	printf("snapshots: %" PRIu64 ", logical %s (%" PRIu64 " bytes), "
+	       "zero blocks %" PRIu64 "\n", st->snapshots,
+	       human_size(a, sizeof(a), st->logical_bytes), st->logical_bytes,
+	       st->zero_blocks);
+	printf("referenced: %" PRIu64 " blocks, %s; unique: %" PRIu64
+	       " blocks, %s, stored %s\n", st->referenced_blocks,
+	       human_size(a, sizeof(a), st->referenced_bytes),
+	       st->unique_blocks, human_size(b, sizeof(b), st->unique_bytes),
+	       human_size(comp, sizeof(comp), st->stored_bytes));
+	printf("DDT: %" PRIu64 " entries, %s on disk (%.0f bytes/entry), "
+	       "%" PRIu64 " awaiting gc\n", st->ddt_entries,
+	       human_size(a, sizeof(a), st->ddt_bytes), perentry,
+	       st->unreferenced_blocks);
+	printf("packs: %" PRIu64 " files, %s; metadata %s, LMDB file %s\n",
+	       st->pack_files, human_size(a, sizeof(a), st->pack_bytes),
+	       human_size(b, sizeof(b), st->meta_bytes),
+	       human_size(comp, sizeof(comp), st->lmdb_file_bytes));
+	stat_histogram(st);
+	printf("\ndedup = %.2f, compress = %.2f, dedup * compress = %.2f\n",
+	       st->dedup_ratio, st->compress_ratio,
+	       st->dedup_ratio * st->compress_ratio);
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	static const int allow[] = {OPT_JSON, 0};
+	struct common_opts o;
+	dd_store_info info;
+	dd_stat st;
+	dd_store *s;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	s = open_store(argv[optind], 0, 1);
+	memset(&st, 0, sizeof(st));
+	st.version = DD_STAT_VERSION;
+	rc = dd_store_info_get(s, &info);
+	if (rc == 0)
+		rc = dd_store_stat(s, &st);
+	if (rc != 0)
+		die_store(s, rc);
+	if (o.json)
+		stat_json(&st, &info);
+	else
+		stat_text(argv[optind], &st, &info);
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- gc -----------------------------------------------------------------*/
+
+static int cmd_gc(int argc, char **argv)
+{
+	static const int allow[] = {OPT_WAIT, 0};
+	dd_gc_result res;
+	struct common_opts o;
+	dd_store *s;
+	char hs[32];
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	s = open_store(argv[optind], o.wait, 0);
+	memset(&res, 0, sizeof(res));
+	rc = dd_store_gc(s, NULL, &res);
+	if (rc != 0)
+		die_store(s, rc);
+	printf("gc: reclaimed %s (%" PRIu64 " bytes); %" PRIu64
+	       " DDT entries removed, %" PRIu64 " packs deleted, %" PRIu64
+	       " packs rewritten, %" PRIu64 " blocks moved\n",
+	       human_size(hs, sizeof(hs), res.bytes_reclaimed),
+	       res.bytes_reclaimed, res.ddt_entries_removed, res.packs_deleted,
+	       res.packs_rewritten, res.blocks_moved);
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- scrub --------------------------------------------------------------*/
+
+static int scrub_report(const dd_scrub_bad *bad, void *ctx)
+{
+	char hex[65], sym[32];
+
+	(void)ctx;
+	printf("bad block %s (pack %" PRIu32 ", off %" PRIu64 "): %s; ",
+	       hex_encode(hex, bad->hash, sizeof(bad->hash)), bad->pack,
+	       bad->pack_offset, err_symbol(sym, sizeof(sym), bad->error));
+	if (bad->snapshot) {
+		fputs("used by ", stdout);
+		fputs(bad->snapshot, stdout);
+		printf(" at offset %" PRIu64 "\n", bad->offset);
+	} else {
+		fputs("not used by any snapshot\n", stdout);
+	}
+	fflush(stdout);
+	return 0;
+}
+
+static int cmd_scrub(int argc, char **argv)
+{
+	static const int allow[] = {0};
+	dd_scrub_result res;
+	struct common_opts o;
+	dd_store *s;
+	char hs[32];
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	s = open_store(argv[optind], 0, 1);
+	memset(&res, 0, sizeof(res));
+	rc = dd_store_scrub(s, scrub_report, NULL, &res);
+	if (rc != 0 && rc != DD_ECHECKSUM)
+		die_store(s, rc);
+	printf("scrub: %" PRIu64 " blocks (%s) checked, %" PRIu64 " bad\n",
+	       res.blocks_checked, human_size(hs, sizeof(hs), res.bytes_checked),
+	       res.bad_blocks);
+	fflush(stdout);
+	if (rc == DD_ECHECKSUM || res.bad_blocks) {
+		dd_store_close(s);
+		die("%s: scrub found %" PRIu64 " bad block%s", argv[optind],
+		    res.bad_blocks, res.bad_blocks == 1 ? "" : "s");
+	}
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- main ---------------------------------------------------------------*/
+
+struct subcommand {
+	const char *name;
+	int (*run)(int argc, char **argv);
+};
+
+static const struct subcommand subcommands[] = {
+	{"init", cmd_init},
+	{"put", cmd_put},
+	{"get", cmd_get},
+	{"ls", cmd_ls},
+	{"rm", cmd_rm},
+	{"stat", cmd_stat},
+	{"gc", cmd_gc},
+	{"scrub", cmd_scrub},
+};
+
+static void print_version(void)
+{
+	printf("dedup (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
+	       DD_VERSION_MINOR, DD_VERSION_PATCH);
+	if (dd_version_number() != DD_VERSION_NUMBER)
+		printf("running with library %s\n", dd_version_string());
+}
+
+int main(int argc, char **argv)
+{
+	size_t i;
+
+	util_set_prog("dedup");
+	if (argc < 2)
+		die_usage("missing command");
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0)
+		usage_exit();
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+		print_version();
+		return 0;
+	}
+	for (i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+		if (strcmp(argv[1], subcommands[i].name) == 0) {
+			subcmd = subcommands[i].name;
+			return subcommands[i].run(argc - 1, argv + 1);
+		}
+	}
+	if (argv[1][0] == '-')
+		die_usage("unknown option '%.100s'", argv[1]);
+	die_usage("unknown command '%.100s'", argv[1]);
+}

@@ -1,0 +1,105 @@
+/*
+ * util.h -- helpers shared by the commands dedup, ddsend and ddrecv.
+ *
+ * Commands may exit (die, die_usage); the library never does.  Everything
+ * here uses libc and include/dedup.h only.  Messages go to stderr as one
+ * line "PROG: message"; stdout carries data and requested output only.
+ */
+#ifndef DD_CMD_UTIL_H
+#define DD_CMD_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* Exit status for usage errors (bad option, missing or extra argument). */
+#define EXIT_USAGE 2
+
+/* The program name used in messages ("dedup"); set once by main. */
+extern const char *util_prog;
+void util_set_prog(const char *argv0);
+
+/* Prints "PROG: message" (one line; embedded newlines become spaces) on
+ * stderr and exits 1. */
+_Noreturn void die(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* As die, but appends " (try 'PROG --help')" and exits EXIT_USAGE. */
+_Noreturn void die_usage(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* Prints "PROG: message" on stderr and returns. */
+void warnmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A library message, or the name of rc when the message is empty. */
+const char *lib_msg(const char *msg, int rc);
+
+/*
+ * Parses a size: decimal digits and an optional binary suffix K KiB k M MiB
+ * m G GiB g T TiB t (all powers of 1024).  Rejects empty input, signs,
+ * whitespace, other characters, trailing junk and values above UINT64_MAX.
+ * Returns 0 and sets *out, or -1.
+ */
+int parse_size(const char *s, uint64_t *out);
+
+/*
+ * Splits "STORE@NAME" at the last '@'.  *store and *name are malloc'd.
+ * Returns 0, or -1 with a static reason in *why (no '@', empty store, empty
+ * or invalid name).
+ */
+int split_snapref(const char *arg, char **store, char **name,
+		  const char **why);
+
+/* split_snapref or die_usage / die with a clear line. */
+void split_snapref_or_die(const char *arg, char **store, char **name);
+
+/* Formats bytes as "1.5 GiB" / "512 B" into buf; returns buf. */
+char *human_size(char *buf, size_t len, uint64_t bytes);
+
+/* Compact 5-character form as zdb prints it ("2.00K", "25.0M", "256M"). */
+char *nicenum(char *buf, size_t len, uint64_t n);
+
+/* Writes s as a JSON string literal, quotes included.  Invalid UTF-8
+ * bytes become U+FFFD so the output is always valid JSON. */
+void json_string(FILE *f, const char *s);
+
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+char *hex_encode(char *out, const uint8_t *p, size_t n);
+
+/* "2024-05-01T12:00:00Z" into buf (at least 21 bytes); returns buf. */
+char *iso8601_utc(char *buf, size_t len, int64_t t);
+
+/* Seconds from a monotonic clock. */
+double now_seconds(void);
+
+/* read() until len bytes or end of file; retries EINTR.  Returns the count
+ * (short only at end of file) or -1 with errno set. */
+ssize_t read_full(int fd, void *buf, size_t len);
+
+/* write() all len bytes; retries EINTR and short writes.  0 or -1. */
+int write_all(int fd, const void *buf, size_t len);
+
+/*
+ * A progress meter on stderr: bytes done, rate, percentage and ETA when the
+ * total is known.  Redraws with '\r' at most four times a second;
+ * progress_finish draws the final state and ends the line.  Disabled meters
+ * print nothing.
+ */
+struct progress {
+	int enabled;
+	int drawn;
+	uint64_t total;       /* 0 = unknown */
+	uint64_t done;
+	double start;
+	double last_draw;
+	size_t last_width;
+	const char *label;
+};
+
+/* enabled: draw when stderr is a terminal or force is set (-v). */
+void progress_init(struct progress *p, const char *label, uint64_t total,
+		   int force);
+void progress_update(struct progress *p, uint64_t done);
+void progress_finish(struct progress *p);
+
+#endif /* DD_CMD_UTIL_H */
