@@ -95,6 +95,11 @@ int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out);
 int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s);
 void dd_scratch_fini(dd_scratch *sc);
 
+/* ---- writer.c ----------------------------------------------------------*/
+
+/* Logical bytes between a writer's intermediate commits (tests lower it). */
+extern uint64_t dd_writer_commit_bytes;
+
 /* ---- block.c -----------------------------------------------------------*/
 
 /* Reads the block of (key, ent) into dst (ent->de_lsize bytes) and checks

@@ -1,11 +1,12 @@
 /*
  * writer.c -- writing a snapshot: cut, hash, deduplicate, compress, store.
  *
- * Data arrives through dd_writer_write into one of two batch buffers
- * (8 MiB or 16 blocks, whichever is larger).  A full batch goes through:
+ * Data arrives through dd_writer_write into a ring of three batch
+ * buffers (4 MiB or 16 blocks, whichever is larger).  Each batch goes
+ * through four stages:
  *
- *   1. hash     parallel (pool, caller included): SHA-256 per block, and
- *               zero blocks found (holes: never hashed into the DDT);
+ *   1. hash     on the pool: SHA-256 per block, and zero blocks found
+ *               (holes: never hashed into the DDT);
  *   2. lookup   serial, in the writer's LMDB transaction: each block is a
  *               hole, a reference to a block the DDT holds (refcount + 1),
  *               or new.  A new block gets a PENDING placeholder entry at
@@ -14,17 +15,19 @@
  *               (the batch's own bytes for a placeholder, a checked read
  *               for a stored block); a mismatch tries the next variant of
  *               the key (format/ddt.md §2);
- *   3. compress parallel and asynchronous (pool threads only), new blocks
- *               only -- never compress what the DDT already holds;
- *   4. store    serial, when the next batch arrives or at commit: records
- *               appended to the active pack, placeholders replaced by the
- *               real location.
+ *   3. compress on the pool, new blocks only -- never compress what the
+ *               DDT already holds;
+ *   4. store    serial: records appended to the active pack, placeholders
+ *               replaced by the real location.
  *
- * While batch N compresses, the caller fills batch N+1.  Stage 4 of N runs
- * before stage 2 of N+1, so a lookup never sees another batch's
- * placeholder, and placeholders are never committed.
+ * When batch k is full, one pool job starts that hashes batch k and
+ * compresses batch k-1 together, and the caller goes on filling batch k+1
+ * meanwhile, so both cores stay busy whether the data is new (compression
+ * bound) or known (hash bound).  The next submit waits for that job, then
+ * stores k-1 and looks up k -- in that order, so a lookup never meets
+ * another batch's placeholder, and placeholders are never committed.
  *
- * Commits: every DD_WRITER_COMMIT_BYTES the pack is synced and the
+ * Commits: every dd_writer_commit_bytes (512 MiB) the pack is synced and the
  * transaction committed, to bound LMDB's dirty pages; the snapshot is still
  * invisible (only a `pend` entry names it, so a crash is rolled back by the
  * next writer, store.c).  dd_writer_commit syncs the pack, then commits the
@@ -37,8 +40,12 @@
 #include "common/alloc.h"
 #include "store/store_internal.h"
 
-#define DD_WRITER_BATCH_BYTES ((size_t)8 << 20)
-#define DD_WRITER_COMMIT_BYTES ((uint64_t)512 << 20)
+#define DD_WRITER_BATCH_BYTES ((size_t)4 << 20)
+#define DD_WRITER_RING 3
+
+/* Bytes between intermediate commits; a variable so tests can make a
+ * small image commit several times (store_internal.h). */
+uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
 
 enum { DD_SLOT_ZERO, DD_SLOT_DUP, DD_SLOT_NEW };
 enum { DD_W_OPEN, DD_W_FAILED, DD_W_COMMITTED, DD_W_ABORTED };
@@ -61,8 +68,6 @@ typedef struct dd_batch {
 	size_t bt_nnew;
 	size_t bt_nblk;
 	uint64_t bt_first;      /* image block index of slot 0 */
-	bool bt_busy;           /* compression running on the pool */
-	struct dd_writer *bt_writer;
 } dd_batch;
 
 struct dd_writer {
@@ -77,8 +82,12 @@ struct dd_writer {
 	uint32_t w_bs;
 	size_t w_cap;             /* blocks per batch */
 	size_t w_stride;          /* bytes per slot in bt_out */
-	dd_batch w_batch[2];
+	dd_batch w_batch[DD_WRITER_RING];
 	int w_cur;                /* the batch being filled */
+	dd_batch *w_hashing;      /* stage 1 in the running job, or NULL */
+	dd_batch *w_compressing;  /* stage 3 in the running job, or NULL */
+	size_t w_job_ncomp;       /* job items below this compress */
+	bool w_job_running;
 	bool w_pool_held;
 	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
 	dd_digest *w_digest;
@@ -97,10 +106,9 @@ static int dd_writer_fail(dd_writer *w, int rc)
 
 /* ---- stage 1: hash -----------------------------------------------------*/
 
-static void dd_hash_job(void *arg, size_t i, unsigned worker)
+static void dd_hash_one(dd_writer *w, dd_batch *b, size_t i,
+			unsigned worker)
 {
-	dd_writer *w = arg;
-	dd_batch *b = &w->w_batch[w->w_cur];
 	dd_slot *sl = &b->bt_slot[i];
 	const uint8_t *data = b->bt_data + i * w->w_bs;
 
@@ -212,10 +220,9 @@ static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 
 /* ---- stage 3: compress -------------------------------------------------*/
 
-static void dd_compress_one(void *arg, size_t j, unsigned worker)
+static void dd_compress_one(dd_writer *w, dd_batch *b, size_t j,
+			    unsigned worker)
 {
-	dd_batch *b = arg;
-	dd_writer *w = b->bt_writer;
 	uint32_t i = b->bt_new[j];
 	dd_slot *sl = &b->bt_slot[i];
 	dd_err err;
@@ -327,61 +334,102 @@ static void dd_writer_pool_release(dd_writer *w)
 	}
 }
 
-/* Waits for batch b's compression and stores its new blocks. */
-static int dd_batch_finish(dd_writer *w, dd_batch *b)
+/* The pool job: compress the previous batch's new blocks and hash the
+ * current batch, as one parallel-for over both item lists. */
+static void dd_pipeline_job(void *arg, size_t item, unsigned worker)
+{
+	dd_writer *w = arg;
+
+	if (item < w->w_job_ncomp)
+		dd_compress_one(w, w->w_compressing, item, worker);
+	else
+		dd_hash_one(w, w->w_hashing, item - w->w_job_ncomp, worker);
+}
+
+static void dd_pipeline_wait(dd_writer *w)
+{
+	if (!w->w_job_running)
+		return;
+	dd_pool_wait(w->w_store->st_pool);
+	w->w_job_running = false;
+	dd_writer_pool_release(w);
+}
+
+/* Stage 4 for a compressed batch. */
+static int dd_batch_store(dd_writer *w, dd_batch *b)
 {
 	int rc = 0;
 
-	if (!b->bt_busy)
-		return 0;
-	dd_pool_wait(w->w_store->st_pool);
-	b->bt_busy = false;
-	dd_writer_pool_release(w);
 	for (size_t j = 0; !rc && j < b->bt_nnew; j++)
 		rc = dd_store_slot(w, b, b->bt_new[j]);
 	if (rc)
 		return rc;
 	w->w_uncommitted += b->bt_fill;
 	b->bt_fill = 0;
-	if (w->w_uncommitted >= DD_WRITER_COMMIT_BYTES)
+	b->bt_nnew = 0;
+	if (w->w_uncommitted >= dd_writer_commit_bytes)
 		rc = dd_writer_sync_commit(w, true);
 	return rc;
 }
 
-/* Stages 1-3 for the batch being filled; then filling moves to the other
- * batch, whose stage 4 is done first. */
-static int dd_batch_submit(dd_writer *w)
+/* One step of the pipeline: finish the running job, store what it
+ * compressed, look up what it hashed, and start the next job on the batch
+ * being filled (if it holds data).  Then filling moves to a free buffer. */
+static int dd_pipeline_step(dd_writer *w)
 {
-	dd_batch *b = &w->w_batch[w->w_cur];
-	dd_batch *next = &w->w_batch[w->w_cur ^ 1];
-	dd_pool *pool = w->w_store->st_pool;
-	int rc = dd_batch_finish(w, next);
+	dd_batch *fill = &w->w_batch[w->w_cur];
+	dd_batch *hashed;
+	int rc = 0;
 
+	dd_pipeline_wait(w);
+	if (w->w_compressing) {
+		rc = dd_batch_store(w, w->w_compressing);
+		w->w_compressing = NULL;
+	}
+	hashed = w->w_hashing;
+	w->w_hashing = NULL;
+	if (!rc && hashed) {
+		rc = dd_lookup_batch(w, hashed);
+		w->w_compressing = hashed;
+	}
 	if (rc)
 		return rc;
-	b->bt_nblk = (b->bt_fill + w->w_bs - 1) / w->w_bs;
-	b->bt_first = w->w_blocks;
+	if (fill->bt_fill > 0) {
+		fill->bt_nblk = (fill->bt_fill + w->w_bs - 1) / w->w_bs;
+		fill->bt_first = w->w_blocks;
+		fill->bt_nnew = 0;
+		w->w_blocks += fill->bt_nblk;
+		w->w_size += fill->bt_fill;
+		w->w_hashing = fill;
+		w->w_cur = (w->w_cur + 1) % DD_WRITER_RING;
+	}
+	w->w_job_ncomp = w->w_compressing ? w->w_compressing->bt_nnew : 0;
+	if (w->w_job_ncomp == 0 && !w->w_hashing)
+		return 0;
 	pthread_mutex_lock(&w->w_store->st_pool_lock);
 	w->w_pool_held = true;
-	dd_pool_run(pool, dd_hash_job, w, b->bt_nblk);
-	rc = dd_lookup_batch(w, b);
-	if (rc) {
-		dd_writer_pool_release(w);
-		return rc;
-	}
-	w->w_blocks += b->bt_nblk;
-	w->w_size += b->bt_fill;
-	dd_pool_start(pool, dd_compress_one, b, b->bt_nnew);
-	b->bt_busy = true;
-	w->w_cur ^= 1;
+	dd_pool_start(w->w_store->st_pool, dd_pipeline_job, w,
+		      w->w_job_ncomp +
+			      (w->w_hashing ? w->w_hashing->bt_nblk : 0));
+	w->w_job_running = true;
 	return 0;
+}
+
+/* Runs the pipeline until every batch is stored. */
+static int dd_pipeline_drain(dd_writer *w)
+{
+	int rc = 0;
+
+	while (!rc && (w->w_batch[w->w_cur].bt_fill > 0 || w->w_hashing ||
+		       w->w_compressing || w->w_job_running))
+		rc = dd_pipeline_step(w);
+	return rc;
 }
 
 /* ---- public ------------------------------------------------------------*/
 
 static int dd_batch_alloc(dd_writer *w, dd_batch *b)
 {
-	b->bt_writer = w;
 	b->bt_data = dd_malloc(w->w_cap * w->w_bs);
 	b->bt_slot = dd_calloc(w->w_cap, sizeof(*b->bt_slot));
 	b->bt_out = dd_malloc(w->w_cap * w->w_stride);
@@ -483,9 +531,8 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 		return rc;
 	}
 	w->w_state = DD_W_OPEN;
-	rc = dd_batch_alloc(w, &w->w_batch[0]);
-	if (!rc)
-		rc = dd_batch_alloc(w, &w->w_batch[1]);
+	for (int i = 0; !rc && i < DD_WRITER_RING; i++)
+		rc = dd_batch_alloc(w, &w->w_batch[i]);
 	if (!rc)
 		rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
 	if (!rc)
@@ -532,7 +579,7 @@ int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 		p += n;
 		len -= n;
 		if (b->bt_fill == cap_bytes) {
-			rc = dd_batch_submit(w);
+			rc = dd_pipeline_step(w);
 			if (rc)
 				return dd_writer_fail(w, rc);
 		}
@@ -551,10 +598,7 @@ int dd_writer_commit(dd_writer *w)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "writer is not open (after an error, commit "
 				  "or abort)");
-	if (w->w_batch[w->w_cur].bt_fill > 0)
-		rc = dd_batch_submit(w);
-	for (int i = 0; !rc && i < 2; i++)
-		rc = dd_batch_finish(w, &w->w_batch[w->w_cur ^ i ^ 1]);
+	rc = dd_pipeline_drain(w);
 	if (rc)
 		return dd_writer_fail(w, rc);
 	rec = (dd_snap_rec){
@@ -591,13 +635,7 @@ void dd_writer_abort(dd_writer *w)
 
 	if (!w || w->w_state == DD_W_COMMITTED || w->w_state == DD_W_ABORTED)
 		return;
-	for (int i = 0; i < 2; i++) {
-		if (w->w_batch[i].bt_busy) {
-			dd_pool_wait(w->w_store->st_pool);
-			w->w_batch[i].bt_busy = false;
-		}
-	}
-	dd_writer_pool_release(w);
+	dd_pipeline_wait(w);
 	dd_txn_abort(w->w_txn);
 	w->w_txn = NULL;
 	dd_pack_close(w->w_pack);
@@ -615,8 +653,8 @@ void dd_writer_free(dd_writer *w)
 		return;
 	if (w->w_state == DD_W_OPEN || w->w_state == DD_W_FAILED)
 		dd_writer_abort(w);
-	dd_batch_free(&w->w_batch[0]);
-	dd_batch_free(&w->w_batch[1]);
+	for (int i = 0; i < DD_WRITER_RING; i++)
+		dd_batch_free(&w->w_batch[i]);
 	dd_scratch_fini(&w->w_sc);
 	dd_digest_free(w->w_digest);
 	dd_free(w);
