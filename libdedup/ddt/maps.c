@@ -412,7 +412,9 @@ int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)
 		const uint8_t *kp = k.mv_data;
 		int r = 0;
 
-		if (k.mv_size != 4 || v.mv_size != DD_PACKS_VAL_SIZE)
+		/* the same checks as dd_packs_get (format/store.md §5) */
+		if (k.mv_size != 4 || v.mv_size != DD_PACKS_VAL_SIZE ||
+		    ((const uint8_t *)v.mv_data)[0] != DD_PACKS_VAL_VERSION)
 			r = dd_err_set(err, DD_ECORRUPT, "pack record damaged");
 		if (!r)
 			r = fn(ctx, (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |

@@ -1,0 +1,1690 @@
+/*
+ * test_ddt.c -- unit tests of the LMDB layer (libdedup/ddt/, format/ddt.md,
+ * format/store.md §2-§5).
+ *
+ * Every test gets a fresh environment in its own temporary directory.
+ * Encodings are checked on the real bytes LMDB holds (read back with
+ * mdb_get through the txn's internals), and damaged values are planted the
+ * same way -- written raw with mdb_put -- to check that every reader refuses
+ * them with DD_ECORRUPT / DD_EVERSION instead of trusting or crashing.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dedup.h>
+
+#include "common/endian.h"
+#include "common/err.h"
+#include "ddt/db.h"
+#include "ddt/db_internal.h"
+
+#define OK(expr) assert_int_equal((expr), 0)
+
+/* ---- helpers --------------------------------------------------------------*/
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+	/* xorshift64: deterministic, so failures reproduce. */
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static void fill_random(uint8_t *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(rng_next() >> 32);
+}
+
+struct fixture {
+	char fx_dir[64];
+	dd_db *fx_db;
+	dd_err fx_err;
+};
+
+static void dir_remove(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	char buf[512];
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(buf, sizeof(buf), "%s/%s", path, e->d_name);
+		unlink(buf);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+static int fixture_setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	assert_non_null(fx);
+	strcpy(fx->fx_dir, "/tmp/dd_test_ddt.XXXXXX");
+	assert_non_null(mkdtemp(fx->fx_dir));
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, true, false));
+	assert_non_null(fx->fx_db);
+	*state = fx;
+	return 0;
+}
+
+static int fixture_teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	dd_db_close(fx->fx_db);
+	dir_remove(fx->fx_dir);
+	free(fx);
+	return 0;
+}
+
+static dd_txn *begin(struct fixture *fx, bool write)
+{
+	dd_txn *txn = NULL;
+
+	OK(dd_txn_begin(fx->fx_db, &fx->fx_err, write, &txn));
+	assert_non_null(txn);
+	return txn;
+}
+
+static void commit(struct fixture *fx, dd_txn *txn)
+{
+	OK(dd_txn_commit(txn, &fx->fx_err));
+}
+
+/* Raw access to a table, bypassing the encoders under test. */
+static void raw_put(dd_txn *txn, MDB_dbi dbi, const void *k, size_t klen,
+		    const void *v, size_t vlen)
+{
+	MDB_val mk = {klen, (void *)k}, mv = {vlen, (void *)v};
+
+	OK(mdb_put(txn->tx_mdb, dbi, &mk, &mv, 0));
+}
+
+static MDB_val raw_get(dd_txn *txn, MDB_dbi dbi, const void *k, size_t klen)
+{
+	MDB_val mk = {klen, (void *)k}, mv = {0, NULL};
+
+	OK(mdb_get(txn->tx_mdb, dbi, &mk, &mv));
+	return mv;
+}
+
+static uint64_t table_entries(dd_txn *txn, MDB_dbi dbi)
+{
+	MDB_stat st;
+
+	OK(mdb_stat(txn->tx_mdb, dbi, &st));
+	return st.ms_entries;
+}
+
+static void key_bytes(uint8_t out[DD_DDT_KEY_SIZE], const dd_ddt_key *k)
+{
+	memcpy(out, k->dk_hash, DD_HASH_SIZE);
+	out[DD_HASH_SIZE] = k->dk_variant;
+}
+
+static void assert_ent_equal(const dd_ddt_ent *a, const dd_ddt_ent *b)
+{
+	assert_int_equal(a->de_codec, b->de_codec);
+	assert_int_equal(a->de_flags, b->de_flags);
+	assert_int_equal(a->de_pack, b->de_pack);
+	assert_true(a->de_offset == b->de_offset);
+	assert_int_equal(a->de_psize, b->de_psize);
+	assert_int_equal(a->de_lsize, b->de_lsize);
+	assert_true(a->de_refcnt == b->de_refcnt);
+}
+
+/* ---- dedup table: round trip ----------------------------------------------*/
+
+#define NEDGE 6
+
+struct edge {
+	dd_ddt_key ek_key;
+	dd_ddt_ent ek_ent;
+};
+
+static void edge_entries(struct edge e[NEDGE])
+{
+	memset(e, 0, NEDGE * sizeof(*e));
+	/* all-zero key, smallest values */
+	e[0].ek_ent = (dd_ddt_ent){.de_codec = 0, .de_lsize = 1, .de_psize = 0};
+	/* all-0xff key, variant 255, largest values */
+	memset(e[1].ek_key.dk_hash, 0xff, DD_HASH_SIZE);
+	e[1].ek_key.dk_variant = DD_DDT_MAX_VARIANT;
+	e[1].ek_ent = (dd_ddt_ent){
+		.de_codec = 1, .de_flags = DD_DDE_PENDING,
+		.de_pack = UINT32_MAX, .de_offset = UINT64_MAX,
+		.de_psize = DD_BLOCK_SIZE_MAX, .de_lsize = DD_BLOCK_SIZE_MAX,
+		.de_refcnt = UINT64_MAX};
+	/* same hash as [1], variant 0: sorts just before it */
+	memset(e[2].ek_key.dk_hash, 0xff, DD_HASH_SIZE);
+	e[2].ek_ent = (dd_ddt_ent){
+		.de_codec = 1, .de_pack = 7,
+		.de_offset = (5ull << 30) + 3, /* > 4 GiB */
+		.de_psize = 1, .de_lsize = 1, .de_refcnt = 1};
+	/* a hash differing only in its last byte from [0] */
+	e[3].ek_key.dk_hash[DD_HASH_SIZE - 1] = 1;
+	e[3].ek_key.dk_variant = 1;
+	e[3].ek_ent = (dd_ddt_ent){
+		.de_codec = 0, .de_pack = 1, .de_offset = 0x100000000ull,
+		.de_psize = DD_BLOCK_SIZE_MAX, .de_lsize = DD_BLOCK_SIZE_MAX,
+		.de_refcnt = UINT64_MAX - 1};
+	/* random hashes */
+	for (int i = 4; i < NEDGE; i++) {
+		fill_random(e[i].ek_key.dk_hash, DD_HASH_SIZE);
+		e[i].ek_key.dk_variant = (uint8_t)(i * 37);
+		e[i].ek_ent = (dd_ddt_ent){
+			.de_codec = (uint8_t)(i & 1), .de_pack = (uint32_t)i,
+			.de_offset = rng_next(), .de_psize = 4000,
+			.de_lsize = 4096, .de_refcnt = (uint64_t)i << 40};
+	}
+}
+
+struct walk_log {
+	int wl_n;
+	int wl_stop_at;
+	uint8_t wl_keys[NEDGE][DD_DDT_KEY_SIZE];
+	dd_ddt_ent wl_ents[NEDGE];
+};
+
+static int walk_log_cb(void *ctx, const dd_ddt_key *key,
+		       const dd_ddt_ent *ent)
+{
+	struct walk_log *wl = ctx;
+
+	assert_true(wl->wl_n < NEDGE);
+	key_bytes(wl->wl_keys[wl->wl_n], key);
+	wl->wl_ents[wl->wl_n] = *ent;
+	if (wl->wl_n++ == wl->wl_stop_at)
+		return 42;
+	return 0;
+}
+
+static void test_ddt_roundtrip(void **state)
+{
+	struct fixture *fx = *state;
+	struct edge e[NEDGE];
+	dd_ddt_ent got;
+	dd_txn *txn;
+
+	edge_entries(e);
+	txn = begin(fx, true);
+	/* no meta ddt.live yet: the live table is ddt0 */
+	assert_int_equal(txn->tx_ddt_which, 0);
+	assert_int_equal(txn->tx_ddt, fx->fx_db->db_dbi[DD_DBI_DDT0]);
+	for (int i = 0; i < NEDGE; i++) {
+		assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key,
+					    &got), DD_ENOENT);
+		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key, &got));
+		assert_ent_equal(&got, &e[i].ek_ent);
+	}
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < NEDGE; i++) {
+		memset(&got, 0xa5, sizeof(got));
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key, &got));
+		assert_ent_equal(&got, &e[i].ek_ent);
+	}
+	assert_int_equal(table_entries(txn, txn->tx_ddt), NEDGE);
+	assert_int_equal(table_entries(txn, txn->tx_ddt_other), 0);
+
+	/* The walk yields memcmp order of hash||variant. */
+	struct walk_log wl = {.wl_stop_at = -1};
+	OK(dd_ddt_walk(txn, &fx->fx_err, walk_log_cb, &wl));
+	assert_int_equal(wl.wl_n, NEDGE);
+	for (int i = 1; i < NEDGE; i++)
+		assert_true(memcmp(wl.wl_keys[i - 1], wl.wl_keys[i],
+				   DD_DDT_KEY_SIZE) < 0);
+	for (int i = 0; i < NEDGE; i++) {
+		uint8_t kb[DD_DDT_KEY_SIZE];
+		int j;
+
+		key_bytes(kb, &e[i].ek_key);
+		for (j = 0; j < NEDGE; j++)
+			if (!memcmp(kb, wl.wl_keys[j], DD_DDT_KEY_SIZE))
+				break;
+		assert_true(j < NEDGE);
+		assert_ent_equal(&wl.wl_ents[j], &e[i].ek_ent);
+	}
+	/* Known order of the hand-made keys: [0] < [3] < ... < [2] < [1]. */
+	{
+		uint8_t k0[DD_DDT_KEY_SIZE], k1[DD_DDT_KEY_SIZE],
+			k2[DD_DDT_KEY_SIZE], k3[DD_DDT_KEY_SIZE];
+
+		key_bytes(k0, &e[0].ek_key);
+		key_bytes(k1, &e[1].ek_key);
+		key_bytes(k2, &e[2].ek_key);
+		key_bytes(k3, &e[3].ek_key);
+		assert_memory_equal(wl.wl_keys[0], k0, DD_DDT_KEY_SIZE);
+		assert_memory_equal(wl.wl_keys[1], k3, DD_DDT_KEY_SIZE);
+		assert_memory_equal(wl.wl_keys[NEDGE - 2], k2, DD_DDT_KEY_SIZE);
+		assert_memory_equal(wl.wl_keys[NEDGE - 1], k1, DD_DDT_KEY_SIZE);
+	}
+	/* A callback's non-zero return stops the walk with that value. */
+	struct walk_log wl2 = {.wl_stop_at = 2};
+	assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, walk_log_cb, &wl2), 42);
+	assert_int_equal(wl2.wl_n, 3);
+	dd_txn_abort(txn);
+
+	/* Delete: gone, a second delete and an absent key are DD_ENOENT. */
+	txn = begin(fx, true);
+	OK(dd_ddt_del(txn, &fx->fx_err, &e[2].ek_key));
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &e[2].ek_key, &got),
+			 DD_ENOENT);
+	assert_int_equal(dd_ddt_del(txn, &fx->fx_err, &e[2].ek_key), DD_ENOENT);
+	/* the other variant of the same hash is untouched */
+	OK(dd_ddt_get(txn, &fx->fx_err, &e[1].ek_key, &got));
+	assert_ent_equal(&got, &e[1].ek_ent);
+	dd_ddt_key absent = e[0].ek_key;
+	absent.dk_variant = 1;
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &absent, &got), DD_ENOENT);
+	assert_int_equal(dd_ddt_del(txn, &fx->fx_err, &absent), DD_ENOENT);
+	/* put over an existing key replaces its value */
+	e[0].ek_ent.de_refcnt = 99;
+	OK(dd_ddt_put(txn, &fx->fx_err, &e[0].ek_key, &e[0].ek_ent));
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &e[2].ek_key, &got),
+			 DD_ENOENT);
+	OK(dd_ddt_get(txn, &fx->fx_err, &e[0].ek_key, &got));
+	assert_true(got.de_refcnt == 99);
+	assert_int_equal(table_entries(txn, txn->tx_ddt), NEDGE - 1);
+	dd_txn_abort(txn);
+}
+
+/* format/ddt.md §2-§3 on the bytes LMDB stores. */
+static void test_ddt_encoding_bytes(void **state)
+{
+	struct fixture *fx = *state;
+	dd_ddt_key key;
+	dd_ddt_ent ent = {
+		.de_codec = 1, .de_flags = 0, .de_pack = 0x01020304,
+		.de_offset = 0x0000000123456789ull, .de_psize = 0x1000,
+		.de_lsize = 0x100000, .de_refcnt = 0x1122334455667788ull};
+	static const uint8_t want[DD_DDT_VAL_SIZE] = {
+		0x01, 0x01, 0x00, 0x00,                         /* ver codec flags */
+		0x04, 0x03, 0x02, 0x01,                         /* pack */
+		0x89, 0x67, 0x45, 0x23, 0x01, 0x00, 0x00, 0x00, /* offset */
+		0x00, 0x10, 0x00, 0x00,                         /* psize */
+		0x00, 0x00, 0x10, 0x00,                         /* lsize */
+		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* refcnt */
+	};
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	dd_txn *txn;
+	MDB_val v;
+
+	for (int i = 0; i < DD_HASH_SIZE; i++)
+		key.dk_hash[i] = (uint8_t)i;
+	key.dk_variant = 0xab;
+	txn = begin(fx, true);
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	for (int i = 0; i < DD_HASH_SIZE; i++)
+		kb[i] = (uint8_t)i;
+	kb[DD_HASH_SIZE] = 0xab;
+	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+	assert_int_equal(v.mv_size, DD_DDT_VAL_SIZE);
+	assert_memory_equal(v.mv_data, want, sizeof(want));
+	dd_txn_abort(txn);
+}
+
+/* ---- dedup table: damaged values ------------------------------------------*/
+
+struct damage {
+	const char *dm_what;
+	size_t dm_len;
+	int dm_off;     /* byte to overwrite, -1 none */
+	uint8_t dm_byte;
+	int dm_off32;   /* le32 field to overwrite, -1 none */
+	uint32_t dm_u32;
+	int dm_want;
+};
+
+static int walk_nop(void *ctx, const dd_ddt_key *key, const dd_ddt_ent *ent)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static void test_ddt_damaged(void **state)
+{
+	struct fixture *fx = *state;
+	/* A valid value: codec 1, pack 3, offset 64, psize 100, lsize 4096. */
+	const dd_ddt_ent good = {.de_codec = 1, .de_pack = 3, .de_offset = 64,
+				 .de_psize = 100, .de_lsize = 4096,
+				 .de_refcnt = 2};
+	static const struct damage dm[] = {
+		{"31 bytes", 31, -1, 0, -1, 0, DD_ECORRUPT},
+		{"33 bytes", 33, -1, 0, -1, 0, DD_ECORRUPT},
+		{"1 byte", 1, -1, 0, -1, 0, DD_ECORRUPT},
+		{"empty", 0, -1, 0, -1, 0, DD_ECORRUPT},
+		{"version 2", 32, 0, 2, -1, 0, DD_EVERSION},
+		{"version 255", 32, 0, 255, -1, 0, DD_EVERSION},
+		{"version 0", 32, 0, 0, -1, 0, DD_ECORRUPT},
+		{"flag bit 1", 32, 2, 0x02, -1, 0, DD_ECORRUPT},
+		{"flag bit 15", 32, 3, 0x80, -1, 0, DD_ECORRUPT},
+		{"codec 2", 32, 1, 2, -1, 0, DD_ECORRUPT},
+		{"codec 7", 32, 1, 7, -1, 0, DD_ECORRUPT},
+		{"codec 255", 32, 1, 255, -1, 0, DD_ECORRUPT},
+		{"lsize 0", 32, -1, 0, 20, 0, DD_ECORRUPT},
+		{"lsize 0, psize 0", 32, 16, 0, 20, 0, DD_ECORRUPT},
+		{"lsize 1 MiB + 1", 32, -1, 0, 20, DD_BLOCK_SIZE_MAX + 1,
+		 DD_ECORRUPT},
+		{"lsize 2^32-1", 32, -1, 0, 20, UINT32_MAX, DD_ECORRUPT},
+		{"psize 4097 > lsize 4096", 32, -1, 0, 16, 4097, DD_ECORRUPT},
+		{"psize 2^32-1", 32, -1, 0, 16, UINT32_MAX, DD_ECORRUPT},
+	};
+	dd_ddt_key key;
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[64];
+	dd_ddt_ent got;
+	dd_txn *txn;
+
+	fill_random(key.dk_hash, DD_HASH_SIZE);
+	key.dk_variant = 0;
+	key_bytes(kb, &key);
+
+	for (size_t i = 0; i < sizeof(dm) / sizeof(dm[0]); i++) {
+		MDB_val v;
+		int n = 0, rc;
+
+		txn = begin(fx, true);
+		OK(dd_ddt_put(txn, &fx->fx_err, &key, &good));
+		v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+		assert_int_equal(v.mv_size, DD_DDT_VAL_SIZE);
+		memset(vb, 0, sizeof(vb));
+		memcpy(vb, v.mv_data, DD_DDT_VAL_SIZE);
+		if (dm[i].dm_off >= 0)
+			vb[dm[i].dm_off] = dm[i].dm_byte;
+		if (dm[i].dm_off32 >= 0)
+			dd_put_le32(vb + dm[i].dm_off32, dm[i].dm_u32);
+		raw_put(txn, txn->tx_ddt, kb, sizeof(kb), vb, dm[i].dm_len);
+		commit(fx, txn);
+
+		txn = begin(fx, false);
+		memset(&fx->fx_err, 0, sizeof(fx->fx_err));
+		rc = dd_ddt_get(txn, &fx->fx_err, &key, &got);
+		if (rc != dm[i].dm_want)
+			fail_msg("%s: dd_ddt_get returned %d, want %d",
+				 dm[i].dm_what, rc, dm[i].dm_want);
+		assert_int_equal(fx->fx_err.de_code, dm[i].dm_want);
+		assert_true(fx->fx_err.de_msg[0] != 0);
+		rc = dd_ddt_walk(txn, &fx->fx_err, walk_nop, &n);
+		if (rc != dm[i].dm_want)
+			fail_msg("%s: dd_ddt_walk returned %d, want %d",
+				 dm[i].dm_what, rc, dm[i].dm_want);
+		assert_int_equal(n, 0);
+		dd_txn_abort(txn);
+
+		/* compaction refuses to carry damage over */
+		txn = begin(fx, true);
+		uint64_t removed = 77;
+		assert_int_equal(dd_ddt_compact(txn, &fx->fx_err, &removed),
+				 dm[i].dm_want);
+		dd_txn_abort(txn);
+	}
+
+	/* The undamaged value still decodes (the table above is relative to
+	 * it), and a key of the wrong size in the table is refused by the
+	 * walk. */
+	txn = begin(fx, true);
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &good));
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &got));
+	assert_ent_equal(&got, &good);
+	{
+		uint8_t shortkey[DD_DDT_KEY_SIZE - 1] = {0};
+		int n = 0;
+
+		MDB_val gv = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+
+		memcpy(vb, gv.mv_data, DD_DDT_VAL_SIZE);
+		raw_put(txn, txn->tx_ddt, shortkey, sizeof(shortkey), vb,
+			DD_DDT_VAL_SIZE);
+		assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, walk_nop, &n),
+				 DD_ECORRUPT);
+	}
+	dd_txn_abort(txn);
+
+	/* A committed PENDING entry is damage (format/ddt.md §3): compaction
+	 * refuses it rather than write it out. */
+	txn = begin(fx, true);
+	dd_ddt_ent pend = good;
+	pend.de_flags = DD_DDE_PENDING;
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &pend));
+	assert_int_equal(dd_ddt_compact(txn, &fx->fx_err, NULL), DD_ECORRUPT);
+	dd_txn_abort(txn);
+}
+
+/* ---- dedup table: compaction ----------------------------------------------*/
+
+#define NCOMPACT 20000
+
+struct compact_ent {
+	dd_ddt_key ce_key;
+	dd_ddt_ent ce_ent;
+};
+
+struct order_ctx {
+	uint8_t oc_prev[DD_DDT_KEY_SIZE];
+	uint64_t oc_n;
+};
+
+static int order_cb(void *ctx, const dd_ddt_key *key, const dd_ddt_ent *ent)
+{
+	struct order_ctx *oc = ctx;
+	uint8_t kb[DD_DDT_KEY_SIZE];
+
+	key_bytes(kb, key);
+	if (oc->oc_n)
+		assert_true(memcmp(oc->oc_prev, kb, sizeof(kb)) < 0);
+	memcpy(oc->oc_prev, kb, sizeof(kb));
+	assert_true(ent->de_refcnt > 0);
+	oc->oc_n++;
+	return 0;
+}
+
+static void check_compacted(struct fixture *fx, const struct compact_ent *ce,
+			    uint64_t live, unsigned which)
+{
+	dd_txn *txn = begin(fx, false);
+	struct order_ctx oc = {.oc_n = 0};
+	dd_db_usage u;
+	uint64_t v = 99;
+	dd_ddt_ent got;
+
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "ddt.live", &v));
+	assert_true(v == which);
+	assert_int_equal(txn->tx_ddt_which, which);
+	assert_int_equal(txn->tx_ddt,
+			 fx->fx_db->db_dbi[which ? DD_DBI_DDT1 : DD_DBI_DDT0]);
+	/* the old table was emptied in the same transaction */
+	assert_int_equal(table_entries(txn, txn->tx_ddt_other), 0);
+	for (int i = 0; i < NCOMPACT; i++) {
+		int rc = dd_ddt_get(txn, &fx->fx_err, &ce[i].ce_key, &got);
+
+		if (ce[i].ce_ent.de_refcnt == 0) {
+			assert_int_equal(rc, DD_ENOENT);
+		} else {
+			assert_int_equal(rc, 0);
+			assert_ent_equal(&got, &ce[i].ce_ent);
+		}
+	}
+	OK(dd_ddt_walk(txn, &fx->fx_err, order_cb, &oc));
+	assert_true(oc.oc_n == live);
+	OK(dd_db_usage_get(txn, &fx->fx_err, &u));
+	assert_true(u.ddt_entries == live);
+	print_message("after compaction to ddt%u: %llu entries, %llu bytes, "
+		      "%.1f bytes/entry\n", which,
+		      (unsigned long long)u.ddt_entries,
+		      (unsigned long long)u.ddt_bytes,
+		      (double)u.ddt_bytes / (double)u.ddt_entries);
+	assert_true(u.ddt_bytes / u.ddt_entries <= 100);
+	dd_txn_abort(txn);
+}
+
+static void test_ddt_compact(void **state)
+{
+	struct fixture *fx = *state;
+	struct compact_ent *ce = calloc(NCOMPACT, sizeof(*ce));
+	uint64_t zeros = 0, removed = 12345, before_per_ent;
+	dd_db_usage u0, u1;
+	dd_txn *txn;
+
+	assert_non_null(ce);
+	txn = begin(fx, true);
+	for (int i = 0; i < NCOMPACT; i++) {
+		fill_random(ce[i].ce_key.dk_hash, DD_HASH_SIZE);
+		ce[i].ce_key.dk_variant = (i % 97 == 0) ? 1 : 0;
+		ce[i].ce_ent = (dd_ddt_ent){
+			.de_codec = (uint8_t)(i & 1), .de_pack = (uint32_t)(i / 100),
+			.de_offset = (uint64_t)i * 4160 + (i & 4 ? 5ull << 30 : 0),
+			.de_psize = (uint32_t)(1 + i % 4096), .de_lsize = 4096,
+			.de_refcnt = (i % 5 == 0) ? 0 : (uint64_t)(i % 7 + 1)};
+		if (ce[i].ce_ent.de_refcnt == 0)
+			zeros++;
+		OK(dd_ddt_put(txn, &fx->fx_err, &ce[i].ce_key, &ce[i].ce_ent));
+	}
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	OK(dd_db_usage_get(txn, &fx->fx_err, &u0));
+	dd_txn_abort(txn);
+	assert_true(u0.ddt_entries == NCOMPACT);
+	before_per_ent = u0.ddt_bytes / u0.ddt_entries;
+	print_message("before compaction: %llu entries, %llu bytes, "
+		      "%.1f bytes/entry\n", (unsigned long long)u0.ddt_entries,
+		      (unsigned long long)u0.ddt_bytes,
+		      (double)u0.ddt_bytes / (double)u0.ddt_entries);
+
+	/* First compaction: ddt0 -> ddt1. */
+	txn = begin(fx, true);
+	assert_int_equal(txn->tx_ddt_which, 0);
+	OK(dd_ddt_compact(txn, &fx->fx_err, &removed));
+	assert_true(removed == zeros);
+	assert_int_equal(txn->tx_ddt_which, 1);
+	/* the txn now reads and writes the new table */
+	OK(dd_db_usage_get(txn, &fx->fx_err, &u1));
+	assert_true(u1.ddt_entries == NCOMPACT - zeros);
+	{
+		dd_ddt_ent got;
+
+		OK(dd_ddt_get(txn, &fx->fx_err, &ce[1].ce_key, &got));
+		assert_ent_equal(&got, &ce[1].ce_ent);
+		assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &ce[0].ce_key,
+					    &got), DD_ENOENT);
+	}
+	commit(fx, txn);
+	check_compacted(fx, ce, NCOMPACT - zeros, 1);
+
+	txn = begin(fx, false);
+	OK(dd_db_usage_get(txn, &fx->fx_err, &u1));
+	dd_txn_abort(txn);
+	print_message("bytes/entry %llu -> %llu\n",
+		      (unsigned long long)before_per_ent,
+		      (unsigned long long)(u1.ddt_bytes / u1.ddt_entries));
+	assert_true(u1.ddt_bytes / u1.ddt_entries < before_per_ent);
+	assert_true(u1.ddt_bytes < u0.ddt_bytes);
+
+	/* Second compaction flips back to ddt0 and removes nothing. */
+	txn = begin(fx, true);
+	removed = 12345;
+	OK(dd_ddt_compact(txn, &fx->fx_err, &removed));
+	assert_true(removed == 0);
+	commit(fx, txn);
+	check_compacted(fx, ce, NCOMPACT - zeros, 0);
+
+	/* An aborted compaction leaves the live table as it was. */
+	txn = begin(fx, true);
+	OK(dd_ddt_compact(txn, &fx->fx_err, NULL));
+	assert_int_equal(txn->tx_ddt_which, 1);
+	dd_txn_abort(txn);
+	check_compacted(fx, ce, NCOMPACT - zeros, 0);
+
+	/* A read transaction may not compact. */
+	txn = begin(fx, false);
+	assert_int_equal(dd_ddt_compact(txn, &fx->fx_err, &removed), DD_EINVAL);
+	dd_txn_abort(txn);
+	free(ce);
+}
+
+/* meta ddt.live must be 0 or 1 and 8 bytes; otherwise no txn begins. */
+static void test_ddt_live_meta(void **state)
+{
+	struct fixture *fx = *state;
+	dd_txn *txn;
+	dd_txn *bad = NULL;
+	uint8_t v4[4] = {1, 0, 0, 0};
+	static const char live[] = "ddt.live";
+
+	txn = begin(fx, true);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, live, 2));
+	commit(fx, txn);
+	assert_int_equal(dd_txn_begin(fx->fx_db, &fx->fx_err, false, &bad),
+			 DD_ECORRUPT);
+	assert_null(bad);
+
+	/* (a write txn cannot begin either; repair it through LMDB) */
+	{
+		MDB_txn *mt;
+		MDB_val k = {strlen(live), (void *)live}, v = {4, v4};
+
+		OK(mdb_txn_begin(fx->fx_db->db_env, NULL, 0, &mt));
+		OK(mdb_put(mt, fx->fx_db->db_dbi[DD_DBI_META], &k, &v, 0));
+		OK(mdb_txn_commit(mt));
+	}
+	assert_int_equal(dd_txn_begin(fx->fx_db, &fx->fx_err, true, &bad),
+			 DD_ECORRUPT);
+	assert_null(bad);
+
+	{
+		MDB_txn *mt;
+		MDB_val k = {strlen(live), (void *)live};
+
+		OK(mdb_txn_begin(fx->fx_db->db_env, NULL, 0, &mt));
+		OK(mdb_del(mt, fx->fx_db->db_dbi[DD_DBI_META], &k, NULL));
+		OK(mdb_txn_commit(mt));
+	}
+	txn = begin(fx, false);
+	assert_int_equal(txn->tx_ddt_which, 0);
+	dd_txn_abort(txn);
+
+	txn = begin(fx, true);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, live, 1));
+	commit(fx, txn);
+	txn = begin(fx, false);
+	assert_int_equal(txn->tx_ddt_which, 1);
+	assert_int_equal(txn->tx_ddt, fx->fx_db->db_dbi[DD_DBI_DDT1]);
+	assert_int_equal(txn->tx_ddt_other, fx->fx_db->db_dbi[DD_DBI_DDT0]);
+	dd_txn_abort(txn);
+}
+
+/* ---- snapshots --------------------------------------------------------------*/
+
+static dd_snap_rec snap_rec(uint64_t id, uint32_t bs, uint64_t size,
+			    uint64_t zero, int64_t ctime)
+{
+	dd_snap_rec r = {.sr_id = id, .sr_block_size = bs, .sr_size = size,
+			 .sr_blocks = size / bs + (size % bs != 0),
+			 .sr_zero_blocks = zero, .sr_ctime = ctime};
+
+	memset(r.sr_digest, (int)(id & 0xff), DD_HASH_SIZE);
+	return r;
+}
+
+static void assert_snap_equal(const dd_snap_rec *a, const dd_snap_rec *b)
+{
+	assert_true(a->sr_id == b->sr_id);
+	assert_int_equal(a->sr_block_size, b->sr_block_size);
+	assert_true(a->sr_size == b->sr_size);
+	assert_true(a->sr_blocks == b->sr_blocks);
+	assert_true(a->sr_zero_blocks == b->sr_zero_blocks);
+	assert_true(a->sr_ctime == b->sr_ctime);
+	assert_memory_equal(a->sr_digest, b->sr_digest, DD_HASH_SIZE);
+}
+
+struct snap_log {
+	int sl_n;
+	char sl_names[8][DD_NAME_MAX + 1];
+	dd_snap_rec sl_recs[8];
+};
+
+static int snap_log_cb(void *ctx, const char *name, const dd_snap_rec *rec)
+{
+	struct snap_log *sl = ctx;
+
+	assert_true(sl->sl_n < 8);
+	strcpy(sl->sl_names[sl->sl_n], name);
+	sl->sl_recs[sl->sl_n++] = *rec;
+	return 0;
+}
+
+static void test_snap(void **state)
+{
+	struct fixture *fx = *state;
+	char longname[DD_NAME_MAX + 1];
+	const char *names[] = {"gamma", "alpha", "a", "beta", longname};
+	dd_snap_rec recs[5];
+	/* walk order: memcmp of the names */
+	const int order[] = {2, 1, 3, 0, 4};
+	dd_snap_rec got;
+	dd_txn *txn;
+
+	memset(longname, 'z', DD_NAME_MAX);
+	longname[DD_NAME_MAX] = 0;
+	recs[0] = snap_rec(1, 4096, 10000, 1, -2);
+	recs[1] = snap_rec(2, 4096, 0, 0, 0);
+	recs[2] = snap_rec(3, 1048576, 1048576, 1, INT64_MAX);
+	recs[3] = snap_rec(4, 4096, UINT64_MAX, 0, INT64_MIN);
+	recs[4] = snap_rec(UINT64_MAX, 65536, 65537, 0, 1700000000);
+	assert_true(recs[0].sr_blocks == 3);
+	assert_true(recs[4].sr_blocks == 2);
+
+	txn = begin(fx, true);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(dd_snap_get(txn, &fx->fx_err, names[i], &got),
+				 DD_ENOENT);
+		OK(dd_snap_put(txn, &fx->fx_err, names[i], &recs[i]));
+	}
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < 5; i++) {
+		OK(dd_snap_get(txn, &fx->fx_err, names[i], &got));
+		assert_snap_equal(&got, &recs[i]);
+	}
+	struct snap_log sl = {0};
+	OK(dd_snap_walk(txn, &fx->fx_err, snap_log_cb, &sl));
+	assert_int_equal(sl.sl_n, 5);
+	for (int i = 0; i < 5; i++) {
+		assert_string_equal(sl.sl_names[i], names[order[i]]);
+		assert_snap_equal(&sl.sl_recs[i], &recs[order[i]]);
+	}
+	/* format/store.md §3 on the stored bytes of "gamma" */
+	{
+		uint8_t want[80] = {
+			1, 0, 0, 0, 0x00, 0x10, 0, 0,          /* ver, bs */
+			1, 0, 0, 0, 0, 0, 0, 0,                /* id */
+			0x10, 0x27, 0, 0, 0, 0, 0, 0,          /* size 10000 */
+			3, 0, 0, 0, 0, 0, 0, 0,                /* blocks */
+			1, 0, 0, 0, 0, 0, 0, 0,                /* zero blocks */
+			0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* -2 */
+		};
+		MDB_val v;
+
+		memset(want + 48, 1, 32);
+		v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_SNAP], "gamma", 5);
+		assert_int_equal(v.mv_size, 80);
+		assert_memory_equal(v.mv_data, want, 80);
+	}
+	dd_txn_abort(txn);
+
+	txn = begin(fx, true);
+	OK(dd_snap_del(txn, &fx->fx_err, "alpha"));
+	assert_int_equal(dd_snap_del(txn, &fx->fx_err, "alpha"), DD_ENOENT);
+	assert_int_equal(dd_snap_get(txn, &fx->fx_err, "alpha", &got),
+			 DD_ENOENT);
+	/* a prefix of an existing name is a different key */
+	assert_int_equal(dd_snap_get(txn, &fx->fx_err, "gam", &got), DD_ENOENT);
+	commit(fx, txn);
+	txn = begin(fx, false);
+	memset(&sl, 0, sizeof(sl));
+	OK(dd_snap_walk(txn, &fx->fx_err, snap_log_cb, &sl));
+	assert_int_equal(sl.sl_n, 4);
+	assert_string_equal(sl.sl_names[0], "a");
+	assert_string_equal(sl.sl_names[1], "beta");
+	dd_txn_abort(txn);
+}
+
+static int snap_nop(void *ctx, const char *name, const dd_snap_rec *rec)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static void test_snap_damaged(void **state)
+{
+	struct fixture *fx = *state;
+	const dd_snap_rec good = snap_rec(9, 4096, 8192 + 1, 1, 5);
+	struct {
+		const char *what;
+		size_t len;
+		int off;    /* -1 none */
+		uint8_t byte;
+	} dm[] = {
+		{"79 bytes", 79, -1, 0},
+		{"81 bytes", 81, -1, 0},
+		{"empty", 0, -1, 0},
+		{"version 0", 80, 0, 0},
+		{"version 2", 80, 0, 2},
+		{"block size 0", 80, 5, 0},      /* 4096 = 00 10 00 00 */
+		{"blocks 2 for 8193 bytes", 80, 24, 2},
+		{"blocks 4 for 8193 bytes", 80, 24, 4},
+		{"size 8192 with 3 blocks", 80, 16, 0},
+		{"zero blocks > blocks", 80, 32, 4},
+		{"blocks high byte", 80, 31, 1},
+	};
+	uint8_t vb[96];
+	dd_snap_rec got;
+	dd_txn *txn;
+
+	for (size_t i = 0; i < sizeof(dm) / sizeof(dm[0]); i++) {
+		MDB_val v;
+		int n = 0, rc;
+
+		txn = begin(fx, true);
+		OK(dd_snap_put(txn, &fx->fx_err, "s", &good));
+		v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_SNAP], "s", 1);
+		assert_int_equal(v.mv_size, 80);
+		memset(vb, 0, sizeof(vb));
+		memcpy(vb, v.mv_data, 80);
+		if (dm[i].off >= 0)
+			vb[dm[i].off] = dm[i].byte;
+		raw_put(txn, fx->fx_db->db_dbi[DD_DBI_SNAP], "s", 1, vb,
+			dm[i].len);
+		rc = dd_snap_get(txn, &fx->fx_err, "s", &got);
+		if (rc != DD_ECORRUPT)
+			fail_msg("%s: dd_snap_get returned %d", dm[i].what, rc);
+		rc = dd_snap_walk(txn, &fx->fx_err, snap_nop, &n);
+		if (rc != DD_ECORRUPT)
+			fail_msg("%s: dd_snap_walk returned %d", dm[i].what, rc);
+		assert_int_equal(n, 0);
+		dd_txn_abort(txn);
+	}
+	/* the base record is valid */
+	txn = begin(fx, true);
+	OK(dd_snap_put(txn, &fx->fx_err, "s", &good));
+	OK(dd_snap_get(txn, &fx->fx_err, "s", &got));
+	assert_snap_equal(&got, &good);
+	/* a key with a NUL byte is not a name: the walk refuses it */
+	{
+		int n = 0;
+
+		memcpy(vb, raw_get(txn, fx->fx_db->db_dbi[DD_DBI_SNAP], "s",
+				   1).mv_data, 80);
+		raw_put(txn, fx->fx_db->db_dbi[DD_DBI_SNAP], "t\0u", 3, vb, 80);
+		assert_int_equal(dd_snap_walk(txn, &fx->fx_err, snap_nop, &n),
+				 DD_ECORRUPT);
+	}
+	dd_txn_abort(txn);
+}
+
+/* ---- block maps -------------------------------------------------------------*/
+
+static dd_ddt_key bkey(uint64_t id, uint64_t idx)
+{
+	dd_ddt_key k;
+
+	memset(k.dk_hash, 0, sizeof(k.dk_hash));
+	dd_put_le64(k.dk_hash, id);
+	dd_put_le64(k.dk_hash + 8, idx);
+	k.dk_hash[31] = 0x5a;
+	k.dk_variant = (uint8_t)(idx * 3);
+	return k;
+}
+
+static void assert_bkey(const dd_ddt_key *k, uint64_t id, uint64_t idx)
+{
+	dd_ddt_key want = bkey(id, idx);
+
+	assert_memory_equal(k->dk_hash, want.dk_hash, DD_HASH_SIZE);
+	assert_int_equal(k->dk_variant, want.dk_variant);
+}
+
+static const uint64_t id1_idx[] = {0, 1, 5, 6, 100, 0x100000000ull};
+static const uint64_t id2_idx[] = {0, 3};
+#define N1 (sizeof(id1_idx) / sizeof(id1_idx[0]))
+#define N2 (sizeof(id2_idx) / sizeof(id2_idx[0]))
+
+struct bmap_log {
+	int bl_n;
+	int bl_fail_at;          /* return DD_EIO at this call; -1 never */
+	uint64_t bl_id[32];
+	uint64_t bl_idx[32];
+	dd_ddt_key bl_key[32];
+};
+
+static int bmap_drop_cb(void *ctx, uint64_t idx, const dd_ddt_key *key)
+{
+	struct bmap_log *bl = ctx;
+
+	if (bl->bl_n == bl->bl_fail_at)
+		return DD_EIO;
+	assert_true(bl->bl_n < 32);
+	bl->bl_idx[bl->bl_n] = idx;
+	bl->bl_key[bl->bl_n++] = *key;
+	return 0;
+}
+
+static int bmap_walk_cb(void *ctx, uint64_t id, uint64_t idx,
+			const dd_ddt_key *key)
+{
+	struct bmap_log *bl = ctx;
+
+	assert_true(bl->bl_n < 32);
+	bl->bl_id[bl->bl_n] = id;
+	bl->bl_idx[bl->bl_n] = idx;
+	bl->bl_key[bl->bl_n++] = *key;
+	return 0;
+}
+
+static void fill_two_maps(struct fixture *fx)
+{
+	dd_txn *txn = begin(fx, true);
+	dd_ddt_key k;
+
+	for (size_t i = 0; i < N1; i++) {
+		k = bkey(1, id1_idx[i]);
+		OK(dd_bmap_append(txn, &fx->fx_err, 1, id1_idx[i], &k));
+	}
+	for (size_t i = 0; i < N2; i++) {
+		k = bkey(2, id2_idx[i]);
+		OK(dd_bmap_append(txn, &fx->fx_err, 2, id2_idx[i], &k));
+	}
+	commit(fx, txn);
+}
+
+static void test_bmap_seek(void **state)
+{
+	struct fixture *fx = *state;
+	dd_bmap_cur *cur;
+	dd_ddt_key k;
+	uint64_t idx;
+	dd_txn *txn;
+
+	fill_two_maps(fx);
+	txn = begin(fx, false);
+
+	/* format/store.md §4 on the stored bytes */
+	{
+		static const uint8_t kb[16] = {0, 0, 0, 0, 0, 0, 0, 1,
+					       0, 0, 0, 1, 0, 0, 0, 0};
+		uint8_t want[DD_DDT_KEY_SIZE];
+		dd_ddt_key bk = bkey(1, 0x100000000ull);
+		MDB_val v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_BMAP], kb, 16);
+
+		key_bytes(want, &bk);
+		assert_int_equal(v.mv_size, DD_DDT_KEY_SIZE);
+		assert_memory_equal(v.mv_data, want, DD_DDT_KEY_SIZE);
+	}
+
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k), 1);
+	assert_true(idx == 0);
+	assert_bkey(&k, 1, 0);
+	for (size_t i = 1; i < N1; i++) {
+		assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &k), 1);
+		assert_true(idx == id1_idx[i]);
+		assert_bkey(&k, 1, id1_idx[i]);
+	}
+	/* the next entry is id 2's: the end of id 1's map */
+	assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &k), 0);
+	/* seek into a hole lands on the next present index */
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 2, &idx, &k), 1);
+	assert_true(idx == 5);
+	assert_bkey(&k, 1, 5);
+	assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &k), 1);
+	assert_true(idx == 6);
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 7, &idx, &k), 1);
+	assert_true(idx == 100);
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 101, &idx, &k), 1);
+	assert_true(idx == 0x100000000ull);
+	/* seek exactly onto an entry */
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 6, &idx, &k), 1);
+	assert_true(idx == 6);
+	/* past the end (id 2 follows) */
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0x100000001ull, &idx,
+				      &k), 0);
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, UINT64_MAX, &idx, &k),
+			 0);
+	dd_bmap_close(cur);
+
+	OK(dd_bmap_open(txn, &fx->fx_err, 2, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 1, &idx, &k), 1);
+	assert_true(idx == 3);
+	assert_bkey(&k, 2, 3);
+	/* past the end of the table */
+	assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &k), 0);
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 4, &idx, &k), 0);
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k), 1);
+	assert_true(idx == 0);
+	dd_bmap_close(cur);
+
+	/* ids without a map: before, between (none here), after */
+	for (uint64_t id = 0; id <= 3; id += 3) {
+		OK(dd_bmap_open(txn, &fx->fx_err, id, &cur));
+		assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k),
+				 0);
+		dd_bmap_close(cur);
+	}
+	dd_bmap_close(NULL);
+
+	struct bmap_log bl = {.bl_fail_at = -1};
+	OK(dd_bmap_walk_all(txn, &fx->fx_err, bmap_walk_cb, &bl));
+	assert_int_equal(bl.bl_n, N1 + N2);
+	for (size_t i = 0; i < N1 + N2; i++) {
+		uint64_t id = i < N1 ? 1 : 2;
+		uint64_t ix = i < N1 ? id1_idx[i] : id2_idx[i - N1];
+
+		assert_true(bl.bl_id[i] == id);
+		assert_true(bl.bl_idx[i] == ix);
+		assert_bkey(&bl.bl_key[i], id, ix);
+	}
+	dd_txn_abort(txn);
+}
+
+/*
+ * dd_bmap_append writes with MDB_APPEND, which compares the new key with
+ * the last key of the whole bmap table (not of the id, and across
+ * transactions): a map can only be appended to while its id is the highest
+ * in the table.  That holds because snapshot ids only grow (snap.next) and
+ * one writer writes one snapshot at a time; interleaving two ids, or going
+ * back in one, is refused as DD_ECORRUPT "out of order" and writes nothing.
+ */
+static void test_bmap_append_order(void **state)
+{
+	struct fixture *fx = *state;
+	dd_ddt_key k = bkey(1, 7);
+	dd_txn *txn;
+
+	fill_two_maps(fx);
+	txn = begin(fx, true);
+	/* id 1 after id 2's entries: refused, also in a later txn */
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull,
+					&k), DD_ECORRUPT);
+	assert_int_equal(fx->fx_err.de_code, DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, "out of order"));
+	/* same id, smaller or equal index */
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 3, &k),
+			 DD_ECORRUPT);
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 2, &k),
+			 DD_ECORRUPT);
+	/* a higher index of the last id, or a higher id, is fine */
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 4, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 3, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 5, &k),
+			 DD_ECORRUPT);
+	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]),
+			 N1 + N2 + 2);
+	dd_txn_abort(txn);
+
+	/* Within one transaction on an empty table: id 1 then id 2 then
+	 * id 1 again is refused the same way. */
+	txn = begin(fx, true);
+	OK(mdb_drop(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_BMAP], 0));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 1, &k),
+			 DD_ECORRUPT);
+	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]), 2);
+	dd_txn_abort(txn);
+}
+
+static void test_bmap_drop(void **state)
+{
+	struct fixture *fx = *state;
+	struct bmap_log bl = {.bl_fail_at = -1};
+	dd_bmap_cur *cur;
+	dd_ddt_key k;
+	uint64_t idx;
+	dd_txn *txn;
+
+	fill_two_maps(fx);
+
+	/* fn failing stops the drop with its code; the caller aborts */
+	txn = begin(fx, true);
+	bl.bl_fail_at = 2;
+	assert_int_equal(dd_bmap_drop(txn, &fx->fx_err, 1, bmap_drop_cb, &bl),
+			 DD_EIO);
+	assert_int_equal(bl.bl_n, 2);
+	dd_txn_abort(txn);
+
+	txn = begin(fx, true);
+	memset(&bl, 0, sizeof(bl));
+	bl.bl_fail_at = -1;
+	OK(dd_bmap_drop(txn, &fx->fx_err, 1, bmap_drop_cb, &bl));
+	assert_int_equal(bl.bl_n, N1);
+	for (size_t i = 0; i < N1; i++) {
+		assert_true(bl.bl_idx[i] == id1_idx[i]);
+		assert_bkey(&bl.bl_key[i], 1, id1_idx[i]);
+	}
+	/* dropping an id with no map calls nothing */
+	memset(&bl, 0, sizeof(bl));
+	bl.bl_fail_at = -1;
+	OK(dd_bmap_drop(txn, &fx->fx_err, 7, bmap_drop_cb, &bl));
+	OK(dd_bmap_drop(txn, &fx->fx_err, 0, bmap_drop_cb, &bl));
+	assert_int_equal(bl.bl_n, 0);
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k), 0);
+	dd_bmap_close(cur);
+	memset(&bl, 0, sizeof(bl));
+	OK(dd_bmap_walk_all(txn, &fx->fx_err, bmap_walk_cb, &bl));
+	assert_int_equal(bl.bl_n, N2);
+	for (size_t i = 0; i < N2; i++) {
+		assert_true(bl.bl_id[i] == 2);
+		assert_true(bl.bl_idx[i] == id2_idx[i]);
+		assert_bkey(&bl.bl_key[i], 2, id2_idx[i]);
+	}
+	dd_txn_abort(txn);
+
+	/* Drop id 2 (the last in the table), with no callback. */
+	txn = begin(fx, true);
+	OK(dd_bmap_drop(txn, &fx->fx_err, 2, NULL, NULL));
+	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]), 0);
+	commit(fx, txn);
+}
+
+/* A large drop whose callback writes to the DDT, as snapshot deletion does
+ * (db.h: "fn may write to the DDT"), spanning many pages, next to another
+ * large map. */
+#define NBIG 3000
+
+struct unref_ctx {
+	dd_txn *uc_txn;
+	dd_err *uc_err;
+	uint64_t uc_n;
+	uint64_t uc_next;
+};
+
+static dd_ddt_key big_key(uint64_t idx)
+{
+	dd_ddt_key k;
+
+	memset(&k, 0, sizeof(k));
+	dd_put_be64(k.dk_hash, idx % 500);
+	k.dk_hash[31] = 0x77;
+	return k;
+}
+
+static int unref_cb(void *ctx, uint64_t idx, const dd_ddt_key *key)
+{
+	struct unref_ctx *uc = ctx;
+	dd_ddt_key want = big_key(idx);
+	dd_ddt_ent e;
+	int rc;
+
+	assert_true(idx == uc->uc_next);
+	uc->uc_next = idx + 2;
+	assert_memory_equal(key, &want, sizeof(want));
+	rc = dd_ddt_get(uc->uc_txn, uc->uc_err, key, &e);
+	if (rc)
+		return rc;
+	assert_true(e.de_refcnt > 0);
+	e.de_refcnt--;
+	uc->uc_n++;
+	return dd_ddt_put(uc->uc_txn, uc->uc_err, key, &e);
+}
+
+static int count_refs(void *ctx, const dd_ddt_key *key, const dd_ddt_ent *e)
+{
+	*(uint64_t *)ctx += e->de_refcnt;
+	return 0;
+}
+
+static void test_bmap_drop_big(void **state)
+{
+	struct fixture *fx = *state;
+	dd_txn *txn = begin(fx, true);
+	struct unref_ctx uc = {.uc_err = &fx->fx_err};
+	uint64_t refs = 0;
+	dd_ddt_ent e = {.de_lsize = 4096, .de_psize = 4096};
+
+	/* 500 DDT entries referenced 6 times each from ids 10 and 11 */
+	for (uint64_t i = 0; i < 500; i++) {
+		dd_ddt_key k = big_key(i);
+
+		e.de_refcnt = 2 * NBIG / 500;
+		OK(dd_ddt_put(txn, &fx->fx_err, &k, &e));
+	}
+	for (uint64_t id = 10; id <= 11; id++)
+		for (uint64_t i = 0; i < NBIG; i++) {
+			dd_ddt_key k = big_key(2 * i);
+
+			OK(dd_bmap_append(txn, &fx->fx_err, id, 2 * i, &k));
+		}
+	commit(fx, txn);
+
+	txn = begin(fx, true);
+	uc.uc_txn = txn;
+	OK(dd_bmap_drop(txn, &fx->fx_err, 10, unref_cb, &uc));
+	assert_true(uc.uc_n == NBIG);
+	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]),
+			 NBIG);
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	OK(dd_ddt_walk(txn, &fx->fx_err, count_refs, &refs));
+	assert_true(refs == NBIG);
+	{
+		dd_bmap_cur *cur;
+		dd_ddt_key k;
+		uint64_t idx, n = 0;
+		int rc;
+
+		OK(dd_bmap_open(txn, &fx->fx_err, 11, &cur));
+		for (rc = dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k); rc == 1;
+		     rc = dd_bmap_next(cur, &fx->fx_err, &idx, &k)) {
+			dd_ddt_key want = big_key(idx);
+
+			assert_true(idx == 2 * n);
+			assert_memory_equal(&k, &want, sizeof(k));
+			n++;
+		}
+		assert_int_equal(rc, 0);
+		assert_true(n == NBIG);
+		dd_bmap_close(cur);
+		OK(dd_bmap_open(txn, &fx->fx_err, 10, &cur));
+		assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &k), 0);
+		dd_bmap_close(cur);
+	}
+	dd_txn_abort(txn);
+}
+
+static void test_bmap_damaged(void **state)
+{
+	struct fixture *fx = *state;
+	dd_txn *txn;
+	dd_bmap_cur *cur;
+	dd_ddt_key k;
+	uint64_t idx;
+	struct bmap_log bl = {.bl_fail_at = -1};
+	uint8_t kb[16], vb[DD_DDT_KEY_SIZE] = {0};
+
+	fill_two_maps(fx);
+	txn = begin(fx, true);
+	/* id 1 index 2: a 32-byte value */
+	dd_put_be64(kb, 1);
+	dd_put_be64(kb + 8, 2);
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_BMAP], kb, 16, vb, 32);
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 2, &idx, &k),
+			 DD_ECORRUPT);
+	dd_bmap_close(cur);
+	assert_int_equal(dd_bmap_walk_all(txn, &fx->fx_err, bmap_walk_cb, &bl),
+			 DD_ECORRUPT);
+	assert_int_equal(bl.bl_n, 2);
+	dd_txn_abort(txn);
+
+	/* a 15-byte key */
+	txn = begin(fx, true);
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_BMAP], kb, 15, vb, sizeof(vb));
+	memset(&bl, 0, sizeof(bl));
+	assert_int_equal(dd_bmap_walk_all(txn, &fx->fx_err, bmap_walk_cb, &bl),
+			 DD_ECORRUPT);
+	dd_txn_abort(txn);
+}
+
+/* ---- pend and packs -----------------------------------------------------------*/
+
+static void test_pend(void **state)
+{
+	struct fixture *fx = *state;
+	uint64_t id = 99;
+	dd_txn *txn = begin(fx, true);
+
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 0);
+	assert_true(id == 99);
+	OK(dd_pend_put(txn, &fx->fx_err, 0x100, "seven"));
+	OK(dd_pend_put(txn, &fx->fx_err, 3, "three"));
+	OK(dd_pend_put(txn, &fx->fx_err, UINT64_MAX, "max"));
+	commit(fx, txn);
+
+	txn = begin(fx, true);
+	/* big-endian keys: numeric order (0x100 > 3 although its low byte
+	 * is smaller) */
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 1);
+	assert_true(id == 3);
+	{
+		uint8_t kb[8];
+		MDB_val v;
+
+		dd_put_be64(kb, 0x100);
+		v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_PEND], kb, 8);
+		assert_int_equal(v.mv_size, 5);
+		assert_memory_equal(v.mv_data, "seven", 5);
+	}
+	OK(dd_pend_del(txn, &fx->fx_err, 3));
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 1);
+	assert_true(id == 0x100);
+	OK(dd_pend_del(txn, &fx->fx_err, 0x100));
+	/* deleting an absent id is not an error */
+	OK(dd_pend_del(txn, &fx->fx_err, 0x100));
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 1);
+	assert_true(id == UINT64_MAX);
+	OK(dd_pend_del(txn, &fx->fx_err, UINT64_MAX));
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 0);
+	commit(fx, txn);
+
+	/* a key that is not 8 bytes */
+	txn = begin(fx, true);
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PEND], "abc", 3, "x", 1);
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), DD_ECORRUPT);
+	dd_txn_abort(txn);
+}
+
+struct packs_log {
+	int pl_n;
+	uint32_t pl_id[8];
+	uint64_t pl_end[8];
+};
+
+static int packs_log_cb(void *ctx, uint32_t id, uint64_t end)
+{
+	struct packs_log *pl = ctx;
+
+	assert_true(pl->pl_n < 8);
+	pl->pl_id[pl->pl_n] = id;
+	pl->pl_end[pl->pl_n++] = end;
+	return 0;
+}
+
+static int packs_stop_cb(void *ctx, uint32_t id, uint64_t end)
+{
+	return 5;
+}
+
+static void test_packs(void **state)
+{
+	struct fixture *fx = *state;
+	const uint32_t ids[] = {0x01000000u, 1, UINT32_MAX, 2};
+	const uint64_t ends[] = {5ull << 30, 100, UINT64_MAX, 0};
+	/* numeric order of the big-endian keys */
+	const int order[] = {1, 3, 0, 2};
+	struct packs_log pl = {0};
+	uint64_t end;
+	dd_txn *txn = begin(fx, true);
+
+	assert_int_equal(dd_packs_get(txn, &fx->fx_err, 1, &end), DD_ENOENT);
+	for (int i = 0; i < 4; i++)
+		OK(dd_packs_put(txn, &fx->fx_err, ids[i], ends[i]));
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < 4; i++) {
+		OK(dd_packs_get(txn, &fx->fx_err, ids[i], &end));
+		assert_true(end == ends[i]);
+	}
+	OK(dd_packs_walk(txn, &fx->fx_err, packs_log_cb, &pl));
+	assert_int_equal(pl.pl_n, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pl.pl_id[i], ids[order[i]]);
+		assert_true(pl.pl_end[i] == ends[order[i]]);
+	}
+	assert_int_equal(dd_packs_walk(txn, &fx->fx_err, packs_stop_cb, NULL),
+			 5);
+	/* format/store.md §5 on the stored bytes */
+	{
+		static const uint8_t kb[4] = {1, 0, 0, 0};
+		static const uint8_t want[16] = {1, 0, 0, 0, 0, 0, 0, 0,
+						 0, 0, 0, 0x40, 1, 0, 0, 0};
+		MDB_val v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], kb, 4);
+
+		assert_int_equal(v.mv_size, 16);
+		assert_memory_equal(v.mv_data, want, 16);
+	}
+	dd_txn_abort(txn);
+
+	txn = begin(fx, true);
+	OK(dd_packs_del(txn, &fx->fx_err, 1));
+	OK(dd_packs_del(txn, &fx->fx_err, 1));
+	assert_int_equal(dd_packs_get(txn, &fx->fx_err, 1, &end), DD_ENOENT);
+	OK(dd_packs_put(txn, &fx->fx_err, 2, 4096));
+	commit(fx, txn);
+	txn = begin(fx, false);
+	memset(&pl, 0, sizeof(pl));
+	OK(dd_packs_walk(txn, &fx->fx_err, packs_log_cb, &pl));
+	assert_int_equal(pl.pl_n, 3);
+	assert_int_equal(pl.pl_id[0], 2);
+	assert_true(pl.pl_end[0] == 4096);
+	dd_txn_abort(txn);
+}
+
+static void test_packs_damaged(void **state)
+{
+	struct fixture *fx = *state;
+	static const uint8_t kb[4] = {0, 0, 0, 9};
+	struct {
+		const char *what;
+		size_t len;
+		uint8_t ver;
+	} dm[] = {
+		{"15 bytes", 15, 1},
+		{"17 bytes", 17, 1},
+		{"version 0", 16, 0},
+		{"version 2", 16, 2},
+	};
+	uint8_t vb[32];
+	uint64_t end;
+
+	for (size_t i = 0; i < sizeof(dm) / sizeof(dm[0]); i++) {
+		struct packs_log pl = {0};
+		dd_txn *txn = begin(fx, true);
+		int rc;
+
+		memset(vb, 0, sizeof(vb));
+		vb[0] = dm[i].ver;
+		vb[8] = 0x10;
+		raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], kb, 4, vb,
+			dm[i].len);
+		rc = dd_packs_get(txn, &fx->fx_err, 9, &end);
+		if (rc != DD_ECORRUPT)
+			fail_msg("%s: dd_packs_get returned %d", dm[i].what, rc);
+		/* the walk must refuse what get refuses */
+		rc = dd_packs_walk(txn, &fx->fx_err, packs_log_cb, &pl);
+		if (rc != DD_ECORRUPT)
+			fail_msg("%s: dd_packs_walk returned %d", dm[i].what,
+				 rc);
+		assert_int_equal(pl.pl_n, 0);
+		dd_txn_abort(txn);
+	}
+}
+
+/* ---- meta ---------------------------------------------------------------------*/
+
+static void test_meta(void **state)
+{
+	struct fixture *fx = *state;
+	uint64_t v = 7;
+	dd_txn *txn = begin(fx, true);
+	static const uint8_t want[8] = {0x08, 0x07, 0x06, 0x05,
+					0x04, 0x03, 0x02, 0x01};
+
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "format", &v),
+			 DD_ENOENT);
+	assert_true(v == 7);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "format", 1));
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "snap.next", UINT64_MAX));
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "zero", 0));
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "le", 0x0102030405060708ull));
+	commit(fx, txn);
+
+	txn = begin(fx, true);
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "format", &v));
+	assert_true(v == 1);
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "snap.next", &v));
+	assert_true(v == UINT64_MAX);
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "zero", &v));
+	assert_true(v == 0);
+	{
+		MDB_val mv = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_META], "le", 2);
+
+		assert_int_equal(mv.mv_size, 8);
+		assert_memory_equal(mv.mv_data, want, 8);
+	}
+	/* a key is the exact string: no prefix match */
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "form", &v),
+			 DD_ENOENT);
+	/* overwrite */
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "format", 2));
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "format", &v));
+	assert_true(v == 2);
+	/* values of the wrong size */
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_META], "short", 5, want, 7);
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_META], "long", 4, "123456789", 9);
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_META], "empty", 5, "", 0);
+	v = 7;
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "short", &v),
+			 DD_ECORRUPT);
+	assert_int_equal(fx->fx_err.de_code, DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, "short"));
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "long", &v),
+			 DD_ECORRUPT);
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "empty", &v),
+			 DD_ECORRUPT);
+	assert_true(v == 7);
+	dd_txn_abort(txn);
+
+	/* a read transaction cannot write */
+	txn = begin(fx, false);
+	assert_true(dd_meta_put_u64(txn, &fx->fx_err, "x", 1) < 0);
+	dd_txn_abort(txn);
+}
+
+/* ---- transactions and handles -----------------------------------------------*/
+
+static int count_snaps(void *ctx, const char *name, const dd_snap_rec *r)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static int count_packs(void *ctx, uint32_t id, uint64_t end)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static int count_bmap(void *ctx, uint64_t id, uint64_t idx,
+		      const dd_ddt_key *key)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static void test_txn_abort(void **state)
+{
+	struct fixture *fx = *state;
+	struct edge e[NEDGE];
+	dd_snap_rec r = snap_rec(1, 4096, 4096, 0, 0), got;
+	dd_ddt_ent ent;
+	dd_txn *txn;
+	uint64_t v, id;
+	int n;
+
+	edge_entries(e);
+	txn = begin(fx, true);
+	for (int i = 0; i < NEDGE; i++)
+		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "snap.next", 5));
+	OK(dd_snap_put(txn, &fx->fx_err, "s", &r));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &e[0].ek_key));
+	OK(dd_pend_put(txn, &fx->fx_err, 1, "s"));
+	OK(dd_packs_put(txn, &fx->fx_err, 1, 4096));
+	OK(dd_ddt_get(txn, &fx->fx_err, &e[0].ek_key, &ent));
+	dd_txn_abort(txn);
+	dd_txn_abort(NULL);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < NEDGE; i++)
+		assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key,
+					    &ent), DD_ENOENT);
+	n = 0;
+	OK(dd_ddt_walk(txn, &fx->fx_err, walk_nop, &n));
+	assert_int_equal(n, 0);
+	assert_int_equal(dd_meta_get_u64(txn, &fx->fx_err, "snap.next", &v),
+			 DD_ENOENT);
+	assert_int_equal(dd_snap_get(txn, &fx->fx_err, "s", &got), DD_ENOENT);
+	OK(dd_snap_walk(txn, &fx->fx_err, count_snaps, &n));
+	OK(dd_bmap_walk_all(txn, &fx->fx_err, count_bmap, &n));
+	OK(dd_packs_walk(txn, &fx->fx_err, count_packs, &n));
+	assert_int_equal(n, 0);
+	assert_int_equal(dd_pend_first(txn, &fx->fx_err, &id), 0);
+	for (int i = 0; i < DD_DBI_COUNT; i++)
+		assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[i]), 0);
+	dd_txn_abort(txn);
+
+	/* A read transaction keeps its snapshot while a writer commits. */
+	dd_txn *rd = begin(fx, false);
+	txn = begin(fx, true);
+	OK(dd_ddt_put(txn, &fx->fx_err, &e[0].ek_key, &e[0].ek_ent));
+	commit(fx, txn);
+	assert_int_equal(dd_ddt_get(rd, &fx->fx_err, &e[0].ek_key, &ent),
+			 DD_ENOENT);
+	dd_txn_abort(rd);
+	rd = begin(fx, false);
+	OK(dd_ddt_get(rd, &fx->fx_err, &e[0].ek_key, &ent));
+	dd_txn_abort(rd);
+}
+
+static void test_db_shared(void **state)
+{
+	struct fixture *fx = *state;
+	dd_db *a = NULL, *b = NULL, *other = NULL;
+	char dir2[64], path[128];
+	dd_ddt_ent ent = {.de_lsize = 1, .de_refcnt = 3}, got;
+	dd_ddt_key key = {.dk_variant = 4};
+	dd_txn *txn;
+
+	/* The fixture holds one reference; two more opens share it, also
+	 * through another spelling of the same directory. */
+	OK(dd_db_open(&a, &fx->fx_err, fx->fx_dir, true, false));
+	snprintf(path, sizeof(path), "%s/./", fx->fx_dir);
+	OK(dd_db_open(&b, &fx->fx_err, path, false, false));
+	assert_ptr_equal(a, fx->fx_db);
+	assert_ptr_equal(b, fx->fx_db);
+	assert_int_equal(fx->fx_db->db_refs, 3);
+
+	OK(dd_txn_begin(a, &fx->fx_err, true, &txn));
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	OK(dd_txn_commit(txn, &fx->fx_err));
+	dd_db_close(a);
+	dd_db_close(b);
+	assert_int_equal(fx->fx_db->db_refs, 1);
+	/* still usable through the remaining reference */
+	txn = begin(fx, false);
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &got));
+	assert_true(got.de_refcnt == 3);
+	dd_txn_abort(txn);
+
+	/* A different directory gets its own handle. */
+	strcpy(dir2, "/tmp/dd_test_ddt.XXXXXX");
+	assert_non_null(mkdtemp(dir2));
+	OK(dd_db_open(&other, &fx->fx_err, dir2, true, false));
+	assert_ptr_not_equal(other, fx->fx_db);
+	OK(dd_txn_begin(other, &fx->fx_err, false, &txn));
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &key, &got), DD_ENOENT);
+	dd_txn_abort(txn);
+	dd_db_close(other);
+
+	/* Close the last reference, reopen: the data persisted. */
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	OK(dd_db_open(&a, &fx->fx_err, fx->fx_dir, false, true));
+	OK(dd_db_open(&b, &fx->fx_err, fx->fx_dir, false, true));
+	assert_ptr_equal(a, b);
+	assert_int_equal(a->db_refs, 2);
+	OK(dd_txn_begin(a, &fx->fx_err, false, &txn));
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &got));
+	assert_true(got.de_refcnt == 3);
+	dd_txn_abort(txn);
+	dd_db_close(b);
+	dd_db_close(a);
+	dd_db_close(NULL);
+
+	/* Reopen again through the fixture (for its teardown). */
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	assert_int_equal(fx->fx_db->db_refs, 1);
+
+	/* A directory that does not exist. */
+	strcat(dir2, "/missing");
+	other = (dd_db *)&other;
+	assert_int_equal(dd_db_open(&other, &fx->fx_err, dir2, true, false),
+			 DD_ENOENT);
+	assert_ptr_equal(other, (dd_db *)&other);
+	dir2[strlen(dir2) - strlen("/missing")] = 0;
+
+	/* An environment without the tables, opened without create. */
+	{
+		char dir3[64];
+
+		strcpy(dir3, "/tmp/dd_test_ddt.XXXXXX");
+		assert_non_null(mkdtemp(dir3));
+		other = NULL;
+		assert_int_equal(dd_db_open(&other, &fx->fx_err, dir3, false,
+					    false), DD_ECORRUPT);
+		assert_null(other);
+		assert_non_null(strstr(fx->fx_err.de_msg, "missing"));
+		dir_remove(dir3);
+	}
+	dir_remove(dir2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fixture_setup, fixture_teardown)
+		T(test_ddt_roundtrip),
+		T(test_ddt_encoding_bytes),
+		T(test_ddt_damaged),
+		T(test_ddt_compact),
+		T(test_ddt_live_meta),
+		T(test_snap),
+		T(test_snap_damaged),
+		T(test_bmap_seek),
+		T(test_bmap_append_order),
+		T(test_bmap_drop),
+		T(test_bmap_drop_big),
+		T(test_bmap_damaged),
+		T(test_pend),
+		T(test_packs),
+		T(test_packs_damaged),
+		T(test_meta),
+		T(test_txn_abort),
+		T(test_db_shared),
+#undef T
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
