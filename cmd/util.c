@@ -159,12 +159,17 @@ int split_snapref(const char *arg, char **store, char **name,
 	return 0;
 }
 
+/* The last split, kept reachable so a die() after it is not a leak. */
+static char *snapref_store, *snapref_name;
+
 void split_snapref_or_die(const char *arg, char **store, char **name)
 {
 	const char *why = NULL;
 
 	if (split_snapref(arg, store, name, &why) != 0)
 		die_usage("'%.300s': %s", arg, why);
+	snapref_store = *store;
+	snapref_name = *name;
 }
 
 /* ---- formatting ---------------------------------------------------------*/
