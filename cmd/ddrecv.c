@@ -1,0 +1,332 @@
+/*
+ * ddrecv.c -- the `ddrecv` command: read a replication stream
+ * (format/stream.md) from stdin.
+ *
+ *   ddrecv [-v] [-s] STORE[@NAME]   into a store (as NAME, or the stream's)
+ *   ddrecv [-v] -o FILE|DEVICE      rebuild the raw image
+ *   ddrecv -n [--json]              check and describe, write nothing
+ *   ddrecv -A STORE                 discard a partial resumable receive
+ *
+ * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
+ * "ddrecv: message" on stderr), 2 a usage error.  Only -n writes to stdout
+ * (its report); progress goes to stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: ddrecv [-v] [-s] STORE[@NAME]\n"
+	"       ddrecv [-v] -o FILE|DEVICE\n"
+	"       ddrecv -n [--json]\n"
+	"       ddrecv -A STORE\n"
+	"\n"
+	"Reads a replication stream (from ddsend) on stdin.\n"
+	"\n"
+	"  STORE[@NAME]        receive into STORE, as snapshot NAME (default:\n"
+	"                      the name in the stream); the snapshot appears only\n"
+	"                      once the whole stream checked out\n"
+	"  -s, --resumable     keep what arrived if the receive is interrupted and\n"
+	"                      print a resume token for `ddsend -t`\n"
+	"  -o, --output PATH   rebuild the raw image into a file or block device\n"
+	"  -n, --dry-run       check the whole stream and describe it; write nothing\n"
+	"      --json          with -n: the description as JSON on stdout\n"
+	"  -A, --abort STORE   discard a partial resumable receive kept in STORE\n"
+	"  -v, --verbose       show progress on stderr (default when stderr is a\n"
+	"                      terminal)\n"
+	"      --help          show this help\n"
+	"      --version       show the version\n"
+	"\n"
+	"Exit status: 0 success, 1 error, 2 usage error.\n";
+
+enum mode { MODE_STORE, MODE_OUTPUT, MODE_CHECK, MODE_ABORT };
+
+struct recv_args {
+	enum mode mode;
+	int verbose;
+	int resumable;
+	int json;
+	const char *path;     /* -o PATH, -A STORE, or STORE[@NAME] */
+};
+
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
+
+/* The most specific message for a failed call: the handle's, else the
+ * thread's, else the code's name. */
+static const char *why(const char *handle_msg, int rc)
+{
+	if (handle_msg && *handle_msg && strcmp(handle_msg, "no error") != 0)
+		return handle_msg;
+	if (strcmp(dd_last_errmsg(), "no error") != 0)
+		return dd_last_errmsg();
+	return dd_strerror(rc);
+}
+
+static _Noreturn void print_version(void)
+{
+	printf("ddrecv (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
+	       DD_VERSION_MINOR, DD_VERSION_PATCH);
+	if (dd_version_number() != DD_VERSION_NUMBER)
+		printf("running with library %s\n", dd_version_string());
+	exit(0);
+}
+
+static void set_mode(struct recv_args *a, enum mode m, const char *path)
+{
+	if (a->mode != MODE_STORE)
+		die_usage("-o, -n and -A exclude each other");
+	a->mode = m;
+	a->path = path;
+}
+
+static void parse_args(int argc, char **argv, struct recv_args *a)
+{
+	static const struct option longopts[] = {
+		{"verbose", no_argument, NULL, 'v'},
+		{"resumable", no_argument, NULL, 's'},
+		{"output", required_argument, NULL, 'o'},
+		{"dry-run", no_argument, NULL, 'n'},
+		{"abort", required_argument, NULL, 'A'},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"help", no_argument, NULL, OPT_HELP},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	memset(a, 0, sizeof(*a));
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":vso:nA:h", longopts,
+				NULL)) != -1) {
+		switch (c) {
+		case 'v': a->verbose = 1; break;
+		case 's': a->resumable = 1; break;
+		case 'o': set_mode(a, MODE_OUTPUT, optarg); break;
+		case 'n': set_mode(a, MODE_CHECK, NULL); break;
+		case 'A': set_mode(a, MODE_ABORT, optarg); break;
+		case OPT_JSON: a->json = 1; break;
+		case 'h':
+		case OPT_HELP: fputs(usage_text, stdout); exit(0);
+		case OPT_VERSION: print_version();
+		default: die_bad_option(c, argv);
+		}
+	}
+	if (a->json && a->mode != MODE_CHECK)
+		die_usage("--json goes with -n only");
+	if (a->resumable && a->mode != MODE_STORE)
+		die_usage("-s applies to a receive into a store only");
+	if (a->mode == MODE_STORE) {
+		if (optind >= argc)
+			die_usage("missing STORE (or -o, -n, -A)");
+		a->path = argv[optind++];
+	}
+	if (optind < argc)
+		die_usage("unexpected argument '%.300s'", argv[optind]);
+}
+
+static void refuse_terminal(void)
+{
+	if (isatty(STDIN_FILENO))
+		die("refusing to read a binary stream from a terminal "
+		    "(pipe ddsend into ddrecv, or redirect stdin)");
+}
+
+/* ---- -n -----------------------------------------------------------------*/
+
+static void print_text(const dd_stream_info *i)
+{
+	char hex[65], hs[32];
+
+	printf("stream format:  version %" PRIu32 ", %s\n", i->format_version,
+	       i->base[0] ? "incremental" : "full");
+	printf("name:           %s\n", i->name);
+	if (i->base[0]) {
+		printf("base:           %s\n", i->base);
+		printf("base digest:    %s\n",
+		       hex_encode(hex, i->base_digest, 32));
+	}
+	printf("block size:     %" PRIu32 "\n", i->block_size);
+	printf("size:           %" PRIu64 " bytes (%s)\n", i->size,
+	       human_size(hs, sizeof(hs), i->size));
+	printf("content digest: %s\n", hex_encode(hex, i->digest, 32));
+	printf("resume from:    block %" PRIu64 "\n", i->resume_from);
+	printf("records:\n");
+	printf("  DATA  %12" PRIu64 " records %16" PRIu64 " payload bytes\n",
+	       i->data_records, i->data_bytes);
+	printf("  REF   %12" PRIu64 " records\n", i->ref_records);
+	printf("  ZERO  %12" PRIu64 " records %16" PRIu64 " blocks\n",
+	       i->zero_records, i->zero_blocks);
+	printf("stream bytes:   %" PRIu64 " (%s)\n", i->stream_bytes,
+	       human_size(hs, sizeof(hs), i->stream_bytes));
+}
+
+static void print_json(const dd_stream_info *i)
+{
+	char hex[65];
+
+	printf("{\"format_version\": %" PRIu32 ", \"incremental\": %s, "
+	       "\"name\": ", i->format_version, i->base[0] ? "true" : "false");
+	json_string(stdout, i->name);
+	printf(", \"base\": ");
+	json_string(stdout, i->base);
+	printf(", \"base_digest\": \"%s\"",
+	       hex_encode(hex, i->base_digest, 32));
+	printf(", \"block_size\": %" PRIu32 ", \"size\": %" PRIu64,
+	       i->block_size, i->size);
+	printf(", \"digest\": \"%s\"", hex_encode(hex, i->digest, 32));
+	printf(", \"resume_from\": %" PRIu64, i->resume_from);
+	printf(", \"data_records\": %" PRIu64 ", \"data_bytes\": %" PRIu64,
+	       i->data_records, i->data_bytes);
+	printf(", \"ref_records\": %" PRIu64, i->ref_records);
+	printf(", \"zero_records\": %" PRIu64 ", \"zero_blocks\": %" PRIu64,
+	       i->zero_records, i->zero_blocks);
+	printf(", \"stream_bytes\": %" PRIu64 "}\n", i->stream_bytes);
+}
+
+static int recv_check(const struct recv_args *a)
+{
+	dd_recv_opts opts = DD_RECV_OPTS_INIT;
+	dd_stream_info info;
+	struct progress pg;
+	int in = STDIN_FILENO, rc;
+
+	progress_init(&pg, "ddrecv", 0, a->verbose);
+	opts.progress = progress_lib_cb;
+	opts.progress_ctx = &pg;
+	rc = dd_stream_check(&opts, dd_fd_read, &in, &info);
+	progress_finish(&pg);
+	if (rc)
+		die("%s", why(NULL, rc));
+	if (a->json)
+		print_json(&info);
+	else
+		print_text(&info);
+	if (fflush(stdout) != 0)
+		die("write to stdout: %s", strerror(errno));
+	return 0;
+}
+
+/* ---- -o -----------------------------------------------------------------*/
+
+static int recv_output(const struct recv_args *a)
+{
+	dd_recv_opts opts = DD_RECV_OPTS_INIT;
+	struct progress pg;
+	struct stat st;
+	int created, out, in = STDIN_FILENO, rc;
+
+	created = stat(a->path, &st) != 0 && errno == ENOENT;
+	/* Read and write: a REF block is copied from the output itself. */
+	out = open(a->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	if (out < 0)
+		die("cannot open '%.300s': %s", a->path, strerror(errno));
+	progress_init(&pg, "ddrecv", 0, a->verbose);
+	opts.progress = progress_lib_cb;
+	opts.progress_ctx = &pg;
+	rc = dd_recv_fd(out, &opts, dd_fd_read, &in, NULL);
+	progress_finish(&pg);
+	if (rc == 0 && close(out) != 0)
+		die("close '%.300s': %s", a->path, strerror(errno));
+	if (rc) {
+		close(out);
+		/* A half-rebuilt file that we created is only misleading. */
+		if (created)
+			unlink(a->path);
+		die("%s", why(NULL, rc));
+	}
+	return 0;
+}
+
+/* ---- into a store ---------------------------------------------------------*/
+
+static char store_msg[1024];
+
+static _Noreturn void die_store(dd_store *store, int rc)
+{
+	snprintf(store_msg, sizeof(store_msg), "%s",
+		 why(dd_store_errmsg(store), rc));
+	dd_store_close(store);
+	die("%s", store_msg);
+}
+
+static dd_store *open_store(const char *path)
+{
+	dd_store *store;
+	int rc = dd_store_open(&store, path, NULL);
+
+	if (rc)
+		die("%s", why(dd_store_errmsg(NULL), rc));
+	return store;
+}
+
+static int recv_store(const struct recv_args *a)
+{
+	dd_recv_opts opts = DD_RECV_OPTS_INIT;
+	struct progress pg;
+	dd_store *store;
+	char *sname = NULL, *snap = NULL, token[1024];
+	int in = STDIN_FILENO, rc;
+
+	if (strchr(a->path, '@'))
+		split_snapref_or_die(a->path, &sname, &snap);
+	store = open_store(sname ? sname : a->path);
+	opts.name = snap;
+	opts.resumable = a->resumable;
+	progress_init(&pg, "ddrecv", 0, a->verbose);
+	opts.progress = progress_lib_cb;
+	opts.progress_ctx = &pg;
+	rc = dd_recv(store, &opts, dd_fd_read, &in, NULL);
+	progress_finish(&pg);
+	if (rc && a->resumable &&
+	    dd_recv_resume_token(store, token, sizeof(token)) == 0) {
+		warnmsg("%s", why(dd_store_errmsg(store), rc));
+		warnmsg("resume token: %s", token);
+		dd_store_close(store);
+		exit(1);
+	}
+	if (rc)
+		die_store(store, rc);
+	dd_store_close(store);
+	return 0;
+}
+
+static int recv_abort(const struct recv_args *a)
+{
+	dd_store *store = open_store(a->path);
+	int rc = dd_recv_abort_partial(store);
+
+	if (rc)
+		die_store(store, rc);
+	dd_store_close(store);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct recv_args a;
+
+	util_set_prog("ddrecv");
+	parse_args(argc, argv, &a);
+	switch (a.mode) {
+	case MODE_ABORT:
+		return recv_abort(&a);
+	case MODE_CHECK:
+		refuse_terminal();
+		return recv_check(&a);
+	case MODE_OUTPUT:
+		refuse_terminal();
+		return recv_output(&a);
+	default:
+		refuse_terminal();
+		return recv_store(&a);
+	}
+}

@@ -1,0 +1,260 @@
+/*
+ * ddsend.c -- the `ddsend` command: write a replication stream
+ * (format/stream.md) to stdout.
+ *
+ *   ddsend [-v] [-i BASE] [-t TOKEN] STORE@SNAP    a snapshot of a store
+ *   ddsend [-v] [-b SIZE] [-c LEVEL] -f FILE       a raw file or device
+ *
+ * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
+ * "ddsend: message" on stderr), 2 a usage error.  The stream goes to
+ * stdout and nowhere else; progress goes to stderr.  A stream is binary,
+ * so it is never written to a terminal.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: ddsend [-v] [-i BASE] [-t TOKEN] STORE@SNAP\n"
+	"       ddsend [-v] [-b SIZE] [-c LEVEL] -f FILE|DEVICE\n"
+	"\n"
+	"Writes a replication stream to stdout, e.g.\n"
+	"  ddsend store@monday | ssh host ddrecv backup\n"
+	"\n"
+	"  -i, --incremental BASE  send only what changed since BASE (NAME,\n"
+	"                          @NAME or STORE@NAME, a snapshot of the same\n"
+	"                          store); its blocks travel as references\n"
+	"  -t, --resume TOKEN      send the rest of an interrupted receive\n"
+	"                          (the token `ddrecv -s` printed)\n"
+	"  -f, --file PATH         stream a regular file or block device, no\n"
+	"                          store needed (deduplicated within the stream)\n"
+	"  -b, --block-size SIZE   block size for -f (4K..1M, power of two;\n"
+	"                          default 128K)\n"
+	"  -c, --compress LEVEL    zstd level 1..19 for -f, or 'none' (default 1)\n"
+	"  -v, --verbose           show progress on stderr (default when stderr\n"
+	"                          is a terminal)\n"
+	"      --help              show this help\n"
+	"      --version           show the version\n"
+	"\n"
+	"Exit status: 0 success, 1 error, 2 usage error.\n";
+
+struct send_args {
+	int verbose;
+	const char *base;
+	const char *token;
+	const char *file;
+	uint32_t block_size;
+	int level;
+	const char *snapref;
+};
+
+enum { OPT_HELP = 256, OPT_VERSION };
+
+/* The most specific message for a failed call: the handle's, else the
+ * thread's, else the code's name. */
+static const char *why(const char *handle_msg, int rc)
+{
+	if (handle_msg && *handle_msg && strcmp(handle_msg, "no error") != 0)
+		return handle_msg;
+	if (strcmp(dd_last_errmsg(), "no error") != 0)
+		return dd_last_errmsg();
+	return dd_strerror(rc);
+}
+
+static _Noreturn void print_version(void)
+{
+	printf("ddsend (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
+	       DD_VERSION_MINOR, DD_VERSION_PATCH);
+	if (dd_version_number() != DD_VERSION_NUMBER)
+		printf("running with library %s\n", dd_version_string());
+	exit(0);
+}
+
+static uint32_t parse_block_size(const char *s)
+{
+	uint64_t v;
+
+	if (parse_size(s, &v) != 0 || v < DD_BLOCK_SIZE_MIN ||
+	    v > DD_BLOCK_SIZE_MAX || (v & (v - 1)) != 0)
+		die_usage("block size '%.100s' is not a power of two in "
+			  "4K..1M", s);
+	return (uint32_t)v;
+}
+
+static int parse_level(const char *s)
+{
+	char *end;
+	long v;
+
+	if (strcmp(s, "none") == 0)
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 19)
+		die_usage("compression level '%.100s' is not 1..19 or 'none'",
+			  s);
+	return (int)v;
+}
+
+static void parse_args(int argc, char **argv, struct send_args *a)
+{
+	static const struct option longopts[] = {
+		{"verbose", no_argument, NULL, 'v'},
+		{"incremental", required_argument, NULL, 'i'},
+		{"resume", required_argument, NULL, 't'},
+		{"file", required_argument, NULL, 'f'},
+		{"block-size", required_argument, NULL, 'b'},
+		{"compress", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, OPT_HELP},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{NULL, 0, NULL, 0},
+	};
+	int c, b_set = 0, c_set = 0;
+
+	memset(a, 0, sizeof(*a));
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":vi:t:f:b:c:h", longopts,
+				NULL)) != -1) {
+		switch (c) {
+		case 'v': a->verbose = 1; break;
+		case 'i': a->base = optarg; break;
+		case 't': a->token = optarg; break;
+		case 'f': a->file = optarg; break;
+		case 'b': a->block_size = parse_block_size(optarg); b_set = 1;
+			break;
+		case 'c': a->level = parse_level(optarg); c_set = 1; break;
+		case 'h':
+		case OPT_HELP: fputs(usage_text, stdout); exit(0);
+		case OPT_VERSION: print_version();
+		default: die_bad_option(c, argv);
+		}
+	}
+	if (a->file) {
+		if (a->base || a->token)
+			die_usage("-f cannot be combined with -i or -t");
+		if (optind < argc)
+			die_usage("unexpected argument '%.300s'", argv[optind]);
+		return;
+	}
+	if (b_set || c_set)
+		die_usage("-b and -c apply to -f only (a store's blocks keep "
+			  "their own size and compression)");
+	if (optind >= argc)
+		die_usage("missing STORE@SNAP");
+	if (optind + 1 < argc)
+		die_usage("unexpected argument '%.300s'", argv[optind + 1]);
+	a->snapref = argv[optind];
+}
+
+/* BASE is NAME, @NAME or STORE@NAME; a STORE part must name the store
+ * being sent from (an incremental is against a snapshot of the same
+ * store). */
+static const char *base_name(const char *base, const char *store)
+{
+	const char *at = strrchr(base, '@');
+	const char *name = at ? at + 1 : base;
+
+	if (at && at != base && ((size_t)(at - base) != strlen(store) ||
+				 strncmp(base, store, strlen(store)) != 0))
+		die_usage("base '%.300s' is not a snapshot of store '%.300s'",
+			  base, store);
+	if (dd_name_check(name) != 0)
+		die_usage("'%.300s': invalid base snapshot name", base);
+	return name;
+}
+
+static void refuse_terminal(void)
+{
+	if (isatty(STDOUT_FILENO))
+		die("refusing to write a binary stream to a terminal "
+		    "(redirect stdout to a file or a pipe)");
+}
+
+static int send_file(const struct send_args *a)
+{
+	dd_send_opts opts = DD_SEND_OPTS_INIT;
+	struct progress pg;
+	char *copy, *name;
+	int in, out = STDOUT_FILENO, rc;
+
+	in = open(a->file, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		die("cannot open '%.300s': %s", a->file, strerror(errno));
+	copy = strdup(a->file);
+	if (!copy)
+		die("out of memory");
+	name = basename(copy);
+	if (dd_name_check(name) != 0)
+		die("'%.300s' cannot name a stream (its file name is not a "
+		    "valid snapshot name)", a->file);
+	progress_init(&pg, "ddsend", 0, a->verbose);
+	opts.progress = progress_lib_cb;
+	opts.progress_ctx = &pg;
+	rc = dd_send_fd(in, name, a->block_size, a->level, &opts,
+			dd_fd_write, &out);
+	progress_finish(&pg);
+	close(in);
+	free(copy);
+	if (rc)
+		die("%s", why(NULL, rc));
+	return 0;
+}
+
+static int send_snapshot(const struct send_args *a)
+{
+	dd_open_opts oo = DD_OPEN_OPTS_INIT;
+	dd_send_opts opts = DD_SEND_OPTS_INIT;
+	struct progress pg;
+	dd_store *store;
+	char *sname, *snap;
+	int out = STDOUT_FILENO, rc;
+
+	split_snapref_or_die(a->snapref, &sname, &snap);
+	if (a->base)
+		opts.base = base_name(a->base, sname);
+	opts.resume_token = a->token;
+	oo.readonly = 1;
+	rc = dd_store_open(&store, sname, &oo);
+	if (rc)
+		die("%s", why(dd_store_errmsg(NULL), rc));
+	progress_init(&pg, "ddsend", 0, a->verbose);
+	opts.progress = progress_lib_cb;
+	opts.progress_ctx = &pg;
+	rc = dd_send(store, snap, &opts, dd_fd_write, &out);
+	progress_finish(&pg);
+	if (rc) {
+		/* die() exits: keep the message, not the store. */
+		static char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s",
+			 why(dd_store_errmsg(store), rc));
+		dd_store_close(store);
+		die("%s", msg);
+	}
+	dd_store_close(store);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct send_args a;
+
+	util_set_prog("ddsend");
+	parse_args(argc, argv, &a);
+	refuse_terminal();
+	/* A receiver that stops reading is a write error with a message,
+	 * not a silent death by SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
+	if (a.file)
+		return send_file(&a);
+	return send_snapshot(&a);
+}

@@ -1,0 +1,490 @@
+/*
+ * receive.c -- a snapshot writer fed with hashed, compressed blocks.
+ *
+ * Used by the replication stream's receiver.  For each block, in order:
+ * the payload is decompressed and its SHA-256 compared with the hash the
+ * stream claims (a mismatch is DD_ECHECKSUM: nothing unverified is
+ * stored); the DDT is consulted -- a block the store holds (from any
+ * snapshot, not only this stream) gets a reference, and in verify mode
+ * only after a byte comparison; a new block's payload is appended to the
+ * pack as it arrived, without recompressing.  Indices not given are holes.
+ * Commits follow the writer's rules (writer.c): intermediate commits keep
+ * the snapshot pending and invisible; dd_recv_finish adds it only when the
+ * content digest matches the one the stream announced.
+ *
+ * A resumable receive writes its state (format/store.md §5) into its
+ * pending entry at every commit, so what arrived survives a failure or a
+ * crash; recovery leaves such an entry alone, and dd_recv_resume continues
+ * it from its next block.
+ */
+#include <string.h>
+
+#include "store/replica.h"
+#include <stdio.h>
+
+#include "common/alloc.h"
+#include "common/endian.h"
+#include "store/writer_internal.h"
+
+int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
+		  uint32_t block_size)
+{
+	dd_writer *w;
+	int rc;
+
+	if (s->st_hash_kind != DD_HASH_SHA256)
+		return dd_err_set(err, DD_ENOTSUP,
+				  "store is not keyed by SHA-256");
+	if (block_size != s->st_block_size)
+		return dd_err_set(err, DD_EINVAL,
+				  "stream block size %u differs from the "
+				  "store's %u", block_size, s->st_block_size);
+	rc = dd_writer_open(&w, s, name, 0);
+	if (rc)
+		return dd_err_copy(err, &s->st_err);
+	w->w_raw = true;
+	if (s->st_verify && !(w->w_vbuf = dd_malloc(s->st_block_size))) {
+		dd_writer_free(w);
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	}
+	*out = w;
+	return 0;
+}
+
+/* Accounts the holes before idx and checks the order.  Like the other
+ * checks of a block before anything is stored, a failure here leaves the
+ * writer open: the receive can still be suspended (resumable) or
+ * aborted. */
+static int dd_recv_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
+{
+	if (w->w_state != DD_W_OPEN)
+		return dd_err_set(&w->w_err, DD_ESTATE, "writer is not open");
+	if (idx < w->w_blocks)
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				"block %llu out of order",
+				(unsigned long long)idx);
+	if (lsize == 0 || lsize > w->w_bs)
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				"block %llu: size %u out of range",
+				(unsigned long long)idx, lsize);
+	/* a short block must be the image's last: nothing may follow it */
+	if (w->w_size != w->w_blocks * (uint64_t)w->w_bs)
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				"block %llu follows a short block",
+				(unsigned long long)idx);
+	for (; w->w_blocks < idx; w->w_blocks++) {
+		dd_digest_block(w->w_digest, NULL);
+		w->w_zero++;
+	}
+	return 0;
+}
+
+static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
+			   uint32_t lsize)
+{
+	int rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id, w->w_blocks,
+				key);
+
+	if (rc)
+		return rc;
+	dd_digest_block(w->w_digest, key->dk_hash);
+	w->w_blocks++;
+	w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
+	w->w_uncommitted += lsize;
+	if (w->w_uncommitted >= dd_writer_commit_bytes)
+		return dd_writer_sync_commit(w, true);
+	return 0;
+}
+
+/* Finds the variant of key holding these bytes (verify mode compares),
+ * 1 if found (refcount taken), 0 if the block is new (key->dk_variant is
+ * then the first free variant). */
+static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
+			  uint32_t lsize)
+{
+	dd_ddt_ent ent;
+
+	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+		bool same = true;
+		int rc;
+
+		key->dk_variant = (uint8_t)v;
+		rc = dd_ddt_get(w->w_txn, &w->w_err, key, &ent);
+		if (rc == DD_ENOENT)
+			return 0;
+		if (rc)
+			return rc;
+		if (w->w_store->st_verify) {
+			same = ent.de_lsize == lsize;
+			if (same) {
+				rc = dd_block_read(w->w_store, &w->w_err,
+						   &w->w_sc, key, &ent, w->w_vbuf);
+				if (rc && rc != DD_ECHECKSUM && rc != DD_ECORRUPT)
+					return rc;
+				same = !rc && !memcmp(w->w_vbuf, data, lsize);
+			}
+		}
+		if (same) {
+			ent.de_refcnt++;
+			rc = dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
+			return rc ? rc : 1;
+		}
+	}
+	return dd_err_set(&w->w_err, DD_ENOSPC,
+			  "more than %d different blocks share one hash",
+			  DD_DDT_MAX_VARIANT + 1);
+}
+
+int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
+		     uint8_t codec, uint32_t lsize, uint32_t psize,
+		     const void *payload)
+{
+	dd_pack_rec rec = {.pr_codec = codec, .pr_lsize = lsize,
+			   .pr_psize = psize};
+	dd_ddt_key key;
+	uint8_t got[DD_HASH_SIZE];
+	int rc = dd_recv_advance(w, idx, lsize);
+
+	if (rc)
+		return rc;
+	if (psize == 0 || (size_t)psize > dd_codec_bound(w->w_bs))
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				  "block %llu: payload size %u out of range",
+				  (unsigned long long)idx, psize);
+	memcpy(rec.pr_hash, hash, DD_HASH_SIZE);
+	rc = dd_codec_decompress(w->w_sc.sc_codec, &w->w_err, &rec, payload,
+				 w->w_sc.sc_dbuf);
+	if (rc)
+		return rc;
+	dd_hasher_sum(w->w_sc.sc_hasher, w->w_sc.sc_dbuf, lsize, got);
+	if (memcmp(got, hash, DD_HASH_SIZE))
+		return dd_err_set(&w->w_err, DD_ECHECKSUM,
+				  "block %llu: sha256 of the received data "
+				  "does not match the stream",
+				  (unsigned long long)idx);
+	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
+	rc = dd_recv_lookup(w, &key, w->w_sc.sc_dbuf, lsize);
+	if (rc == 0) {
+		dd_ddt_ent ent = {.de_codec = codec, .de_psize = psize,
+				  .de_lsize = lsize, .de_refcnt = 1};
+
+		rc = dd_writer_append(w, &rec, payload, &ent.de_pack,
+				      &ent.de_offset);
+		if (!rc)
+			rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+	}
+	if (rc >= 0 && (rc = dd_recv_account(w, &key, lsize)) == 0)
+		return 0;
+	return dd_writer_fail(w, rc);
+}
+
+int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
+		    uint32_t lsize)
+{
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	int rc = dd_recv_advance(w, idx, lsize);
+
+	if (rc)
+		return rc;
+	/* A reference names the block by its SHA-256: variant 0 is the
+	 * block with that hash (variants exist only under a test hash). */
+	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
+	key.dk_variant = 0;
+	rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
+	if (rc == DD_ENOENT)
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				  "block %llu refers to a block neither sent "
+				  "nor held by the store",
+				  (unsigned long long)idx);
+	if (!rc && ent.de_lsize != lsize)
+		return dd_err_set(&w->w_err, DD_EFORMAT,
+				  "block %llu: reference of %u bytes to a "
+				  "block of %u", (unsigned long long)idx, lsize,
+				  ent.de_lsize);
+	if (!rc) {
+		ent.de_refcnt++;
+		rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+	}
+	if (!rc)
+		rc = dd_recv_account(w, &key, lsize);
+	return rc ? dd_writer_fail(w, rc) : 0;
+}
+
+int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32])
+{
+	uint64_t blocks = size / w->w_bs + (size % w->w_bs != 0);
+	int rc;
+
+	if (w->w_state != DD_W_OPEN)
+		return dd_err_set(&w->w_err, DD_ESTATE, "writer is not open");
+	if (blocks < w->w_blocks || (w->w_blocks == blocks && blocks &&
+				     w->w_size != size))
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EFORMAT,
+				"blocks received disagree with the image size "
+				"%llu", (unsigned long long)size));
+	for (; w->w_blocks < blocks; w->w_blocks++) {
+		dd_digest_block(w->w_digest, NULL);
+		w->w_zero++;
+	}
+	w->w_size = size;
+	rc = dd_writer_finish(w, digest);
+	return rc ? dd_writer_fail(w, rc) : 0;
+}
+
+/* ---- resumable receives ---------------------------------------------------*/
+
+#define DD_RECV_STATE_VERSION 1
+#define DD_RECV_STATE_SIZE 69
+
+typedef struct dd_recv_state {
+	uint32_t rs_block_size;
+	uint64_t rs_final_size;
+	uint64_t rs_next;        /* first block not received */
+	uint64_t rs_zero;
+	uint64_t rs_size;        /* bytes up to rs_next */
+	uint8_t rs_digest[32];   /* the content digest announced */
+} dd_recv_state;
+
+static void dd_recv_state_encode(uint8_t *p, const dd_recv_state *st)
+{
+	p[0] = DD_RECV_STATE_VERSION;
+	dd_put_le32(p + 1, st->rs_block_size);
+	dd_put_le64(p + 5, st->rs_final_size);
+	dd_put_le64(p + 13, st->rs_next);
+	dd_put_le64(p + 21, st->rs_zero);
+	dd_put_le64(p + 29, st->rs_size);
+	memcpy(p + 37, st->rs_digest, 32);
+}
+
+static int dd_recv_state_decode(const dd_pend_rec *rec, dd_recv_state *st)
+{
+	const uint8_t *p = rec->pr_state;
+
+	if (rec->pr_state_len != DD_RECV_STATE_SIZE ||
+	    p[0] != DD_RECV_STATE_VERSION)
+		return DD_ECORRUPT;
+	st->rs_block_size = dd_get_le32(p + 1);
+	st->rs_final_size = dd_get_le64(p + 5);
+	st->rs_next = dd_get_le64(p + 13);
+	st->rs_zero = dd_get_le64(p + 21);
+	st->rs_size = dd_get_le64(p + 29);
+	memcpy(st->rs_digest, p + 37, 32);
+	if (st->rs_block_size == 0 || st->rs_zero > st->rs_next ||
+	    st->rs_size > st->rs_next * (uint64_t)st->rs_block_size)
+		return DD_ECORRUPT;
+	return 0;
+}
+
+int dd_recv_save_state(dd_writer *w)
+{
+	uint8_t blob[DD_RECV_STATE_SIZE];
+	dd_recv_state st = {
+		.rs_block_size = w->w_bs,
+		.rs_final_size = w->w_final_size,
+		.rs_next = w->w_blocks,
+		.rs_zero = w->w_zero,
+		.rs_size = w->w_size,
+	};
+
+	memcpy(st.rs_digest, w->w_final_digest, 32);
+	dd_recv_state_encode(blob, &st);
+	return dd_pend_put_state(w->w_txn, &w->w_err, w->w_id, w->w_name, blob,
+				 sizeof(blob));
+}
+
+int dd_recv_set_resumable(dd_writer *w, uint64_t size, const uint8_t digest[32])
+{
+	w->w_resumable = true;
+	w->w_final_size = size;
+	memcpy(w->w_final_digest, digest, 32);
+	return 0;
+}
+
+int dd_recv_suspend(dd_writer *w)
+{
+	int rc;
+
+	if (!w->w_resumable || w->w_state != DD_W_OPEN)
+		return dd_err_set(&w->w_err, DD_ESTATE,
+				  "receive cannot be kept for resuming");
+	rc = dd_writer_sync_commit(w, false);
+	if (rc)
+		return dd_writer_fail(w, rc);
+	w->w_state = DD_W_SUSPENDED;
+	dd_pack_close(w->w_pack);
+	w->w_pack = NULL;
+	dd_store_unlock(w->w_store);
+	return 0;
+}
+
+struct dd_partial {
+	const uint8_t *pa_digest;   /* NULL: any */
+	uint64_t pa_id;
+	dd_pend_rec pa_rec;
+	dd_recv_state pa_state;
+	bool pa_found;
+};
+
+static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_partial *pa = arg;
+	dd_recv_state st;
+
+	if (!rec->pr_state_len || dd_recv_state_decode(rec, &st))
+		return 0;
+	if (pa->pa_digest && memcmp(pa->pa_digest, st.rs_digest, 32))
+		return 0;
+	pa->pa_id = id;
+	pa->pa_rec = *rec;
+	pa->pa_state = st;
+	pa->pa_found = true;
+	return 1;
+}
+
+static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
+{
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_pend_walk(txn, err, dd_partial_match, pa);
+	dd_txn_abort(txn);
+	if (rc < 0)
+		return rc;
+	return pa->pa_found ? 0 : DD_ENOENT;
+}
+
+/* Feeds the digest with the blocks already received (holes as zeros). */
+static int dd_recv_replay_digest(dd_writer *w, uint64_t next)
+{
+	dd_bmap_cur *cur;
+	dd_ddt_key key;
+	uint64_t idx, at = 0;
+	int rc = dd_bmap_open(w->w_txn, &w->w_err, w->w_id, &cur);
+
+	if (rc)
+		return rc;
+	for (rc = dd_bmap_seek(cur, &w->w_err, 0, &idx, &key);
+	     rc == 1 && idx < next; rc = dd_bmap_next(cur, &w->w_err, &idx, &key)) {
+		for (; at < idx; at++)
+			dd_digest_block(w->w_digest, NULL);
+		dd_digest_block(w->w_digest, key.dk_hash);
+		at = idx + 1;
+	}
+	dd_bmap_close(cur);
+	if (rc < 0)
+		return rc;
+	for (; at < next; at++)
+		dd_digest_block(w->w_digest, NULL);
+	return 0;
+}
+
+int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
+		   const uint8_t digest[32], uint64_t from, uint32_t block_size)
+{
+	struct dd_partial pa = {.pa_digest = digest};
+	dd_writer *w;
+	int rc = dd_partial_find(s, err, &pa);
+
+	if (rc == DD_ENOENT)
+		return dd_err_set(err, DD_ENOENT,
+				  "no partial receive of this snapshot to "
+				  "resume");
+	if (rc)
+		return rc;
+	if (pa.pa_state.rs_next != from || pa.pa_state.rs_block_size != block_size)
+		return dd_err_set(err, DD_EINVAL,
+				  "the stream resumes at block %llu, the "
+				  "partial receive at block %llu",
+				  (unsigned long long)from,
+				  (unsigned long long)pa.pa_state.rs_next);
+	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id);
+	if (rc)
+		return dd_err_copy(err, &s->st_err);
+	w->w_raw = true;
+	w->w_blocks = pa.pa_state.rs_next;
+	w->w_zero = pa.pa_state.rs_zero;
+	w->w_size = pa.pa_state.rs_size;
+	dd_recv_set_resumable(w, pa.pa_state.rs_final_size, digest);
+	rc = dd_recv_replay_digest(w, pa.pa_state.rs_next);
+	if (!rc && s->st_verify && !(w->w_vbuf = dd_malloc(s->st_block_size)))
+		rc = dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+	if (rc) {
+		dd_err_copy(err, &w->w_err);
+		/* the kept receive stays as it was: only this attempt ends */
+		w->w_state = DD_W_SUSPENDED;
+		dd_txn_abort(w->w_txn);
+		w->w_txn = NULL;
+		dd_store_unlock(s);
+		dd_writer_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
+		  char *name, size_t namelen)
+{
+	struct dd_partial pa = {0};
+	int rc = dd_partial_find(s, err, &pa), n;
+
+	if (rc)
+		return rc;
+	n = snprintf(buf, len, "ddr1:");
+	for (int i = 0; i < 32 && n > 0 && (size_t)n < len; i++)
+		n += snprintf(buf + n, len - (size_t)n, "%02x",
+			      pa.pa_state.rs_digest[i]);
+	if (n > 0 && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, ":%llu",
+			      (unsigned long long)pa.pa_state.rs_next);
+	if (n < 0 || (size_t)n >= len)
+		return dd_err_set(err, DD_EINVAL, "token buffer too small");
+	if (name)
+		snprintf(name, namelen, "%s", pa.pa_rec.pr_name);
+	return 0;
+}
+
+static int dd_partial_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	uint64_t *first = arg;
+
+	if (rec->pr_state_len && !*first)
+		*first = id;
+	return 0;
+}
+
+int dd_recv_discard(dd_store *s, dd_err *err)
+{
+	uint64_t found = 0, id;
+	int rc = dd_store_lock(s, err);
+
+	if (rc)
+		return rc;
+	do {
+		dd_txn *txn;
+
+		id = 0;
+		rc = dd_txn_begin(s->st_db, err, true, &txn);
+		if (rc)
+			break;
+		rc = dd_pend_walk(txn, err, dd_partial_collect, &id);
+		if (!rc && id) {
+			rc = dd_snap_drop_refs(txn, err, id);
+			if (!rc)
+				rc = dd_pend_del(txn, err, id);
+		}
+		if (!rc && id) {
+			rc = dd_txn_commit(txn, err);
+			found++;
+		} else {
+			dd_txn_abort(txn);
+		}
+	} while (!rc && id);
+	dd_store_unlock(s);
+	if (!rc && !found)
+		rc = dd_err_set(err, DD_ENOENT, "no partial receive to discard");
+	return rc;
+}

@@ -1,0 +1,93 @@
+/*
+ * replica.h -- what the replication stream needs from a store.
+ *
+ * Sending reads a snapshot block by block with each block's stored record
+ * as it is (compressed payload, never recompressed).  Receiving feeds a
+ * writer with blocks that arrive hashed and compressed: each one is
+ * decompressed and checked against its SHA-256 before it is stored, and a
+ * block the store already holds is referenced, not stored again -- the
+ * receiver dedups against everything it has, not only the stream.
+ * stream/ sees only this header of store/ (and no LMDB).
+ */
+#ifndef DD_STORE_REPLICA_H
+#define DD_STORE_REPLICA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dedup.h"
+#include "common/err.h"
+
+typedef struct dd_replica_snap {
+	uint64_t rs_size;
+	uint64_t rs_blocks;
+	uint32_t rs_block_size;
+	uint8_t rs_digest[32];
+} dd_replica_snap;
+
+typedef struct dd_replica_blk {
+	uint8_t rb_hash[32];
+	uint8_t rb_codec;
+	uint32_t rb_lsize;
+	uint32_t rb_psize;
+	const uint8_t *rb_payload;  /* valid until the next call */
+} dd_replica_blk;
+
+/* Copies a local error into the handle's message (thread-safe); returns
+ * its code. */
+int dd_store_fail(dd_store *s, const dd_err *err);
+int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- sending ------------------------------------------------------------*/
+
+typedef struct dd_snap_iter dd_snap_iter;
+
+/* Opens snapshot `name` in a read transaction held until close.  Fails
+ * with DD_ENOTSUP for a store whose block hash is not SHA-256. */
+int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
+		      const char *name, dd_replica_snap *info);
+/* The next stored (non-hole) block at index >= from (first call) or after
+ * the last one: 1 with *idx and *blk, 0 at the end.  with_payload = false
+ * skips reading the pack (hash and sizes only). */
+int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
+		      bool with_payload, uint64_t *idx, dd_replica_blk *blk);
+void dd_snap_iter_close(dd_snap_iter *it);
+
+/* ---- receiving ----------------------------------------------------------*/
+
+/* A writer for snapshot `name` fed block by block in increasing index
+ * order; holes are the indices never given.  DD_EINVAL if block_size is
+ * not the store's, DD_ENOTSUP for a store not keyed by SHA-256. */
+int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
+		  uint32_t block_size);
+/* Verifies (decompress, SHA-256) then stores or references the block. */
+int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
+		     uint8_t codec, uint32_t lsize, uint32_t psize,
+		     const void *payload);
+/* A block the store must already hold: DD_EFORMAT if it does not. */
+int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
+		    uint32_t lsize);
+/* Ends the image at `size` bytes and commits if its content digest equals
+ * `digest` (DD_ECHECKSUM otherwise, and nothing becomes visible). */
+int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32]);
+
+/* A resumable receive: what arrived is kept when it fails (after
+ * dd_recv_suspend) or dies; size and digest are the stream's. */
+int dd_recv_set_resumable(dd_writer *w, uint64_t size,
+			  const uint8_t digest[32]);
+/* Commits what arrived and keeps it for a resume; then free the writer. */
+int dd_recv_suspend(dd_writer *w);
+/* Continues the kept receive of the snapshot with this content digest,
+ * whose next block must be `from`.  DD_ENOENT if there is none. */
+int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
+		   const uint8_t digest[32], uint64_t from,
+		   uint32_t block_size);
+/* The resume token of the kept receive ("ddr1:<digest>:<next block>")
+ * and its name; DD_ENOENT if there is none. */
+int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
+		  char *name, size_t namelen);
+/* Drops every kept receive (takes the writer lock). */
+int dd_recv_discard(dd_store *s, dd_err *err);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * stream.h -- the replication stream: record encoder and decoder.
+ *
+ * A stream is a HEADER record, then DATA / REF / ZERO records in increasing
+ * block order, then an END record (format/stream.md).  Every record is
+ * framed with its type, length and CRC-32C, so damage is found at the
+ * record where it happens; END carries totals and a SHA-256 of every byte
+ * before it.  This module knows nothing of stores or LMDB: send.c and
+ * recv.c connect it to the store (store/replica.h), raw.c to plain files.
+ */
+#ifndef DD_STREAM_STREAM_H
+#define DD_STREAM_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedup.h"
+#include "common/err.h"
+
+#define DD_STREAM_VERSION 1
+#define DD_STREAM_HASH_SHA256 1
+
+enum dd_srec_type {
+	DD_SREC_HEADER = 1,
+	DD_SREC_DATA = 2,
+	DD_SREC_REF = 3,
+	DD_SREC_ZERO = 4,
+	DD_SREC_END = 5
+};
+
+/* Limits and fixed sizes of format/stream.md §3. */
+#define DD_SHDR_FIXED 112u           /* HEADER payload without the names */
+#define DD_SHDR_MAX 4096u            /* largest HEADER payload */
+#define DD_SDATA_FIXED 64u           /* DATA payload before the block bytes */
+#define DD_SREF_LEN 48u
+#define DD_SZERO_LEN 16u
+#define DD_SEND_LEN 72u
+#define DD_STREAM_SIZE_MAX ((uint64_t)1 << 63)  /* largest image */
+
+/* Header flags (sh_flags). */
+#define DD_SH_INCREMENTAL 0x1u
+
+typedef struct dd_stream_hdr {
+	uint32_t sh_version;
+	uint32_t sh_features;        /* must-understand feature bits: 0 */
+	uint32_t sh_flags;
+	uint32_t sh_block_size;
+	uint8_t sh_hash_alg;         /* DD_STREAM_HASH_SHA256 */
+	uint8_t sh_codec;            /* codec of DATA payloads (informative;
+					each DATA record names its own) */
+	char sh_name[DD_NAME_MAX + 1];
+	char sh_base[DD_NAME_MAX + 1];  /* "" unless incremental */
+	uint64_t sh_size;            /* logical bytes of the image */
+	uint8_t sh_digest[32];       /* content digest (format/store.md §6) */
+	uint8_t sh_base_digest[32];
+	uint64_t sh_resume_from;     /* first block index the stream carries */
+} dd_stream_hdr;
+
+typedef struct dd_srec {
+	int sr_type;
+	uint64_t sr_idx;             /* DATA, REF, ZERO: first block index */
+	uint64_t sr_count;           /* ZERO: blocks in the run */
+	uint8_t sr_hash[32];         /* DATA, REF */
+	uint8_t sr_codec;            /* DATA */
+	uint32_t sr_lsize;           /* DATA, REF: logical bytes */
+	uint32_t sr_psize;           /* DATA: payload bytes */
+	const uint8_t *sr_payload;   /* DATA: valid until the next decode */
+	/* END: totals as the sender counted them */
+	uint64_t sr_blocks;          /* data + ref + zero blocks */
+	uint64_t sr_data;
+	uint64_t sr_refs;
+	uint64_t sr_zero_blocks;
+} dd_srec;
+
+/* ---- encoder ------------------------------------------------------------*/
+
+typedef struct dd_senc dd_senc;
+
+int dd_senc_new(dd_senc **out, dd_err *err, dd_write_fn fn, void *ctx);
+void dd_senc_free(dd_senc *e);
+int dd_senc_header(dd_senc *e, dd_err *err, const dd_stream_hdr *h);
+int dd_senc_data(dd_senc *e, dd_err *err, uint64_t idx, const uint8_t *hash,
+		 uint8_t codec, uint32_t lsize, uint32_t psize,
+		 const void *payload);
+int dd_senc_ref(dd_senc *e, dd_err *err, uint64_t idx, const uint8_t *hash,
+		uint32_t lsize);
+/* Adjacent zero runs are merged into one record. */
+int dd_senc_zero(dd_senc *e, dd_err *err, uint64_t idx, uint64_t count);
+/* Flushes a pending zero run and writes END (totals, stream digest). */
+int dd_senc_end(dd_senc *e, dd_err *err);
+/* Bytes written so far. */
+uint64_t dd_senc_bytes(const dd_senc *e);
+
+/* ---- decoder ------------------------------------------------------------*/
+
+typedef struct dd_sdec dd_sdec;
+
+int dd_sdec_new(dd_sdec **out, dd_err *err, dd_read_fn fn, void *ctx);
+void dd_sdec_free(dd_sdec *d);
+
+/* Reads and checks the HEADER: magic, version (DD_EVERSION if newer),
+ * features (DD_ENOTSUP), block size, name (no '/', "..", NUL), limits. */
+int dd_sdec_header(dd_sdec *d, dd_err *err, dd_stream_hdr *out);
+
+/* Reads the next record and returns its type (> 0), or a negative DD_E*
+ * code.  Checks framing and CRC (DD_ECHECKSUM), sizes (DD_EFORMAT), that
+ * block indices increase and stay within the image, and at END the totals
+ * and the stream digest.  A stream that ends before END is DD_EFORMAT
+ * "stream cut short".  After END it keeps returning DD_SREC_END. */
+int dd_sdec_next(dd_sdec *d, dd_err *err, dd_srec *out);
+
+uint64_t dd_sdec_bytes(const dd_sdec *d);
+
+/* After END: checks that the input ends there too (DD_EFORMAT "data after
+ * the END record" otherwise).  Reads at most one more byte. */
+int dd_sdec_expect_eof(dd_sdec *d, dd_err *err);
+
+/* ---- store-less streams (raw.c) --------------------------------------------*/
+
+/* dd_stream_check, also returning the number of REF records that name a
+ * block not carried earlier in the stream (allowed in incremental and
+ * resumed streams: the receiver holds them). */
+int dd_stream_check_ex(const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
+		       dd_stream_info *info, uint64_t *base_refs);
+
+#endif

@@ -1,0 +1,1005 @@
+/*
+ * test_stream.c -- the replication stream (format/stream.md): encoder and
+ * decoder round trips, golden streams, hostile input (every truncation,
+ * every byte flip, bad versions, features, types, sizes, names, order),
+ * and the store-less functions dd_send_fd / dd_recv_fd / dd_stream_check.
+ *
+ * Golden streams use codec none and a hand-built zstd RLE frame, so their
+ * bytes do not depend on the zstd version.  Regenerate them with
+ * DD_REGEN_GOLDEN=1 only when the format version changes.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "dedup.h"
+#include "common/crc32c.h"
+#include "common/endian.h"
+#include "common/err.h"
+#include "hash/hash.h"
+#include "pack/pack.h"
+#include "stream/stream.h"
+
+#ifndef DD_GOLDEN_DIR
+#define DD_GOLDEN_DIR "tests/golden"
+#endif
+
+#define BS 4096u
+
+/* ---- memory callbacks -----------------------------------------------------*/
+
+struct mem {
+	uint8_t *p;
+	size_t len, cap, pos;
+	size_t max_read;      /* hand out at most this much per read (0: all) */
+};
+
+static int mem_write(void *ctx, const void *buf, size_t len)
+{
+	struct mem *m = ctx;
+
+	if (m->len + len > m->cap) {
+		m->cap = (m->len + len) * 2 + 4096;
+		m->p = realloc(m->p, m->cap);
+		assert_non_null(m->p);
+	}
+	memcpy(m->p + m->len, buf, len);
+	m->len += len;
+	return 0;
+}
+
+static int mem_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	struct mem *m = ctx;
+	size_t n = m->len - m->pos;
+
+	if (n > len)
+		n = len;
+	if (m->max_read && n > m->max_read)
+		n = m->max_read;
+	memcpy(buf, m->p + m->pos, n);
+	m->pos += n;
+	*got = n;
+	return 0;
+}
+
+static struct mem mem_of(const uint8_t *p, size_t len)
+{
+	struct mem m = {0};
+
+	m.p = malloc(len ? len : 1);
+	assert_non_null(m.p);
+	memcpy(m.p, p, len);
+	m.len = m.cap = len;
+	return m;
+}
+
+/* ---- test data ------------------------------------------------------------*/
+
+static uint64_t rng_state;
+
+static void fill_random(uint8_t *p, size_t len, uint64_t seed)
+{
+	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < len; i++) {
+		rng_state = rng_state * 6364136223846793005ull +
+			1442695040888963407ull;
+		p[i] = (uint8_t)(rng_state >> 56);
+	}
+}
+
+/* A zstd frame of one RLE block: `n` bytes of value `b` (n >= 256,
+ * n < 65792).  Built by hand so the golden bytes do not depend on the
+ * zstd version (RFC 8878 §3.1.1). */
+static size_t zstd_rle_frame(uint8_t out[11], uint32_t n, uint8_t b)
+{
+	uint32_t bh = 1u | (1u << 1) | (n << 3);
+
+	dd_put_le32(out, 0xFD2FB528u);
+	out[4] = 0x60;               /* FCS 2 bytes, single segment */
+	dd_put_le16(out + 5, (uint16_t)(n - 256));
+	out[7] = (uint8_t)bh;
+	out[8] = (uint8_t)(bh >> 8);
+	out[9] = (uint8_t)(bh >> 16);
+	out[10] = b;
+	return 11;
+}
+
+/* The image of the golden full stream: 7 blocks of 4 KiB, the last short:
+ * random, 'A'*4096, zero, zero, copy of block 0, random, 1000-byte tail. */
+#define G_SIZE (6 * BS + 1000)
+
+static void golden_image(uint8_t *img)
+{
+	memset(img, 0, G_SIZE);
+	fill_random(img, BS, 1);
+	memset(img + BS, 'A', BS);
+	memcpy(img + 4 * BS, img, BS);
+	fill_random(img + 5 * BS, BS, 2);
+	fill_random(img + 6 * BS, 1000, 3);
+}
+
+static void content_digest(const uint8_t *img, uint64_t size, uint32_t bs,
+			   uint8_t out[32])
+{
+	dd_sha256_ctx *c;
+	uint8_t h[32], t[12];
+
+	assert_int_equal(dd_sha256_new(&c), 0);
+	for (uint64_t off = 0; off < size; off += bs) {
+		size_t n = size - off < bs ? (size_t)(size - off) : bs;
+		bool zero = true;
+
+		for (size_t i = 0; i < n && zero; i++)
+			zero = img[off + i] == 0;
+		if (zero)
+			memset(h, 0, 32);
+		else
+			dd_sha256(img + off, n, h);
+		dd_sha256_update(c, h, 32);
+	}
+	dd_put_le64(t, size);
+	dd_put_le32(t + 8, bs);
+	dd_sha256_update(c, t, 12);
+	dd_sha256_final(c, out);
+	dd_sha256_free(c);
+}
+
+static void hdr_init(dd_stream_hdr *h, const char *name, uint64_t size)
+{
+	memset(h, 0, sizeof(*h));
+	h->sh_version = DD_STREAM_VERSION;
+	h->sh_block_size = BS;
+	h->sh_hash_alg = DD_STREAM_HASH_SHA256;
+	h->sh_codec = DD_CODEC_ZSTD;
+	snprintf(h->sh_name, sizeof(h->sh_name), "%s", name);
+	h->sh_size = size;
+}
+
+/* The golden full stream, encoded afresh. */
+static void encode_golden_full(struct mem *out)
+{
+	static uint8_t img[G_SIZE];
+	uint8_t h[32], rle[11];
+	dd_stream_hdr hdr;
+	dd_senc *e;
+	dd_err err = {0};
+
+	golden_image(img);
+	hdr_init(&hdr, "golden", G_SIZE);
+	content_digest(img, G_SIZE, BS, hdr.sh_digest);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
+	dd_sha256(img, BS, h);
+	assert_int_equal(dd_senc_data(e, &err, 0, h, DD_CODEC_NONE, BS, BS,
+				      img), 0);
+	dd_sha256(img + BS, BS, h);
+	assert_int_equal(dd_senc_data(e, &err, 1, h, DD_CODEC_ZSTD, BS,
+				      (uint32_t)zstd_rle_frame(rle, BS, 'A'),
+				      rle), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 2, 1), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 3, 1), 0);  /* merged */
+	dd_sha256(img, BS, h);
+	assert_int_equal(dd_senc_ref(e, &err, 4, h, BS), 0);
+	dd_sha256(img + 5 * BS, BS, h);
+	assert_int_equal(dd_senc_data(e, &err, 5, h, DD_CODEC_NONE, BS, BS,
+				      img + 5 * BS), 0);
+	dd_sha256(img + 6 * BS, 1000, h);
+	assert_int_equal(dd_senc_data(e, &err, 6, h, DD_CODEC_NONE, 1000,
+				      1000, img + 6 * BS), 0);
+	assert_int_equal(dd_senc_end(e, &err), 0);
+	assert_int_equal(dd_senc_bytes(e), out->len);
+	dd_senc_free(e);
+}
+
+/* The golden incremental stream: 3 blocks against base "monday": a REF to
+ * a base block ('B'*4096), a new block ('C'*4096, zstd RLE), a zero. */
+static void encode_golden_incr(struct mem *out)
+{
+	uint8_t blk[BS], h[32], rle[11];
+	dd_stream_hdr hdr;
+	dd_senc *e;
+	dd_err err = {0};
+
+	hdr_init(&hdr, "tuesday", 3 * BS);
+	hdr.sh_flags = DD_SH_INCREMENTAL;
+	strcpy(hdr.sh_base, "monday");
+	for (int i = 0; i < 32; i++) {
+		hdr.sh_digest[i] = (uint8_t)i;
+		hdr.sh_base_digest[i] = (uint8_t)(0xa0 + i);
+	}
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
+	memset(blk, 'B', BS);
+	dd_sha256(blk, BS, h);
+	assert_int_equal(dd_senc_ref(e, &err, 0, h, BS), 0);
+	memset(blk, 'C', BS);
+	dd_sha256(blk, BS, h);
+	assert_int_equal(dd_senc_data(e, &err, 1, h, DD_CODEC_ZSTD, BS,
+				      (uint32_t)zstd_rle_frame(rle, BS, 'C'),
+				      rle), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 2, 1), 0);
+	assert_int_equal(dd_senc_end(e, &err), 0);
+	dd_senc_free(e);
+}
+
+/* Decodes a whole stream; returns 0 or the first error.  Records are
+ * counted per type in counts[1..5]. */
+static int decode_all(const uint8_t *p, size_t len, size_t max_read,
+		      dd_stream_hdr *hdr, uint64_t counts[6], dd_err *err)
+{
+	struct mem m = mem_of(p, len);
+	dd_stream_hdr h;
+	dd_sdec *d;
+	dd_srec r;
+	int rc;
+
+	m.max_read = max_read;
+	memset(counts, 0, 6 * sizeof(*counts));
+	assert_int_equal(dd_sdec_new(&d, err, mem_read, &m), 0);
+	rc = dd_sdec_header(d, err, hdr ? hdr : &h);
+	while (rc == 0) {
+		rc = dd_sdec_next(d, err, &r);
+		if (rc < 0)
+			break;
+		assert_int_equal(rc, r.sr_type);
+		counts[rc]++;
+		if (rc == DD_SREC_END) {
+			rc = dd_sdec_expect_eof(d, err);
+			break;
+		}
+		rc = 0;
+	}
+	dd_sdec_free(d);
+	free(m.p);
+	return rc;
+}
+
+/* Recomputes both CRCs of the record starting at off. */
+static void fix_record(uint8_t *p, size_t off)
+{
+	uint32_t len = dd_get_le32(p + off + 4);
+
+	dd_put_le32(p + off + 8, dd_crc32c(0, p + off + 16, len));
+	dd_put_le32(p + off + 12, dd_crc32c(0, p + off, 12));
+}
+
+/* Offset of record number n (0 = HEADER). */
+static size_t record_off(const uint8_t *p, size_t n)
+{
+	size_t off = 0;
+
+	while (n--)
+		off += 16 + dd_get_le32(p + off + 4);
+	return off;
+}
+
+static void read_file(const char *path, struct mem *m)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	*m = (struct mem){0};
+	m->len = m->cap = (size_t)st.st_size;
+	m->p = malloc(m->len);
+	assert_non_null(m->p);
+	assert_int_equal(read(fd, m->p, m->len), (ssize_t)m->len);
+	close(fd);
+}
+
+static void write_file(const char *path, const struct mem *m)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, m->p, m->len), (ssize_t)m->len);
+	close(fd);
+}
+
+/* ---- round trips ----------------------------------------------------------*/
+
+static void test_roundtrip_every_record(void **state)
+{
+	struct mem s = {0};
+	dd_stream_hdr h;
+	dd_srec r;
+	dd_sdec *d;
+	dd_err err = {0};
+	uint8_t img[G_SIZE], want[32];
+
+	(void)state;
+	golden_image(img);
+	encode_golden_full(&s);
+	for (size_t max_read = 0; max_read < 40; max_read += 7) {
+		s.pos = 0;
+		s.max_read = max_read;   /* partial reads of every size */
+		assert_int_equal(dd_sdec_new(&d, &err, mem_read, &s), 0);
+		assert_int_equal(dd_sdec_header(d, &err, &h), 0);
+		assert_string_equal(h.sh_name, "golden");
+		assert_string_equal(h.sh_base, "");
+		assert_int_equal(h.sh_size, G_SIZE);
+		assert_int_equal(h.sh_block_size, BS);
+		assert_int_equal(h.sh_flags, 0);
+		content_digest(img, G_SIZE, BS, want);
+		assert_memory_equal(h.sh_digest, want, 32);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_DATA);
+		assert_int_equal(r.sr_idx, 0);
+		assert_int_equal(r.sr_codec, DD_CODEC_NONE);
+		assert_int_equal(r.sr_lsize, BS);
+		assert_int_equal(r.sr_psize, BS);
+		assert_memory_equal(r.sr_payload, img, BS);
+		dd_sha256(img, BS, want);
+		assert_memory_equal(r.sr_hash, want, 32);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_DATA);
+		assert_int_equal(r.sr_idx, 1);
+		assert_int_equal(r.sr_codec, DD_CODEC_ZSTD);
+		assert_int_equal(r.sr_psize, 11);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_ZERO);
+		assert_int_equal(r.sr_idx, 2);
+		assert_int_equal(r.sr_count, 2);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_REF);
+		assert_int_equal(r.sr_idx, 4);
+		assert_int_equal(r.sr_lsize, BS);
+		assert_memory_equal(r.sr_hash, want, 32);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_DATA);
+		assert_int_equal(r.sr_idx, 5);
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_DATA);
+		assert_int_equal(r.sr_idx, 6);
+		assert_int_equal(r.sr_lsize, 1000);
+		assert_memory_equal(r.sr_payload, img + 6 * BS, 1000);
+
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_END);
+		assert_int_equal(r.sr_blocks, 7);
+		assert_int_equal(r.sr_data, 4);
+		assert_int_equal(r.sr_refs, 1);
+		assert_int_equal(r.sr_zero_blocks, 2);
+		assert_int_equal(dd_sdec_next(d, &err, &r), DD_SREC_END);
+		assert_int_equal(dd_sdec_expect_eof(d, &err), 0);
+		assert_int_equal(dd_sdec_bytes(d), s.len);
+		dd_sdec_free(d);
+	}
+	free(s.p);
+}
+
+static void test_golden(void **state)
+{
+	struct {
+		const char *file;
+		void (*encode)(struct mem *);
+	} g[] = {
+		{DD_GOLDEN_DIR "/stream_v1_full.dds", encode_golden_full},
+		{DD_GOLDEN_DIR "/stream_v1_incr.dds", encode_golden_incr},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		struct mem fresh = {0}, gold;
+		uint64_t counts[6];
+		dd_err err = {0};
+
+		g[i].encode(&fresh);
+		if (getenv("DD_REGEN_GOLDEN"))
+			write_file(g[i].file, &fresh);
+		read_file(g[i].file, &gold);
+		assert_int_equal(gold.len, fresh.len);
+		assert_memory_equal(gold.p, fresh.p, gold.len);
+		assert_int_equal(decode_all(gold.p, gold.len, 0, NULL, counts,
+					    &err), 0);
+		free(fresh.p);
+		free(gold.p);
+	}
+}
+
+static void test_golden_fields(void **state)
+{
+	struct mem gold;
+	dd_stream_hdr h;
+	uint64_t counts[6];
+	dd_err err = {0};
+
+	(void)state;
+	read_file(DD_GOLDEN_DIR "/stream_v1_incr.dds", &gold);
+	/* §2: frame of the HEADER; §4: magic at payload offset 0. */
+	assert_int_equal(gold.p[0], DD_SREC_HEADER);
+	assert_memory_equal(gold.p + 16, "DDSTREAM", 8);
+	assert_int_equal(dd_get_le32(gold.p + 16 + 8), 1);
+	assert_int_equal(decode_all(gold.p, gold.len, 0, &h, counts, &err), 0);
+	assert_int_equal(h.sh_flags, DD_SH_INCREMENTAL);
+	assert_string_equal(h.sh_name, "tuesday");
+	assert_string_equal(h.sh_base, "monday");
+	assert_int_equal(h.sh_base_digest[0], 0xa0);
+	assert_int_equal(counts[DD_SREC_REF], 1);
+	assert_int_equal(counts[DD_SREC_DATA], 1);
+	assert_int_equal(counts[DD_SREC_ZERO], 1);
+	assert_int_equal(counts[DD_SREC_END], 1);
+	free(gold.p);
+}
+
+/* ---- hostile input --------------------------------------------------------*/
+
+static void test_truncation_every_byte(void **state)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	char want[64];
+
+	(void)state;
+	encode_golden_full(&s);
+	for (size_t cut = 0; cut < s.len; cut++) {
+		int rc = decode_all(s.p, cut, 0, NULL, counts, &err);
+
+		assert_int_equal(rc, DD_EFORMAT);
+		snprintf(want, sizeof(want), "stream cut short at byte %zu ",
+			 cut);
+		if (!strstr(err.de_msg, want))
+			fail_msg("cut %zu: '%s'", cut, err.de_msg);
+	}
+	free(s.p);
+}
+
+static void test_every_byte_flip(void **state)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+
+	(void)state;
+	encode_golden_full(&s);
+	for (size_t i = 0; i < s.len; i++) {
+		for (int bit = 0; bit < 8; bit += 7) {
+			int rc;
+
+			s.p[i] ^= (uint8_t)(1u << bit);
+			rc = decode_all(s.p, s.len, 0, NULL, counts, &err);
+			s.p[i] ^= (uint8_t)(1u << bit);
+			if (rc == 0)
+				fail_msg("flip at byte %zu accepted", i);
+			/* A damaged length may make the stream look short;
+			 * everything else is a CRC failure at its record. */
+			if (rc != DD_ECHECKSUM && rc != DD_EFORMAT)
+				fail_msg("flip at %zu: %d %s", i, rc,
+					 err.de_msg);
+			if (rc == DD_ECHECKSUM &&
+			    !strstr(err.de_msg, "stream record "))
+				fail_msg("flip at %zu: '%s'", i, err.de_msg);
+		}
+	}
+	free(s.p);
+}
+
+/* Patches a HEADER field and fixes its CRCs; expects code. */
+static void header_patch_refused(size_t field, uint32_t v, int code,
+				 const char *needle)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+
+	encode_golden_full(&s);
+	dd_put_le32(s.p + 16 + field, v);
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err), code);
+	if (!strstr(err.de_msg, needle))
+		fail_msg("'%s' lacks '%s'", err.de_msg, needle);
+	free(s.p);
+}
+
+static void test_version_feature_flags(void **state)
+{
+	(void)state;
+	header_patch_refused(8, 2, DD_EVERSION, "version 2 is newer");
+	header_patch_refused(8, 0, DD_EFORMAT, "version 0");
+	header_patch_refused(12, 4, DD_ENOTSUP, "feature flags 0x4");
+	header_patch_refused(16, 2, DD_EFORMAT, "header flags");
+	header_patch_refused(16, DD_SH_INCREMENTAL, DD_EFORMAT,
+			     "without a base");
+	header_patch_refused(20, 8192 + 1, DD_EFORMAT, "block size");
+	header_patch_refused(20, 2048, DD_EFORMAT, "block size");
+	header_patch_refused(20, 2u << 20, DD_EFORMAT, "block size");
+	header_patch_refused(24, 2, DD_ENOTSUP, "hash algorithm");
+	header_patch_refused(0, 0x58534444, DD_EFORMAT, "bad magic");
+}
+
+static void test_unknown_type_and_frame(void **state)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t off;
+
+	(void)state;
+	encode_golden_full(&s);
+	off = record_off(s.p, 1);
+	s.p[off] = 9;
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "unknown record type 9"));
+	assert_non_null(strstr(err.de_msg, "record 1 "));
+	s.p[off] = DD_SREC_DATA;
+	s.p[off + 1] = 1;             /* frame flags */
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_ENOTSUP);
+	s.p[off + 1] = 0;
+	s.p[off] = DD_SREC_HEADER;    /* a second HEADER */
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "second HEADER"));
+	/* First record not a HEADER. */
+	s.p[0] = DD_SREC_ZERO;
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	free(s.p);
+}
+
+/* A stream of an oversize record must be refused from its frame alone,
+ * before any payload is read: the claimed payload is not even there. */
+static void test_oversize_records(void **state)
+{
+	uint8_t f[16];
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t off;
+
+	(void)state;
+	memset(f, 0, sizeof(f));
+	f[0] = DD_SREC_HEADER;
+	dd_put_le32(f + 4, 4097);
+	dd_put_le32(f + 12, dd_crc32c(0, f, 12));
+	assert_int_equal(decode_all(f, sizeof(f), 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "payload length 4097 out of range"));
+	dd_put_le32(f + 4, 0xffffffffu);
+	dd_put_le32(f + 12, dd_crc32c(0, f, 12));
+	assert_int_equal(decode_all(f, sizeof(f), 0, NULL, counts, &err),
+			 DD_EFORMAT);
+
+	encode_golden_full(&s);
+	off = record_off(s.p, 1);     /* DATA: 64 + psize <= 64 + BS */
+	dd_put_le32(s.p + off + 4, 64 + BS + 1);
+	dd_put_le32(s.p + off + 12, dd_crc32c(0, s.p + off, 12));
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "out of range"));
+	free(s.p);
+}
+
+static void test_bad_names(void **state)
+{
+	static const char *const bad[] = {"a/b", "..", ".", "x@y", "t\tab"};
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t name_off = 16 + 110;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		dd_stream_hdr h;
+		dd_senc *e;
+
+		/* The encoder refuses them... */
+		hdr_init(&h, bad[i], 0);
+		s.len = 0;
+		assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+		assert_int_equal(dd_senc_header(e, &err, &h), DD_EINVAL);
+		dd_senc_free(e);
+	}
+	/* ...and the decoder too: patch "golden" (6 bytes) into "../../". */
+	s.len = 0;
+	encode_golden_full(&s);
+	memcpy(s.p + name_off, "../../", 6);
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_ENAME);
+	memcpy(s.p + name_off, "gol\0en", 6);
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_ENAME);
+	memcpy(s.p + name_off, "..", 2);     /* length 6 name ".." + "lden" */
+	dd_put_le16(s.p + name_off - 2, 2);  /* now the lengths do not fit */
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_ENAME);
+	free(s.p);
+}
+
+/* Record 4 is the REF of block 4: move it before DATA 1's index, or past
+ * the image, and fix the CRCs: refused as out of order / past the image. */
+static void test_order_and_bounds(void **state)
+{
+	static const struct {
+		uint64_t idx;
+		const char *needle;
+	} cases[] = {
+		{1, "out of order"}, {3, "out of order"}, {7, "past the image"},
+		{UINT64_MAX, "past the image"},
+	};
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t off;
+
+	(void)state;
+	encode_golden_full(&s);
+	off = record_off(s.p, 4);
+	assert_int_equal(s.p[off], DD_SREC_REF);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		dd_put_le64(s.p + off + 16, cases[i].idx);
+		fix_record(s.p, off);
+		assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+				 DD_EFORMAT);
+		if (!strstr(err.de_msg, cases[i].needle))
+			fail_msg("idx %llu: '%s'",
+				 (unsigned long long)cases[i].idx, err.de_msg);
+	}
+	/* A wrong lsize on a full block. */
+	dd_put_le64(s.p + off + 16, 4);
+	dd_put_le32(s.p + off + 16 + 40, 1000);
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "lsize 1000, expected 4096"));
+	/* A zero run whose count overflows. */
+	dd_put_le32(s.p + off + 16 + 40, BS);
+	fix_record(s.p, off);
+	off = record_off(s.p, 3);
+	assert_int_equal(s.p[off], DD_SREC_ZERO);
+	dd_put_le64(s.p + off + 16 + 8, UINT64_MAX - 1);
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	free(s.p);
+}
+
+static void test_end_totals_and_digest(void **state)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t off;
+
+	(void)state;
+	encode_golden_full(&s);
+	off = record_off(s.p, 7);
+	assert_int_equal(s.p[off], DD_SREC_END);
+	for (size_t field = 0; field < 72; field += 8) {
+		s.p[off + 16 + field] ^= 1;
+		fix_record(s.p, off);
+		assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+				 DD_ECHECKSUM);
+		s.p[off + 16 + field] ^= 1;
+	}
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err), 0);
+	/* Bytes after END. */
+	s.p = realloc(s.p, s.len + 1);
+	s.p[s.len] = 0;
+	assert_int_equal(decode_all(s.p, s.len + 1, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "after the END"));
+	free(s.p);
+}
+
+static void test_encoder_misuse(void **state)
+{
+	struct mem s = {0};
+	dd_stream_hdr h;
+	uint8_t hash[32] = {1}, pay[BS] = {1};
+	dd_senc *e;
+	dd_err err = {0};
+
+	(void)state;
+	hdr_init(&h, "x", 3 * BS);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_ref(e, &err, 0, hash, BS), DD_ESTATE);
+	assert_int_equal(dd_senc_header(e, &err, &h), 0);
+	assert_int_equal(dd_senc_data(e, &err, 1, hash, DD_CODEC_NONE, BS, BS,
+				      pay), 0);
+	assert_int_equal(dd_senc_ref(e, &err, 1, hash, BS), DD_EINVAL);
+	dd_senc_free(e);
+
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_header(e, &err, &h), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 0, 4), DD_EINVAL);
+	dd_senc_free(e);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_header(e, &err, &h), 0);
+	assert_int_equal(dd_senc_data(e, &err, 0, hash, 7, BS, BS, pay),
+			 DD_EINVAL);
+	dd_senc_free(e);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_header(e, &err, &h), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 0, 2), 0);
+	assert_int_equal(dd_senc_end(e, &err), DD_EINVAL);  /* incomplete */
+	dd_senc_free(e);
+	free(s.p);
+}
+
+/* ---- store-less send / receive / check --------------------------------------*/
+
+struct tmpfile {
+	char path[64];
+	int fd;
+};
+
+static void tmp_open(struct tmpfile *t)
+{
+	strcpy(t->path, "/tmp/dd_test_stream.XXXXXX");
+	t->fd = mkstemp(t->path);
+	assert_true(t->fd >= 0);
+}
+
+static void tmp_close(struct tmpfile *t)
+{
+	close(t->fd);
+	unlink(t->path);
+}
+
+/* 128 KiB blocks: 0 1 0 zero zero 2 1 zero, then a 5000-byte tail. */
+#define RT_BS (128u << 10)
+#define RT_SIZE (8 * RT_BS + 5000)
+
+static uint8_t *rt_image(void)
+{
+	uint8_t *img = calloc(1, RT_SIZE);
+	static const int map[8] = {0, 1, 0, -1, -1, 2, 1, -1};
+
+	assert_non_null(img);
+	for (int i = 0; i < 8; i++)
+		if (map[i] >= 0)
+			for (size_t k = 0; k < RT_BS; k += 64)
+				/* compressible, distinct per block */
+				memset(img + i * RT_BS + k, 'a' + map[i] +
+				       (int)(k / 4096 % 7), 48);
+	fill_random(img + 8 * RT_BS, 5000, 9);
+	return img;
+}
+
+static void send_image(const uint8_t *img, size_t size, struct mem *out)
+{
+	struct tmpfile in;
+
+	tmp_open(&in);
+	assert_int_equal(write(in.fd, img, size), (ssize_t)size);
+	assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, NULL, mem_write,
+				    out), 0);
+	tmp_close(&in);
+}
+
+static void test_send_recv_fd_roundtrip(void **state)
+{
+	uint8_t *img = rt_image(), *back, want[32];
+	struct mem s = {0};
+	struct tmpfile out;
+	dd_stream_info info;
+	struct stat st;
+
+	(void)state;
+	send_image(img, RT_SIZE, &s);
+	tmp_open(&out);
+	assert_int_equal(write(out.fd, "junk", 4), 4); /* truncated first */
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info), 0);
+	assert_int_equal(fstat(out.fd, &st), 0);
+	assert_int_equal(st.st_size, RT_SIZE);
+	back = malloc(RT_SIZE);
+	assert_int_equal(pread(out.fd, back, RT_SIZE, 0), RT_SIZE);
+	assert_memory_equal(back, img, RT_SIZE);
+	assert_string_equal(info.name, "img");
+	assert_int_equal(info.size, RT_SIZE);
+	assert_int_equal(info.block_size, RT_BS);
+	assert_int_equal(info.data_records, 4);   /* blocks 0 1 2 tail */
+	assert_int_equal(info.ref_records, 2);
+	assert_int_equal(info.zero_records, 2);   /* 3-4 and 7 */
+	assert_int_equal(info.zero_blocks, 3);
+	assert_int_equal(info.stream_bytes, s.len);
+	assert_true(info.data_bytes < 3 * RT_BS); /* compressed */
+	content_digest(img, RT_SIZE, RT_BS, want);
+	assert_memory_equal(info.digest, want, 32);
+	/* The zero blocks are holes. */
+	assert_true((uint64_t)st.st_blocks * 512 < RT_SIZE);
+	tmp_close(&out);
+
+	memset(&info, 0, sizeof(info));
+	s.pos = 0;
+	assert_int_equal(dd_stream_check(NULL, mem_read, &s, &info), 0);
+	assert_int_equal(info.data_records, 4);
+	assert_int_equal(info.ref_records, 2);
+	assert_int_equal(info.zero_blocks, 3);
+	free(back);
+	free(img);
+	free(s.p);
+}
+
+static void test_send_fd_edge_sizes(void **state)
+{
+	static const size_t sizes[] = {0, 1, RT_BS, RT_BS + 1, 3 * RT_BS};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint8_t *img = calloc(1, sizes[i] + 1), *back;
+		struct mem s = {0};
+		struct tmpfile out;
+		dd_stream_info info;
+
+		fill_random(img, sizes[i] / 2, i);
+		send_image(img, sizes[i], &s);
+		tmp_open(&out);
+		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s,
+					    &info), 0);
+		back = calloc(1, sizes[i] + 1);
+		assert_int_equal(pread(out.fd, back, sizes[i] + 1, 0),
+				 (ssize_t)sizes[i]);
+		assert_memory_equal(back, img, sizes[i]);
+		tmp_close(&out);
+		free(back);
+		free(img);
+		free(s.p);
+	}
+}
+
+static void test_recv_fd_refuses_damage(void **state)
+{
+	uint8_t *img = rt_image();
+	struct mem s = {0};
+	struct tmpfile out;
+	size_t off;
+
+	(void)state;
+	send_image(img, RT_SIZE, &s);
+	/* A REF whose hash was never sent: record 3 is the REF of block 2. */
+	off = record_off(s.p, 3);
+	assert_int_equal(s.p[off], DD_SREC_REF);
+	s.p[off + 16 + 8] ^= 0xff;
+	fix_record(s.p, off);
+	tmp_open(&out);
+	/* The stream digest no longer matches, but the REF fails first. */
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, NULL),
+			 DD_EFORMAT);
+	assert_non_null(strstr(dd_last_errmsg(), "never sent"));
+	s.pos = 0;
+	assert_int_equal(dd_stream_check(NULL, mem_read, &s, NULL),
+			 DD_EFORMAT);
+	s.p[off + 16 + 8] ^= 0xff;
+	fix_record(s.p, off);
+	/* A DATA block whose bytes do not match its hash (record 5: block
+	 * 5, which no REF names, so the hash check is what fails). */
+	off = record_off(s.p, 5);
+	assert_int_equal(s.p[off], DD_SREC_DATA);
+	s.p[off + 16 + 8] ^= 1;
+	fix_record(s.p, off);
+	/* ...with a consistent END, so that only the block check can fail. */
+	off = record_off(s.p, 9);
+	assert_int_equal(s.p[off], DD_SREC_END);
+	dd_sha256(s.p, off, s.p + off + 16 + 40);
+	fix_record(s.p, off);
+	s.pos = 0;
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, NULL),
+			 DD_ECHECKSUM);
+	assert_non_null(strstr(dd_last_errmsg(), "sha256 mismatch"));
+	s.pos = 0;
+	assert_int_equal(dd_stream_check(NULL, mem_read, &s, NULL),
+			 DD_ECHECKSUM);
+	tmp_close(&out);
+	free(img);
+	free(s.p);
+}
+
+static void test_check_incremental_base_refs(void **state)
+{
+	struct mem gold;
+	dd_stream_info info;
+	struct tmpfile out;
+	uint64_t base_refs = 0;
+
+	(void)state;
+	read_file(DD_GOLDEN_DIR "/stream_v1_incr.dds", &gold);
+	/* The golden incremental's content digest is synthetic: the check
+	 * computes the real one and refuses it. */
+	assert_int_equal(dd_stream_check_ex(NULL, mem_read, &gold, &info,
+					    &base_refs), DD_ECHECKSUM);
+	assert_int_equal(base_refs, 0);
+	/* Fix the header digest: hashes of 'B'*4096, 'C'*4096, zeros. */
+	{
+		uint8_t blk[BS], h[32], t[12];
+		dd_sha256_ctx *c;
+
+		assert_int_equal(dd_sha256_new(&c), 0);
+		memset(blk, 'B', BS);
+		dd_sha256(blk, BS, h);
+		dd_sha256_update(c, h, 32);
+		memset(blk, 'C', BS);
+		dd_sha256(blk, BS, h);
+		dd_sha256_update(c, h, 32);
+		memset(h, 0, 32);
+		dd_sha256_update(c, h, 32);
+		dd_put_le64(t, 3 * BS);
+		dd_put_le32(t + 8, BS);
+		dd_sha256_update(c, t, 12);
+		dd_sha256_final(c, gold.p + 16 + 44);
+		dd_sha256_free(c);
+	}
+	fix_record(gold.p, 0);
+	/* The END digest covers the HEADER: recompute it too. */
+	{
+		size_t off = record_off(gold.p, 4);
+
+		dd_sha256(gold.p, off, gold.p + off + 16 + 40);
+		fix_record(gold.p, off);
+	}
+	gold.pos = 0;
+	assert_int_equal(dd_stream_check_ex(NULL, mem_read, &gold, &info,
+					    &base_refs), 0);
+	assert_int_equal(base_refs, 1);
+	assert_string_equal(info.base, "monday");
+	assert_int_equal(info.ref_records, 1);
+	assert_int_equal(info.data_records, 1);
+	/* A raw file cannot take an incremental stream. */
+	gold.pos = 0;
+	tmp_open(&out);
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, NULL),
+			 DD_ENOTSUP);
+	tmp_close(&out);
+	free(gold.p);
+}
+
+static void test_send_fd_refuses_pipe(void **state)
+{
+	struct mem s = {0};
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(dd_send_fd(p[0], "x", 0, 0, NULL, mem_write, &s),
+			 DD_ENOTSUP);
+	assert_non_null(strstr(dd_last_errmsg(), "pipe"));
+	assert_int_equal(dd_send_fd(p[0], "a/b", 0, 0, NULL, mem_write, &s),
+			 DD_ENAME);
+	assert_int_equal(s.len, 0);
+	close(p[0]);
+	close(p[1]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip_every_record),
+		cmocka_unit_test(test_golden),
+		cmocka_unit_test(test_golden_fields),
+		cmocka_unit_test(test_truncation_every_byte),
+		cmocka_unit_test(test_every_byte_flip),
+		cmocka_unit_test(test_version_feature_flags),
+		cmocka_unit_test(test_unknown_type_and_frame),
+		cmocka_unit_test(test_oversize_records),
+		cmocka_unit_test(test_bad_names),
+		cmocka_unit_test(test_order_and_bounds),
+		cmocka_unit_test(test_end_totals_and_digest),
+		cmocka_unit_test(test_encoder_misuse),
+		cmocka_unit_test(test_send_recv_fd_roundtrip),
+		cmocka_unit_test(test_send_fd_edge_sizes),
+		cmocka_unit_test(test_recv_fd_refuses_damage),
+		cmocka_unit_test(test_check_incremental_base_refs),
+		cmocka_unit_test(test_send_fd_refuses_pipe),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
