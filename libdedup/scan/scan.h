@@ -1,0 +1,140 @@
+/*
+ * scan.h -- internals of the dedup-ratio scanner (dedup scan).
+ *
+ * The scanner reads images (files, devices, streams), cuts each one from
+ * its own start into blocks of one or more sizes in a single read pass,
+ * and counts, per block size, how often each distinct block occurs --
+ * exactly what `dedup put` of the same images into a new store would put
+ * in its DDT, without writing anything.
+ *
+ * Pieces:
+ *   table.c  an open-addressing table per block size: SHA-256 -> (refcount,
+ *            logical size, compressed size), 48 bytes an entry, bounded by a
+ *            byte budget;
+ *   spill.c  exact mode: a full table is sorted and written out as a run
+ *            to an unlinked temp file; at the end the runs are merged
+ *            (several passes when there are too many for the memory), and
+ *            entries with the same hash in several runs are summed;
+ *   scan.c   the public API and the read / hash / compress pipeline;
+ *   walk.c   paths: files, block devices, directories (recursively, never
+ *            following symlinks), warnings for what is skipped.
+ *
+ * Nothing here outlives a run: temp files are unlinked as soon as they are
+ * created, so format/ has no spec for them.
+ */
+#ifndef DD_SCAN_SCAN_H
+#define DD_SCAN_SCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedup.h"
+#include "common/err.h"
+#include "hash/hash.h"
+
+/* ---- the table (table.c) -----------------------------------------------*/
+
+/* One distinct block.  se_refcnt == 0 marks an empty slot. */
+typedef struct dd_scan_ent {
+	uint8_t se_hash[DD_HASH_SIZE];
+	uint64_t se_refcnt;
+	uint32_t se_lsize;
+	uint32_t se_psize;
+} dd_scan_ent;
+_Static_assert(sizeof(dd_scan_ent) == 48, "dd_scan_ent is 48 bytes");
+
+typedef struct dd_scan_table {
+	dd_scan_ent *tb_ent;
+	size_t tb_cap;        /* slots */
+	size_t tb_count;      /* used slots */
+	size_t tb_max;        /* used slots allowed (load factor 3/4) */
+} dd_scan_table;
+
+/* Sizes the table for `budget` bytes, at least `min_entries` usable
+ * entries.  Memory is calloc'd: pages are touched only as they fill. */
+int dd_scan_table_init(dd_scan_table *t, size_t budget, size_t min_entries);
+void dd_scan_table_fini(dd_scan_table *t);
+void dd_scan_table_clear(dd_scan_table *t);
+
+/* Finds hash or inserts it with refcount 0 (the caller then counts it);
+ * *slot gets its index, *found whether it was there.  The caller keeps
+ * tb_count <= tb_max (a full table would probe forever). */
+void dd_scan_table_upsert(dd_scan_table *t, const uint8_t *hash,
+			  size_t *slot, bool *found);
+
+/* Moves every used entry to the front and sorts them by hash (memcmp
+ * order, the order of runs on disk).  The table must be cleared after. */
+void dd_scan_table_sort(dd_scan_table *t);
+
+/* Sample mode: keeps the entries whose hash has its first `shift` bits
+ * zero and rebuilds the table with them. */
+void dd_scan_table_subsample(dd_scan_table *t, unsigned shift);
+
+/* True when hash's first `shift` bits are all zero (the sample: 1 block
+ * content in 2^shift, chosen by content, so every copy of a sampled block
+ * is counted). */
+bool dd_scan_sampled(const uint8_t *hash, unsigned shift);
+
+/* ---- spill runs (spill.c) ----------------------------------------------*/
+
+#define DD_SCAN_REC_SIZE 48   /* hash 32, refcnt le64, lsize le32, psize le32 */
+
+typedef struct dd_scan_run {
+	uint64_t sr_off;      /* byte offset in the spill file */
+	uint64_t sr_count;    /* records */
+} dd_scan_run;
+
+typedef struct dd_scan_spill {
+	int sp_fd;            /* -1 until the first run */
+	const char *sp_dir;   /* where the temp file goes */
+	uint64_t sp_end;      /* append offset */
+	dd_scan_run *sp_runs;
+	size_t sp_nruns, sp_capruns;
+	uint64_t sp_total_runs;  /* runs written, merge passes included */
+	uint64_t sp_bytes;       /* bytes written */
+} dd_scan_spill;
+
+/* Called once per distinct block, in hash order, by the final merge. */
+typedef void (*dd_scan_sink_fn)(void *ctx, const dd_scan_ent *e);
+
+void dd_scan_spill_init(dd_scan_spill *sp, const char *dir);
+void dd_scan_spill_fini(dd_scan_spill *sp);
+
+/* Writes the first t->tb_count entries (sorted) as a new run. */
+int dd_scan_spill_run(dd_scan_spill *sp, dd_err *err, const dd_scan_table *t);
+
+/* Merges every run into sink using at most `budget` bytes of buffers
+ * (extra merge passes write intermediate runs when the runs are too many
+ * for it). */
+int dd_scan_spill_merge(dd_scan_spill *sp, dd_err *err, size_t budget,
+			dd_scan_sink_fn sink, void *ctx);
+
+/* Record encoding, field by field (STYLE.md). */
+void dd_scan_rec_encode(uint8_t *out, const dd_scan_ent *e);
+void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
+
+/* ---- reading images (scan.c, used by walk.c) ----------------------------*/
+
+/* Scans one image from fd (its current position to EOF).  size_hint is
+ * the expected size for a regular file (a shorter read is reported as a
+ * file that shrank), or UINT64_MAX.  Returns 0, a warning already
+ * reported (the image is counted up to the failure), or a fatal code. */
+int dd_scan_image(dd_scan *s, int fd, const char *label, uint64_t size_hint,
+		  bool regular);
+
+/* Reports a skipped or partly read input through the warning callback
+ * and counts it in dd_scan_info.skipped. */
+void dd_scan_warn(dd_scan *s, const char *path, int code, const char *fmt,
+		  ...) __attribute__((format(printf, 4, 5)));
+
+/* The scan's error record (fatal errors). */
+dd_err *dd_scan_err(dd_scan *s);
+
+/* Counts a fifo, socket or device met inside a directory (not read). */
+void dd_scan_count_special(dd_scan *s);
+
+/* Walks path (walk.c). */
+int dd_scan_walk(dd_scan *s, const char *path);
+
+#endif

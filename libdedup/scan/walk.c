@@ -1,0 +1,284 @@
+/*
+ * walk.c -- which inputs a scan reads: files, devices, directory trees.
+ *
+ * A path named by the caller is followed if it is a symlink (the user
+ * asked for it) and may be anything readable: a file, a block device, a
+ * fifo.  Inside a directory only regular files are read, symlinks are
+ * never followed (no loops, no escaping the tree), and fifos, sockets and
+ * devices are counted, not opened (a fifo would block; /dev would read
+ * every disk).  Entries are opened O_NOFOLLOW | O_NONBLOCK and checked
+ * again with fstat, so an entry replaced between listing and opening is
+ * still never followed or blocked on.
+ *
+ * Directories are listed whole and closed before descending, so the walk
+ * holds one directory descriptor at a time whatever the depth; names are
+ * sorted, so warnings and progress come out in a stable order.  Anything
+ * that fails -- permissions, an entry that vanished, a path too long --
+ * is a warning, and the walk goes on.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/io.h"
+#include "scan/scan.h"
+
+typedef struct dd_names {
+	char **nm_v;
+	size_t nm_n, nm_cap;
+} dd_names;
+
+static void dd_names_free(dd_names *nm)
+{
+	for (size_t i = 0; i < nm->nm_n; i++)
+		dd_free(nm->nm_v[i]);
+	dd_free(nm->nm_v);
+	memset(nm, 0, sizeof(*nm));
+}
+
+static int dd_names_add(dd_names *nm, const char *name)
+{
+	if (nm->nm_n == nm->nm_cap) {
+		size_t cap = nm->nm_cap ? 2 * nm->nm_cap : 32;
+		char **v = dd_realloc(nm->nm_v, cap * sizeof(*v));
+
+		if (!v)
+			return DD_ENOMEM;
+		nm->nm_v = v;
+		nm->nm_cap = cap;
+	}
+	nm->nm_v[nm->nm_n] = dd_strdup(name);
+	if (!nm->nm_v[nm->nm_n])
+		return DD_ENOMEM;
+	nm->nm_n++;
+	return 0;
+}
+
+static int dd_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Lists directory path (sorted, without . and ..).  A directory that
+ * cannot be opened or read to its end is described in *oerr (a warning
+ * for the caller); the return is DD_ENOMEM or 0. */
+static int dd_list_dir(const char *path, bool follow, dd_names *nm,
+		       dd_err *oerr)
+{
+	int flags = O_RDONLY | O_DIRECTORY | (follow ? 0 : O_NOFOLLOW);
+	int fd = dd_io_open(oerr, path, flags, 0);
+	struct dirent *de;
+	DIR *d;
+	int rc = 0;
+
+	if (fd < 0)
+		return 0;
+	d = fdopendir(fd);
+	if (!d) {
+		dd_err_set_errno(oerr, errno, "opendir %s", path);
+		dd_io_close(fd);
+		return 0;
+	}
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de)
+			break;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		rc = dd_names_add(nm, de->d_name);
+		if (rc)
+			break;
+	}
+	if (!rc && errno)
+		dd_err_set_errno(oerr, errno, "readdir %s", path);
+	closedir(d);
+	if (nm->nm_n)
+		qsort(nm->nm_v, nm->nm_n, sizeof(char *), dd_name_cmp);
+	return rc;
+}
+
+/* path + "/" + name into buf; false when it does not fit. */
+static bool dd_join(char *buf, size_t len, const char *path, const char *name)
+{
+	size_t pl = strlen(path);
+	bool slash = pl > 0 && path[pl - 1] == '/';
+	int n = snprintf(buf, len, "%s%s%s", path, slash ? "" : "/", name);
+
+	return n >= 0 && (size_t)n < len;
+}
+
+/* ---- scanning ----------------------------------------------------------*/
+
+static void dd_warn_errno(dd_scan *s, const char *path, int e,
+			  const char *what)
+{
+	dd_scan_warn(s, path, dd_errno_code(e), "%s: %s (skipped)", what,
+		     strerror(e));
+}
+
+static int dd_walk_file(dd_scan *s, const char *path, bool top)
+{
+	int flags = O_RDONLY | O_NOCTTY | (top ? 0 : O_NOFOLLOW | O_NONBLOCK);
+	dd_err oerr = {0};
+	int fd = dd_io_open(&oerr, path, flags, 0);
+	struct stat st;
+	int rc;
+
+	if (fd < 0) {
+		dd_scan_warn(s, path, fd, "%s (skipped)", oerr.de_msg);
+		return 0;
+	}
+	if (fstat(fd, &st) != 0) {
+		dd_warn_errno(s, path, errno, "stat");
+		dd_io_close(fd);
+		return 0;
+	}
+	if (!top && !S_ISREG(st.st_mode)) {
+		dd_scan_count_special(s);   /* replaced since it was listed */
+		dd_io_close(fd);
+		return 0;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		dd_scan_warn(s, path, DD_EINVAL, "is a directory now "
+			     "(replaced while scanned; skipped)");
+		dd_io_close(fd);
+		return 0;
+	}
+	if (!top)
+		(void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	rc = dd_scan_image(s, fd, path,
+			   S_ISREG(st.st_mode) ? (uint64_t)st.st_size
+					       : UINT64_MAX,
+			   S_ISREG(st.st_mode));
+	dd_io_close(fd);
+	return rc;
+}
+
+static int dd_walk_dir(dd_scan *s, const char *path, bool top);
+
+static int dd_walk_entry(dd_scan *s, const char *dir, const char *name)
+{
+	char child[PATH_MAX];
+	struct stat st;
+
+	if (!dd_join(child, sizeof(child), dir, name)) {
+		dd_scan_warn(s, dir, DD_EINVAL, "entry '%.100s...': path "
+			     "longer than %d bytes (skipped)", name, PATH_MAX);
+		return 0;
+	}
+	if (lstat(child, &st) != 0) {
+		dd_warn_errno(s, child, errno, "stat");
+		return 0;
+	}
+	if (S_ISLNK(st.st_mode))
+		return 0;   /* never followed: counted by nobody, by design */
+	if (S_ISDIR(st.st_mode))
+		return dd_walk_dir(s, child, false);
+	if (!S_ISREG(st.st_mode)) {
+		dd_scan_count_special(s);
+		return 0;
+	}
+	return dd_walk_file(s, child, false);
+}
+
+static int dd_walk_dir(dd_scan *s, const char *path, bool top)
+{
+	dd_names nm = {0};
+	dd_err oerr = {0};
+	int rc;
+
+	rc = dd_list_dir(path, top, &nm, &oerr);
+	if (rc) {
+		dd_names_free(&nm);
+		return dd_err_set(dd_scan_err(s), rc, "listing %s: out of "
+				  "memory", path);
+	}
+	if (oerr.de_code)
+		dd_scan_warn(s, path, oerr.de_code, "%s (%s)", oerr.de_msg,
+			     nm.nm_n ? "partly listed" : "skipped");
+	for (size_t i = 0; !rc && i < nm.nm_n; i++)
+		rc = dd_walk_entry(s, path, nm.nm_v[i]);
+	dd_names_free(&nm);
+	return rc;
+}
+
+int dd_scan_walk(dd_scan *s, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0) {
+		dd_warn_errno(s, path, errno, "stat");
+		return 0;
+	}
+	if (S_ISDIR(st.st_mode))
+		return dd_walk_dir(s, path, true);
+	return dd_walk_file(s, path, true);
+}
+
+/* ---- sizing (for progress) ---------------------------------------------*/
+
+static uint64_t dd_size_tree(const char *path, bool top);
+
+static uint64_t dd_size_dir(const char *path, bool top)
+{
+	char child[PATH_MAX];
+	dd_names nm = {0};
+	dd_err oerr = {0};
+	uint64_t total = 0;
+
+	if (dd_list_dir(path, top, &nm, &oerr) == 0)
+		for (size_t i = 0; i < nm.nm_n; i++)
+			if (dd_join(child, sizeof(child), path, nm.nm_v[i]))
+				total += dd_size_tree(child, false);
+	dd_names_free(&nm);
+	return total;
+}
+
+static uint64_t dd_size_device(const char *path)
+{
+	int fd = dd_io_open(NULL, path, O_RDONLY | O_NONBLOCK, 0);
+	off_t end;
+
+	if (fd < 0)
+		return 0;
+	end = lseek(fd, 0, SEEK_END);
+	dd_io_close(fd);
+	return end > 0 ? (uint64_t)end : 0;
+}
+
+static uint64_t dd_size_tree(const char *path, bool top)
+{
+	struct stat st;
+
+	if ((top ? stat(path, &st) : lstat(path, &st)) != 0)
+		return 0;
+	if (S_ISDIR(st.st_mode))
+		return dd_size_dir(path, top);
+	if (S_ISREG(st.st_mode))
+		return (uint64_t)st.st_size;
+	if (top && S_ISBLK(st.st_mode))
+		return dd_size_device(path);
+	return 0;
+}
+
+int dd_scan_path_bytes(const char *path, uint64_t *out)
+{
+	dd_err *terr = dd_thread_err();
+	struct stat st;
+
+	if (!path || !out)
+		return dd_err_set(terr, DD_EINVAL, "dd_scan_path_bytes: NULL "
+				  "argument");
+	if (stat(path, &st) != 0)
+		return dd_err_set_errno(terr, errno, "%s", path);
+	*out = dd_size_tree(path, true);
+	return 0;
+}

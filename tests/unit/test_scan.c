@@ -1,0 +1,915 @@
+/*
+ * test_scan.c -- scan/: the table (upsert, backward-shift deletion under
+ * subsampling, sort), spill records and the multi-pass merge, and the
+ * public API against the store itself: every figure of a scan equals
+ * dd_store_stat of a new store holding the same images -- in memory, with
+ * a spill on every batch, and in sample mode at rate 1 -- plus sample
+ * bounds, walks, warnings, bad options and injected faults.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "common/faults.h"
+#include "hash/hash.h"
+#include "scan/scan.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+/* ---- helpers ------------------------------------------------------------*/
+
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static char tmpdir[64];
+
+static int setup_dir(void **state)
+{
+	(void)state;
+	strcpy(tmpdir, "/tmp/dd-test-scan-XXXXXX");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+	char cmd[256];
+
+	(void)state;
+	dd_fault_disarm_all();
+	snprintf(cmd, sizeof(cmd), "chmod -R u+rwx '%s'; rm -rf '%s'", tmpdir,
+		 tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A pool of distinct 4 KiB pieces: half random, half text-like, so the
+ * compressed sizes differ. */
+#define NPIECES 64
+static uint8_t pieces[NPIECES][4096];
+
+static void make_pieces(void)
+{
+	rng_state = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < NPIECES; i++)
+		for (int j = 0; j < 4096; j++)
+			pieces[i][j] = i % 2 ? (uint8_t)(rng() >> 24)
+					     : (uint8_t)"abcdefgh"[rng() % 8];
+}
+
+/* An image of n 4 KiB pieces drawn from the pool (some all-zero), and a
+ * tail of `tail` bytes. */
+static uint8_t *make_image(size_t n, size_t tail, int npool, size_t *len)
+{
+	uint8_t *p = malloc(n * 4096 + tail + 1);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = rng() % (uint64_t)(npool + 4);
+
+		if (r >= (uint64_t)npool)
+			memset(p + i * 4096, 0, 4096);
+		else
+			memcpy(p + i * 4096, pieces[r], 4096);
+	}
+	for (size_t i = 0; i < tail; i++)
+		p[n * 4096 + i] = (uint8_t)(rng() >> 20);
+	*len = n * 4096 + tail;
+	return p;
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	close(fd);
+}
+
+/* dd_store_stat of a new store with block size bs holding the images. */
+static void store_stat(uint32_t bs, uint8_t *const *img, const size_t *len,
+		       int nimg, dd_stat *st)
+{
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	char path[128], name[16];
+	dd_store *s;
+
+	co.block_size = bs;
+	snprintf(path, sizeof(path), "%s/store-%u", tmpdir, bs);
+	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
+	for (int i = 0; i < nimg; i++) {
+		dd_writer *w;
+
+		snprintf(name, sizeof(name), "i%d", i);
+		assert_int_equal(dd_writer_begin(&w, s, name), 0);
+		assert_int_equal(dd_writer_write(w, img[i], len[i]), 0);
+		assert_int_equal(dd_writer_commit(w), 0);
+		dd_writer_free(w);
+	}
+	memset(st, 0, sizeof(*st));
+	st->version = DD_STAT_VERSION;
+	assert_int_equal(dd_store_stat(s, st), 0);
+	dd_store_close(s);
+}
+
+static void assert_same_as_store(const dd_scan_result *r, const dd_stat *st)
+{
+	assert_int_equal(r->zero_blocks, st->zero_blocks);
+	assert_int_equal(r->referenced_blocks, st->referenced_blocks);
+	assert_int_equal(r->referenced_bytes, st->referenced_bytes);
+	assert_int_equal(r->unique_blocks, st->unique_blocks);
+	assert_int_equal(r->unique_bytes, st->unique_bytes);
+	assert_int_equal(r->stored_bytes, st->stored_bytes);
+	assert_true(r->dedup_ratio == st->dedup_ratio);
+	assert_true(r->compress_ratio == st->compress_ratio);
+	assert_memory_equal(r->hist, st->hist, sizeof(st->hist));
+	assert_int_equal(r->ddt_bytes,
+			 st->unique_blocks * DD_SCAN_DDT_ENTRY_BYTES);
+}
+
+/* ---- the table ----------------------------------------------------------*/
+
+static void hash_of(uint64_t i, uint8_t h[DD_HASH_SIZE])
+{
+	dd_sha256_sw(&i, sizeof(i), h);
+}
+
+static void test_table_upsert(void **state)
+{
+	dd_scan_table t;
+	uint8_t h[DD_HASH_SIZE];
+	size_t slot, slot2;
+	bool found;
+
+	(void)state;
+	assert_int_equal(dd_scan_table_init(&t, 48 * 1000, 10), 0);
+	assert_int_equal(t.tb_cap, 1000);
+	assert_int_equal(t.tb_max, 750);
+	for (uint64_t i = 0; i < 750; i++) {
+		hash_of(i, h);
+		dd_scan_table_upsert(&t, h, &slot, &found);
+		assert_false(found);
+		t.tb_ent[slot].se_refcnt = i + 1;
+	}
+	assert_int_equal(t.tb_count, 750);
+	for (uint64_t i = 0; i < 750; i++) {
+		hash_of(i, h);
+		dd_scan_table_upsert(&t, h, &slot, &found);
+		assert_true(found);
+		assert_int_equal(t.tb_ent[slot].se_refcnt, i + 1);
+		dd_scan_table_upsert(&t, h, &slot2, &found);
+		assert_int_equal(slot, slot2);
+	}
+	assert_int_equal(t.tb_count, 750);
+	dd_scan_table_sort(&t);
+	for (size_t i = 1; i < 750; i++)
+		assert_true(memcmp(t.tb_ent[i - 1].se_hash, t.tb_ent[i].se_hash,
+				   DD_HASH_SIZE) < 0);
+	dd_scan_table_fini(&t);
+
+	/* The floor: a tiny budget still holds min_entries. */
+	assert_int_equal(dd_scan_table_init(&t, 10, 300), 0);
+	assert_true(t.tb_max >= 300);
+	dd_scan_table_fini(&t);
+}
+
+static void test_sampled_bits(void **state)
+{
+	uint8_t h[DD_HASH_SIZE] = {0};
+
+	(void)state;
+	assert_true(dd_scan_sampled(h, 0));
+	assert_true(dd_scan_sampled(h, 256));
+	assert_false(dd_scan_sampled(h, 257));
+	h[0] = 0x01;
+	assert_true(dd_scan_sampled(h, 7));
+	assert_false(dd_scan_sampled(h, 8));
+	h[0] = 0;
+	h[1] = 0x20;
+	assert_true(dd_scan_sampled(h, 10));
+	assert_false(dd_scan_sampled(h, 11));
+	h[0] = 0x80;
+	assert_true(dd_scan_sampled(h, 0));
+	assert_false(dd_scan_sampled(h, 1));
+}
+
+/* Subsampling deletes in place with backward shift: afterwards exactly
+ * the sampled keys remain, each still found by a probe. */
+static void test_table_subsample(void **state)
+{
+	dd_scan_table t;
+	uint8_t h[DD_HASH_SIZE];
+	size_t slot, kept = 0;
+	bool found;
+
+	(void)state;
+	/* A small, full table: long probe runs that wrap around the end. */
+	assert_int_equal(dd_scan_table_init(&t, 48 * 211, 1), 0);
+	for (uint64_t i = 0; i < t.tb_max; i++) {
+		hash_of(i, h);
+		dd_scan_table_upsert(&t, h, &slot, &found);
+		t.tb_ent[slot].se_refcnt = i + 1;
+	}
+	for (unsigned shift = 1; shift <= 3; shift++) {
+		dd_scan_table_subsample(&t, shift);
+		kept = 0;
+		for (uint64_t i = 0; i < t.tb_max + 0; i++) {
+			hash_of(i, h);
+			if (!dd_scan_sampled(h, shift))
+				continue;
+			kept++;
+			dd_scan_table_upsert(&t, h, &slot, &found);
+			assert_true(found);
+			assert_int_equal(t.tb_ent[slot].se_refcnt, i + 1);
+		}
+		assert_int_equal(t.tb_count, kept);
+	}
+	assert_true(kept > 5 && kept < 60);
+	dd_scan_table_fini(&t);
+}
+
+/* ---- spill --------------------------------------------------------------*/
+
+static void test_rec_encoding(void **state)
+{
+	dd_scan_ent e = {.se_refcnt = 0x0102030405060708ull,
+			 .se_lsize = 0x11223344, .se_psize = 0x55667788};
+	uint8_t buf[DD_SCAN_REC_SIZE];
+	dd_scan_ent back;
+
+	(void)state;
+	for (int i = 0; i < DD_HASH_SIZE; i++)
+		e.se_hash[i] = (uint8_t)(0xa0 + i);
+	dd_scan_rec_encode(buf, &e);
+	assert_memory_equal(buf, e.se_hash, DD_HASH_SIZE);
+	assert_int_equal(buf[32], 0x08);
+	assert_int_equal(buf[39], 0x01);
+	assert_int_equal(buf[40], 0x44);
+	assert_int_equal(buf[43], 0x11);
+	assert_int_equal(buf[44], 0x88);
+	assert_int_equal(buf[47], 0x55);
+	dd_scan_rec_decode(buf, &back);
+	assert_memory_equal(&back, &e, sizeof(e));
+}
+
+struct merged {
+	uint64_t n, refs;
+	uint8_t last[DD_HASH_SIZE];
+	uint64_t want[400];     /* expected refcount per key i */
+};
+
+static void merged_sink(void *ctx, const dd_scan_ent *e)
+{
+	struct merged *m = ctx;
+	uint8_t h[DD_HASH_SIZE];
+	uint64_t key = e->se_lsize;
+
+	if (m->n)
+		assert_true(memcmp(m->last, e->se_hash, DD_HASH_SIZE) < 0);
+	memcpy(m->last, e->se_hash, DD_HASH_SIZE);
+	assert_true(key < 400);
+	hash_of(key, h);
+	assert_memory_equal(h, e->se_hash, DD_HASH_SIZE);
+	assert_int_equal(e->se_refcnt, m->want[key]);
+	assert_int_equal(e->se_psize, key / 2 + 1);
+	m->n++;
+	m->refs += e->se_refcnt;
+}
+
+/* 40 runs of overlapping keys; a budget for only 2 buffers forces
+ * intermediate passes; the merge sums refcounts across runs. */
+static void test_spill_merge(void **state)
+{
+	static struct merged m;
+	dd_scan_spill sp;
+	dd_scan_table t;
+	dd_err err = {0};
+	uint64_t total = 0;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	dd_scan_spill_init(&sp, tmpdir);
+	assert_int_equal(dd_scan_table_init(&t, 48 * 200, 1), 0);
+	for (int run = 0; run < 40; run++) {
+		for (uint64_t k = (uint64_t)run * 7; k < (uint64_t)run * 7 + 60;
+		     k += 1 + (uint64_t)(run % 3)) {
+			uint8_t h[DD_HASH_SIZE];
+			size_t slot;
+			bool found;
+
+			hash_of(k, h);
+			dd_scan_table_upsert(&t, h, &slot, &found);
+			assert_false(found);
+			t.tb_ent[slot].se_refcnt = (uint64_t)run + 1;
+			t.tb_ent[slot].se_lsize = (uint32_t)k;
+			t.tb_ent[slot].se_psize = (uint32_t)(k / 2 + 1);
+			m.want[k] += (uint64_t)run + 1;
+			total += (uint64_t)run + 1;
+		}
+		dd_scan_table_sort(&t);
+		assert_int_equal(dd_scan_spill_run(&sp, &err, &t), 0);
+		dd_scan_table_clear(&t);
+	}
+	dd_scan_table_fini(&t);
+	assert_int_equal(sp.sp_nruns, 40);
+	assert_int_equal(dd_scan_spill_merge(&sp, &err, 32 * KiB, merged_sink,
+					     &m), 0);
+	assert_true(sp.sp_total_runs > 40);   /* intermediate runs */
+	assert_int_equal(m.refs, total);
+	for (int k = 0, n = 0; k < 400; k++) {
+		n += m.want[k] != 0;
+		if (k == 399)
+			assert_int_equal(m.n, (uint64_t)n);
+	}
+	dd_scan_spill_fini(&sp);
+}
+
+static void test_spill_write_fault(void **state)
+{
+	dd_scan_spill sp;
+	dd_scan_table t;
+	dd_err err = {0};
+	uint8_t h[DD_HASH_SIZE];
+	size_t slot;
+	bool found;
+
+	(void)state;
+	dd_scan_spill_init(&sp, tmpdir);
+	assert_int_equal(dd_scan_table_init(&t, 48 * 100, 1), 0);
+	hash_of(1, h);
+	dd_scan_table_upsert(&t, h, &slot, &found);
+	t.tb_ent[slot].se_refcnt = 1;
+	dd_scan_table_sort(&t);
+	dd_fault_arm(DD_FAULT_WRITE, 1, ENOSPC, 0);
+	assert_int_equal(dd_scan_spill_run(&sp, &err, &t), DD_ENOSPC);
+	assert_non_null(strstr(err.de_msg, "DD_ENOSPC"));
+	dd_fault_disarm_all();
+	dd_scan_table_fini(&t);
+	dd_scan_spill_fini(&sp);
+
+	/* No directory to spill in. */
+	dd_scan_spill_init(&sp, "/nonexistent-dd-dir");
+	assert_int_equal(dd_scan_table_init(&t, 48 * 100, 1), 0);
+	assert_int_equal(dd_scan_spill_run(&sp, &err, &t), DD_ENOENT);
+	dd_scan_table_fini(&t);
+	dd_scan_spill_fini(&sp);
+}
+
+/* ---- the API against the store ------------------------------------------*/
+
+static const uint32_t sizes3[] = {4096, 16384, 131072};
+
+struct warns {
+	int n;
+	int code;
+	char path[256];
+	char msg[512];
+};
+
+static void warn_cb(void *ctx, const char *path, int code, const char *msg)
+{
+	struct warns *w = ctx;
+
+	w->n++;
+	w->code = code;
+	snprintf(w->path, sizeof(w->path), "%s", path);
+	snprintf(w->msg, sizeof(w->msg), "%s", msg);
+}
+
+/* Scans the images (as files) with opts; checks each block size against
+ * a store. */
+static void scan_vs_store(dd_scan_opts *so, uint8_t **img, size_t *len,
+			  int nimg)
+{
+	char path[128];
+	dd_scan *sc;
+	dd_scan_info info = {.version = DD_SCAN_INFO_VERSION};
+
+	assert_int_equal(dd_scan_new(&sc, so), 0);
+	for (int i = 0; i < nimg; i++) {
+		snprintf(path, sizeof(path), "%s/img%d", tmpdir, i);
+		write_file(path, img[i], len[i]);
+		assert_int_equal(dd_scan_add_path(sc, path), 0);
+	}
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_info_get(sc, &info), 0);
+	assert_int_equal(info.images, (uint64_t)nimg);
+	assert_int_equal(info.skipped, 0);
+	for (size_t b = 0; b < so->nblock_sizes; b++) {
+		dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+		dd_stat st;
+
+		assert_int_equal(dd_scan_result_get(sc, b, &r), 0);
+		assert_int_equal(r.block_size, so->block_sizes[b]);
+		store_stat(so->block_sizes[b], img, len, nimg, &st);
+		assert_same_as_store(&r, &st);
+		assert_true(r.dedup_error == 0 && r.compress_error == 0);
+		if (so->mem_limit && so->mem_limit < 2 * MiB)
+			assert_true(r.spill_runs > 1);
+		else
+			assert_int_equal(r.spill_runs, 0);
+		snprintf(path, sizeof(path), "rm -rf %s/store-%u", tmpdir,
+			 so->block_sizes[b]);
+		assert_int_equal(system(path), 0);
+	}
+	dd_scan_free(sc);
+}
+
+#define NIMG 6
+
+static void make_images(uint8_t **img, size_t *len)
+{
+	make_pieces();
+	rng_state = 12345;
+	/* An empty image, a short one, a zero short tail, several sizes. */
+	img[0] = make_image(0, 0, NPIECES, &len[0]);
+	img[1] = make_image(0, 100, NPIECES, &len[1]);
+	img[2] = make_image(700, 3000, NPIECES, &len[2]);
+	img[3] = make_image(1500, 0, 16, &len[3]);
+	img[4] = make_image(33, 1, NPIECES, &len[4]);
+	img[4][len[4] - 1] = 0;
+	/* Many distinct blocks, the last third copies of the first: with a
+	 * small memory their entries meet again only in the merge. */
+	img[5] = make_image(3000, 0, NPIECES, &len[5]);
+	for (size_t i = 0; i < 2000; i++)
+		memcpy(img[5] + i * 4096 + 8, &i, sizeof(i));
+	memcpy(img[5] + 2000 * 4096, img[5], 1000 * 4096);
+}
+
+static void free_images(uint8_t **img, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(img[i]);
+}
+
+static void test_exact_equals_store(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	uint8_t *img[NIMG];
+	size_t len[NIMG];
+
+	(void)state;
+	make_images(img, len);
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 3;
+	scan_vs_store(&so, img, len, NIMG);
+	free_images(img, NIMG);
+}
+
+/* 256 KiB: tables of a few hundred entries, so the scan spills many
+ * runs; the merged figures are still the store's, exactly. */
+static void test_exact_spill_equals_store(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	uint8_t *img[NIMG];
+	size_t len[NIMG];
+
+	(void)state;
+	make_images(img, len);
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 2;       /* 4K and 16K: enough blocks to spill */
+	so.mem_limit = 256 * KiB;
+	so.tmpdir = tmpdir;
+	so.threads = 1;
+	scan_vs_store(&so, img, len, NIMG);
+	free_images(img, NIMG);
+}
+
+/* Sample mode with room for everything keeps every block: exact. */
+static void test_sample_rate1_exact(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	uint8_t *img[NIMG];
+	size_t len[NIMG];
+
+	(void)state;
+	make_images(img, len);
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 3;
+	so.mode = DD_SCAN_SAMPLE;
+	so.compress = DD_COMPRESS_ZSTD;
+	scan_vs_store(&so, img, len, NIMG);
+	free_images(img, NIMG);
+}
+
+/* Many distinct blocks, a fixed rate of 1/8: referenced and zero counts
+ * stay exact, the estimates fall within the stated bounds. */
+static void test_sample_bounds(void **state)
+{
+	static const uint32_t bs4k = 4096;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	size_t n = 16384, len = n * 4096;
+	uint8_t *p = malloc(len);
+	uint64_t uniq = 0;
+	int fds[2];
+	dd_scan *sc;
+
+	(void)state;
+	assert_non_null(p);
+	rng_state = 42;
+	/* Block i is distinct for i % 4 != 3, else a copy of block i-1. */
+	for (size_t i = 0; i < n; i++) {
+		if (i % 4 == 3) {
+			memcpy(p + i * 4096, p + (i - 1) * 4096, 4096);
+			continue;
+		}
+		for (size_t j = 0; j < 4096; j += 8) {
+			uint64_t v = rng() & 0x0f0f0f0f0f0f0f0full;
+
+			memcpy(p + i * 4096 + j, &v, 8);
+		}
+		uniq++;
+	}
+	so.block_sizes = &bs4k;
+	so.nblock_sizes = 1;
+	so.mode = DD_SCAN_SAMPLE;
+	so.sample_shift = 3;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	/* Through a pipe: a stream, as stdin would be. */
+	assert_int_equal(pipe(fds), 0);
+	if (fork() == 0) {
+		close(fds[0]);
+		_exit(write(fds[1], p, len) == (ssize_t)len ? 0 : 1);
+	}
+	close(fds[1]);
+	assert_int_equal(dd_scan_add_fd(sc, fds[0], "pipe"), 0);
+	close(fds[0]);
+	assert_true(wait(NULL) > 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.mode, DD_SCAN_SAMPLE);
+	assert_int_equal(r.sample_shift, 3);
+	assert_int_equal(r.referenced_blocks, n);
+	assert_int_equal(r.referenced_bytes, len);
+	assert_int_equal(r.zero_blocks, 0);
+	assert_true(r.confidence == 0.99);
+	assert_true(r.sampled_blocks > uniq / 8 * 8 / 10);
+	assert_true(r.dedup_error > 0 && r.dedup_error < 0.2);
+	assert_true(fabs(r.dedup_ratio - (double)n / (double)uniq) /
+		    ((double)n / (double)uniq) <= r.dedup_error);
+	/* Nibble data compresses to about half, the same in the sample. */
+	assert_true(r.compress_error > 0 && r.compress_error < 0.2);
+	assert_true(r.compress_ratio > 1.5);
+	dd_scan_free(sc);
+	free(p);
+}
+
+/* A fixed memory: the sample rate adapts until the table fits. */
+static void test_sample_adapts(void **state)
+{
+	static const uint32_t bs4k = 4096;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	size_t n = 20000, len = n * 4096;
+	uint8_t *p = malloc(len);
+	char path[128];
+	dd_scan *sc;
+
+	(void)state;
+	assert_non_null(p);
+	rng_state = 7;
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t v = rng();
+
+		memcpy(p + i, &v, 8);
+	}
+	snprintf(path, sizeof(path), "%s/rand", tmpdir);
+	write_file(path, p, len);
+	so.block_sizes = &bs4k;
+	so.nblock_sizes = 1;
+	so.mode = DD_SCAN_SAMPLE;
+	so.mem_limit = 1 * MiB;
+	so.compress = DD_COMPRESS_NONE;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	assert_int_equal(dd_scan_add_path(sc, path), 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_true(r.sample_shift >= 1);
+	assert_int_equal(r.spill_runs, 0);
+	assert_true(r.compress_ratio == 1.0 && r.compress_error == 0.0);
+	assert_true(r.dedup_ratio >= 1.0);
+	assert_true(r.dedup_ratio - 1.0 <= r.dedup_error);
+	dd_scan_free(sc);
+	free(p);
+}
+
+/* ---- walks and warnings -------------------------------------------------*/
+
+static void test_walk(void **state)
+{
+	static const uint32_t bs4k = 4096;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_info info = {.version = DD_SCAN_INFO_VERSION};
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	struct warns w = {0};
+	char d[128], p[256];
+	dd_scan *sc;
+
+	(void)state;
+	make_pieces();
+	snprintf(d, sizeof(d), "%s/tree", tmpdir);
+	mkdir(d, 0755);
+	snprintf(p, sizeof(p), "%s/sub", d);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/sub/a", d);
+	write_file(p, pieces[0], 4096);
+	snprintf(p, sizeof(p), "%s/b", d);
+	write_file(p, pieces[1], 4096);
+	/* A symlink to a file outside the tree: never followed. */
+	snprintf(p, sizeof(p), "%s/outside", tmpdir);
+	write_file(p, pieces[2], 4096);
+	snprintf(p, sizeof(p), "%s/link", d);
+	assert_int_equal(symlink("../outside", p), 0);
+	snprintf(p, sizeof(p), "%s/fifo", d);
+	assert_int_equal(mkfifo(p, 0644), 0);
+	snprintf(p, sizeof(p), "%s/locked", d);
+	write_file(p, pieces[3], 4096);
+	chmod(p, 0);
+	so.block_sizes = &bs4k;
+	so.nblock_sizes = 1;
+	so.warn = warn_cb;
+	so.warn_ctx = &w;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	assert_int_equal(dd_scan_add_path(sc, d), 0);
+	snprintf(p, sizeof(p), "%s/vanished", tmpdir);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	assert_int_equal(w.code, DD_ENOENT);
+	assert_non_null(strstr(w.path, "vanished"));
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_info_get(sc, &info), 0);
+	assert_int_equal(info.special, 1);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	if (geteuid() == 0) {       /* root reads mode-0 files */
+		assert_int_equal(info.images, 3);
+		assert_int_equal(info.skipped, 1);
+	} else {
+		assert_int_equal(info.images, 2);
+		assert_int_equal(info.skipped, 2);
+	}
+	assert_int_equal(r.unique_blocks, info.images);
+	dd_scan_free(sc);
+}
+
+static void test_sparse(void **state)
+{
+	static const uint32_t sz[] = {4096, 65536};
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	char p[128];
+	int fd;
+	dd_scan *sc;
+
+	(void)state;
+	make_pieces();
+	/* 64 MiB + 100 bytes, data only at 1 MiB and in the last 100 bytes. */
+	snprintf(p, sizeof(p), "%s/sparse", tmpdir);
+	fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, pieces[5], 4096, MiB), 4096);
+	assert_int_equal(pwrite(fd, pieces[6], 100, 64 * MiB), 100);
+	close(fd);
+	so.block_sizes = sz;
+	so.nblock_sizes = 2;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.logical_bytes, 64 * MiB + 100);
+	assert_int_equal(r.blocks, 16384 + 1);
+	assert_int_equal(r.referenced_blocks, 2);
+	assert_int_equal(r.zero_blocks, 16384 - 1);
+	assert_int_equal(dd_scan_result_get(sc, 1, &r), 0);
+	assert_int_equal(r.blocks, 1024 + 1);
+	assert_int_equal(r.referenced_blocks, 2);
+	assert_int_equal(r.unique_bytes, 65536 + 100);
+	dd_scan_free(sc);
+}
+
+/* A file that is shorter than its size said when it was opened. */
+static void test_shrunk_file(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_info info = {.version = DD_SCAN_INFO_VERSION};
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	struct warns w = {0};
+	char p[128];
+	int fd;
+	dd_scan *sc;
+
+	(void)state;
+	make_pieces();
+	snprintf(p, sizeof(p), "%s/shrinks", tmpdir);
+	write_file(p, pieces[9], 4096);
+	so.warn = warn_cb;
+	so.warn_ctx = &w;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	fd = open(p, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(dd_scan_image(sc, fd, p, 8192, true), 0);
+	close(fd);
+	assert_int_equal(w.n, 1);
+	assert_non_null(strstr(w.msg, "shrank"));
+	assert_non_null(strstr(w.msg, "4096 of 8192"));
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_info_get(sc, &info), 0);
+	assert_int_equal(info.skipped, 1);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.referenced_bytes, 4096);   /* what was read */
+	dd_scan_free(sc);
+}
+
+static void test_read_fault_is_a_warning(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	struct warns w = {0};
+	dd_scan_info info = {.version = DD_SCAN_INFO_VERSION};
+	char p[128];
+	dd_scan *sc;
+
+	(void)state;
+	make_pieces();
+	snprintf(p, sizeof(p), "%s/f", tmpdir);
+	write_file(p, pieces[0], 4096);
+	so.warn = warn_cb;
+	so.warn_ctx = &w;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	dd_fault_arm(DD_FAULT_READ, 1, EIO, 0);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	dd_fault_disarm_all();
+	assert_int_equal(w.n, 1);
+	assert_int_equal(w.code, DD_EIO);
+	assert_non_null(strstr(w.msg, "read error"));
+	dd_fault_arm(DD_FAULT_OPEN, 1, EACCES, 0);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	dd_fault_disarm_all();
+	assert_int_equal(w.code, DD_EPERM);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_info_get(sc, &info), 0);
+	assert_int_equal(info.skipped, 2);
+	assert_int_equal(info.images, 2);
+	dd_scan_free(sc);
+}
+
+/* A spill that cannot be written stops the scan with the code. */
+static void test_spill_fault_fails_scan(void **state)
+{
+	static const uint32_t bs4k = 4096;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	uint8_t *img;
+	size_t len;
+	char p[128];
+	dd_scan *sc;
+	int rc;
+
+	(void)state;
+	make_pieces();
+	rng_state = 99;
+	img = make_image(3000, 0, NPIECES, &len);
+	for (size_t i = 0; i < len; i += 4096)   /* all distinct */
+		memcpy(img + i, &i, sizeof(i));
+	snprintf(p, sizeof(p), "%s/many", tmpdir);
+	write_file(p, img, len);
+	so.block_sizes = &bs4k;
+	so.nblock_sizes = 1;
+	so.mem_limit = 256 * KiB;
+	so.tmpdir = tmpdir;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	dd_fault_arm(DD_FAULT_WRITE, 1, ENOSPC, 1);
+	rc = dd_scan_add_path(sc, p);
+	if (rc == 0)
+		rc = dd_scan_finish(sc);
+	dd_fault_disarm_all();
+	assert_int_equal(rc, DD_ENOSPC);
+	assert_non_null(strstr(dd_scan_errmsg(sc), "DD_ENOSPC"));
+	assert_int_equal(dd_scan_finish(sc), DD_ESTATE);
+	dd_scan_free(sc);
+	free(img);
+}
+
+/* ---- misuse -------------------------------------------------------------*/
+
+static void test_bad_options(void **state)
+{
+	static const uint32_t bad[][2] = {
+		{3000, 0}, {2048, 0}, {2 * MiB, 0}, {4096, 4096}, {0, 0},
+	};
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	dd_scan *sc = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		so.block_sizes = bad[i];
+		so.nblock_sizes = bad[i][1] ? 2 : 1;
+		assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+		assert_non_null(strstr(dd_last_errmsg(), "DD_EINVAL"));
+	}
+	so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
+	so.nblock_sizes = 10;
+	assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
+	so.version = 0;
+	assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
+	so.compress_level = 20;
+	assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
+	so.mode = 7;
+	assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	assert_int_equal(dd_scan_new(NULL, NULL), DD_EINVAL);
+	assert_null(sc);
+
+	/* States: results only after finish, nothing added after it. */
+	assert_int_equal(dd_scan_new(&sc, NULL), 0);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), DD_ESTATE);
+	assert_int_equal(dd_scan_add_path(sc, ""), DD_EINVAL);
+	assert_int_equal(dd_scan_add_fd(sc, -1, NULL), DD_EINVAL);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.block_size, DD_BLOCK_SIZE_DEFAULT);
+	assert_int_equal(r.blocks, 0);
+	assert_true(r.dedup_ratio == 1.0 && r.compress_ratio == 1.0);
+	assert_int_equal(dd_scan_result_get(sc, 1, &r), DD_EINVAL);
+	r.version = 99;
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), DD_EINVAL);
+	assert_int_equal(dd_scan_add_path(sc, "/"), DD_ESTATE);
+	assert_int_equal(dd_scan_finish(sc), DD_ESTATE);
+	assert_string_equal(dd_scan_errmsg(sc),
+			    "DD_ESTATE: scan is finished");
+	dd_scan_free(sc);
+	dd_scan_free(NULL);
+	assert_int_equal(dd_scan_add_path(NULL, "/"), DD_EINVAL);
+	assert_int_equal(dd_scan_path_bytes("/nonexistent-dd", &r.blocks),
+			 DD_ENOENT);
+}
+
+static void test_alloc_faults(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan *sc;
+	int rc = DD_ENOMEM;
+
+	(void)state;
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 3;
+	/* The Nth allocation fails, N rising until creation succeeds; every
+	 * failure is a clean DD_ENOMEM (ASan checks for leaks). */
+	for (uint64_t n = 1; rc == DD_ENOMEM && n < 200; n++) {
+		sc = NULL;
+		dd_fault_arm(DD_FAULT_ALLOC, n, ENOMEM, 0);
+		rc = dd_scan_new(&sc, &so);
+		dd_fault_disarm_all();
+		if (rc == 0)
+			dd_scan_free(sc);
+		else
+			assert_int_equal(rc, DD_ENOMEM);
+	}
+	assert_int_equal(rc, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table_upsert),
+		cmocka_unit_test(test_sampled_bits),
+		cmocka_unit_test(test_table_subsample),
+		cmocka_unit_test(test_rec_encoding),
+		cmocka_unit_test(test_spill_merge),
+		cmocka_unit_test(test_spill_write_fault),
+		cmocka_unit_test(test_exact_equals_store),
+		cmocka_unit_test(test_exact_spill_equals_store),
+		cmocka_unit_test(test_sample_rate1_exact),
+		cmocka_unit_test(test_sample_bounds),
+		cmocka_unit_test(test_sample_adapts),
+		cmocka_unit_test(test_walk),
+		cmocka_unit_test(test_sparse),
+		cmocka_unit_test(test_shrunk_file),
+		cmocka_unit_test(test_read_fault_is_a_warning),
+		cmocka_unit_test(test_spill_fault_fails_scan),
+		cmocka_unit_test(test_bad_options),
+		cmocka_unit_test(test_alloc_faults),
+	};
+
+	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
