@@ -1,0 +1,202 @@
+# shellcheck shell=bash disable=SC2034
+# tests/bench/lib.sh -- shared helpers for the hand-run benchmarks.
+#
+# Source it from a benchmark script (bash, `set -euo pipefail`):
+#
+#   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   bench_init store            # BENCH_DIR, BENCH_RUN, BENCH_RAW, repo root
+#   bench_make_image  "$BENCH_DIR/A-1024M" 1073741824
+#   bench_make_changed_copy "$BENCH_DIR/A-1024M" "$BENCH_DIR/B-1024M" 0.05
+#   bench_warm "$A" "$B"
+#   bench_time put_a "$DD" put "$S@a" "$A"      # records put_a_seconds, put_a_maxrss_kib
+#   bench_record some_key 123
+#
+# Conventions:
+#  - every message goes to stderr (the timed commands' stdout is often
+#    redirected to /dev/null by the caller);
+#  - measurements are appended as "key<TAB>value" lines to $BENCH_RAW, which
+#    the benchmark's report step reads;
+#  - any error stops the benchmark (bench_die); a missed target never does.
+
+BENCH_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_REPO=$(cd "$BENCH_LIB_DIR/../.." && pwd)
+
+# Image layout shared by the benchmarks.
+BENCH_BLOCK=131072          # 128 KiB: the store's block size and B's unit of change
+BENCH_SEED=20240501         # fixed seed: B changes the same blocks every time
+
+bench_log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+bench_die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# bench_init NAME: sets BENCH_DIR (default /var/tmp/dd-bench, cached data),
+# BENCH_RUN (a fresh per-benchmark run directory) and BENCH_RAW.
+bench_init() {
+	local name=$1
+	BENCH_DIR=${BENCH_DIR:-/var/tmp/dd-bench}
+	mkdir -p "$BENCH_DIR"
+	BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
+	BENCH_RUN=$BENCH_DIR/run-$name
+	rm -rf "$BENCH_RUN"
+	mkdir -p "$BENCH_RUN"
+	BENCH_RAW=$BENCH_RUN/raw.tsv
+	: >"$BENCH_RAW"
+	export BENCH_DIR BENCH_RUN BENCH_RAW
+	bench_log "work dir $BENCH_DIR, this run's files in $BENCH_RUN"
+}
+
+# bench_need_pkg CMD PACKAGE: installs the Debian package when CMD is missing.
+bench_need_pkg() {
+	local cmd=$1 pkg=$2
+	if [[ $cmd == /* ]]; then [[ -x $cmd ]] && return 0
+	else command -v "$cmd" >/dev/null 2>&1 && return 0; fi
+	[[ $(id -u) == 0 ]] || bench_die "$cmd is missing: install Debian package '$pkg' (needs root)"
+	bench_log "installing Debian package $pkg (for $cmd)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq "$pkg" >&2 ||
+		{ apt-get update -qq >&2 && apt-get install -y -qq "$pkg" >&2; } ||
+		bench_die "could not install $pkg"
+}
+
+# bench_record KEY VALUE
+bench_record() {
+	printf '%s\t%s\n' "$1" "$2" >>"$BENCH_RAW"
+	bench_log "  $1 = $2"
+}
+
+bench_size() { stat -c %s "$1"; }
+
+# bench_make_image OUT SIZE: OUT = the first SIZE bytes of
+#   tar(/usr/lib/x86_64-linux-gnu) + tar(/usr/share) + tar(rest of /usr/lib)
+# (tars in name order, so the bytes depend only on the installed files).
+# Cached: rebuilt only when OUT is missing, has the wrong size, or was left
+# half-built.
+bench_make_image() {
+	local out=$1 size=$2
+	if [[ -f $out && -f $out.ok && $(bench_size "$out") == "$size" ]]; then
+		bench_log "using cached $out"
+		return 0
+	fi
+	rm -f "$out" "$out.ok" "$out.tmp"
+	bench_log "building $out ($size bytes) from a tar of /usr/lib/x86_64-linux-gnu ..."
+	# head stops reading once it has SIZE bytes: the tars then die of SIGPIPE,
+	# which is expected, so the pipeline's status is head's alone here.
+	set +o pipefail
+	{
+		tar -cf - --sort=name -C / usr/lib/x86_64-linux-gnu
+		tar -cf - --sort=name -C / usr/share
+		tar -cf - --sort=name -C / --exclude=usr/lib/x86_64-linux-gnu usr/lib
+	} 2>/dev/null | head -c "$size" >"$out.tmp"
+	set -o pipefail
+	[[ $(bench_size "$out.tmp") == "$size" ]] ||
+		bench_die "$out: only $(bench_size "$out.tmp") of $size bytes from /usr (not enough files?)"
+	mv "$out.tmp" "$out"
+	date -u +%FT%TZ >"$out.ok"
+}
+
+# bench_make_changed_copy SRC OUT FRACTION [BLOCK]: OUT = SRC with FRACTION of
+# its whole BLOCK-sized blocks (default 128 KiB) overwritten in place with
+# random bytes.  Block indices and bytes come from a fixed seed.  The list of
+# changed block indices is written to OUT.blocks.
+bench_make_changed_copy() {
+	local src=$1 out=$2 frac=$3 bs=${4:-$BENCH_BLOCK}
+	if [[ -f $out && -f $out.ok && $(bench_size "$out") == "$(bench_size "$src")" &&
+	      ! $src.ok -nt $out.ok ]]; then
+		bench_log "using cached $out"
+		return 0
+	fi
+	rm -f "$out" "$out.ok" "$out.tmp"
+	bench_log "building $out: $src with $frac of its $bs-byte blocks randomised (seed $BENCH_SEED)"
+	python3 - "$src" "$out.tmp" "$frac" "$bs" "$BENCH_SEED" "$out.blocks" <<'EOF' >&2
+import os, random, shutil, sys
+src, dst, frac, bs, seed, listf = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+shutil.copyfile(src, dst)
+n = os.path.getsize(dst) // bs           # whole blocks only
+k = round(n * frac)
+rng = random.Random(seed)
+idx = sorted(rng.sample(range(n), k))
+with open(dst, "r+b") as f:
+    for i in idx:
+        f.seek(i * bs)
+        f.write(rng.randbytes(bs))
+with open(listf, "w") as f:
+    f.write("\n".join(map(str, idx)) + "\n")
+print(f"  overwrote {k} of {n} blocks")
+EOF
+	mv "$out.tmp" "$out"
+	date -u +%FT%TZ >"$out.ok"
+}
+
+# bench_make_prefix SRC OUT SIZE: OUT = the first SIZE bytes of SRC (cached).
+bench_make_prefix() {
+	local src=$1 out=$2 size=$3
+	if [[ -f $out && -f $out.ok && $(bench_size "$out") == "$size" && ! $src.ok -nt $out.ok ]]; then
+		bench_log "using cached $out"
+		return 0
+	fi
+	rm -f "$out" "$out.ok"
+	head -c "$size" "$src" >"$out.tmp"
+	[[ $(bench_size "$out.tmp") == "$size" ]] || bench_die "$out: short prefix"
+	mv "$out.tmp" "$out"
+	date -u +%FT%TZ >"$out.ok"
+}
+
+# bench_make_zst SRC: SRC.zst = zstd -1 of SRC (cached), for the decompression reference.
+bench_make_zst() {
+	local src=$1
+	if [[ -f $src.zst && -f $src.zst.ok && ! $src.ok -nt $src.zst.ok ]]; then
+		bench_log "using cached $src.zst"
+		return 0
+	fi
+	rm -f "$src.zst" "$src.zst.ok"
+	bench_log "compressing $src -> $src.zst (zstd -1)"
+	zstd -q -1 -T2 -c "$src" >"$src.zst.tmp"
+	mv "$src.zst.tmp" "$src.zst"
+	date -u +%FT%TZ >"$src.zst.ok"
+}
+
+# bench_warm FILE...: flush dirty pages, then read the files into the page cache.
+bench_warm() {
+	sync
+	cat "$@" >/dev/null
+}
+
+# bench_time KEY CMD [ARG...]: runs CMD under /usr/bin/time -v and records
+# KEY_seconds (wall clock, ns resolution) and KEY_maxrss_kib.  CMD's stdout
+# is the caller's (redirect it there); its stderr goes to $BENCH_RUN/KEY.err.
+# A non-zero exit stops the benchmark.
+bench_time() {
+	local key=$1
+	shift
+	local tf=$BENCH_RUN/$key.time ef=$BENCH_RUN/$key.err t0 t1 rc=0 rss secs
+	bench_log "timing $key: $*"
+	t0=$(date +%s%N)
+	/usr/bin/time -v -o "$tf" "$@" 2>"$ef" || rc=$?
+	t1=$(date +%s%N)
+	if ((rc != 0)); then
+		tail -n 20 "$ef" >&2 || true
+		bench_die "$key: '$*' failed (exit $rc); stderr in $ef"
+	fi
+	rss=$(awk -F': *' '/Maximum resident set size/ {print $2}' "$tf")
+	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+	bench_record "${key}_seconds" "$secs"
+	bench_record "${key}_maxrss_kib" "$rss"
+}
+
+# bench_openssl_sha256 BYTES [PROCS]: prints SHA-256 throughput in bytes/s as
+# measured by `openssl speed -evp sha256` (3 s), on one core or PROCS cores.
+bench_openssl_sha256() {
+	local bytes=$1 procs=${2:-1} out v
+	local multi=()
+	((procs > 1)) && multi=(-multi "$procs")
+	out=$(openssl speed "${multi[@]}" -evp sha256 -bytes "$bytes" -seconds 3 2>/dev/null) ||
+		bench_die "openssl speed failed"
+	# The last line is "sha256   1735711.03k": thousands of bytes per second.
+	v=$(awk '$1 == "sha256" { v = $NF } END { print v }' <<<"$out")
+	[[ $v == *k ]] || bench_die "cannot parse openssl speed output: $(tail -n 2 <<<"$out")"
+	awk -v k="${v%k}" 'BEGIN { printf "%.0f", k * 1000 }'
+}
+
+# bench_du DIR: apparent size in bytes (du -sb).
+bench_du() { du -sb "$1" | awk '{ print $1 }'; }
+# bench_du_alloc DIR: allocated size in bytes.
+bench_du_alloc() { du -s --block-size=1 "$1" | awk '{ print $1 }'; }
