@@ -20,13 +20,15 @@
 
 #include "dedup.h"
 #include "util.h"
+#include "util_cache.h"
 
 #define PUT_CHUNK (4u << 20)
 #define GET_CHUNK (8u << 20)
 
-/* One I/O buffer for put and get, static so that a die() on an error path
- * leaves nothing unreachable behind (LeakSanitizer runs at exit). */
-static char io_buf[GET_CHUNK > PUT_CHUNK ? GET_CHUNK : PUT_CHUNK];
+/* get's I/O buffer, static so that a die() on an error path leaves
+ * nothing unreachable behind (LeakSanitizer runs at exit).  put reads
+ * straight into the writer's buffer (dd_writer_buffer). */
+static char io_buf[GET_CHUNK];
 #define HOLE_GRAIN (64u << 10)  /* zero runs skipped when writing a file */
 
 static const char usage_text[] =
@@ -40,9 +42,25 @@ static const char usage_text[] =
 	"  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"
 	"  dedup gc   [--wait] STORE                      reclaim unreferenced space\n"
 	"  dedup scrub STORE                              verify every stored block\n"
+	"  dedup cache add [--size N] [--force] STORE PATH  add an L2 cache device\n"
+	"  dedup cache rm STORE PATH                      stop using an L2 cache device\n"
+	"  dedup cache ls [--json] STORE                  cache devices and tunables\n"
+	"  dedup cache set [--l1-size N|off] [--l2-write-max N]\n"
+	"                  [--l2-feed-sequential on|off] STORE  store the tunables\n"
+	"  dedup scan [-v] [--json] [--block-size N[,N...]] [--compress zstd[:L]|none]\n"
+	"             [--memory SIZE] [--sample] [--sample-rate N] [--tmpdir DIR]\n"
+	"             PATH...|-                           what dedup would save on existing\n"
+	"                                                 files, trees, devices or stdin\n"
 	"\n"
 	"  --help       show this help\n"
 	"  --version    show the version\n"
+	"\n"
+	"Commands that open a store (put get ls rm stat gc scrub) also take:\n"
+	"  --no-cache            do not use the store's L2 cache devices\n"
+	"  --l1-size N           RAM for the L1 block cache (0: none)\n"
+	"  --l2-write-max N      bytes per second fed to L2\n"
+	"  --l2-feed-sequential  feed blocks of long sequential reads to L2\n"
+	"  --stats FILE|-        write this run's I/O and cache figures as JSON\n"
 	"\n"
 	"Sizes accept K/KiB/M/MiB/G/GiB suffixes (powers of 1024).\n"
 	"Exit status: 0 success, 1 error, 2 usage error.\n";
@@ -111,6 +129,7 @@ static void parse_common(int argc, char **argv, const int *allow,
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"wait", no_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
+		CACHE_LONGOPTS,     /* util_cache.h */
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -135,6 +154,8 @@ static void parse_common(int argc, char **argv, const int *allow,
 			o->wait = 1;
 		else if (c == OPT_JSON)
 			o->json = 1;
+		else
+			cache_cli_option(subcmd, c, optarg);
 	}
 }
 
@@ -148,9 +169,11 @@ static dd_store *open_store(const char *path, int wait, int readonly)
 
 	oo.wait_for_lock = wait;
 	oo.readonly = readonly;
+	cache_cli_apply(&oo);         /* --no-cache, --l1-size, ... */
 	rc = dd_store_open(&s, path, &oo);
 	if (rc != 0)
 		die("%s", lib_msg(dd_store_errmsg(NULL), rc));
+	cache_cli_opened(s, subcmd, path);   /* for --stats */
 	return s;
 }
 
@@ -321,11 +344,11 @@ static void put_summary(dd_store *s, const char *name, uint64_t bytes,
 
 static int cmd_put(int argc, char **argv)
 {
-	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, CACHE_ALLOW, 0};
 	struct common_opts o;
 	struct progress pg;
 	struct input in;
-	char *path, *name, *buf;
+	char *path, *name;
 	dd_writer *w = NULL;
 	dd_store *s;
 	uint64_t total = 0;
@@ -336,7 +359,6 @@ static int cmd_put(int argc, char **argv)
 	want_args(argc, argv, 1, 2);
 	split_snapref_or_die(argv[optind], &path, &name);
 	open_input(&in, optind + 1 < argc ? argv[optind + 1] : NULL);
-	buf = io_buf;
 	s = open_store(path, o.wait, 0);
 	rc = dd_writer_begin(&w, s, name);
 	if (rc != 0)
@@ -345,9 +367,16 @@ static int cmd_put(int argc, char **argv)
 	t0 = now_seconds();
 	progress_init(&pg, name, in.size, o.verbose);
 	for (;;) {
-		ssize_t n = read_full(in.fd, buf, PUT_CHUNK);
+		void *dst;
+		size_t room;
+		ssize_t n;
 		char why[512];
 
+		/* read straight into the writer's buffer: no extra copy */
+		rc = dd_writer_buffer(w, &dst, &room);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		n = read_full(in.fd, dst, room < PUT_CHUNK ? room : PUT_CHUNK);
 		if (n < 0) {
 			snprintf(why, sizeof(why), "%s: read: %s", in.label,
 				 strerror(errno));
@@ -355,7 +384,7 @@ static int cmd_put(int argc, char **argv)
 		}
 		if (n == 0)
 			break;
-		rc = dd_writer_write(w, buf, (size_t)n);
+		rc = dd_writer_produce(w, (size_t)n);
 		if (rc != 0)
 			put_fail(w, rc, NULL);
 		total += (uint64_t)n;
@@ -368,7 +397,7 @@ static int cmd_put(int argc, char **argv)
 	dd_writer_free(w);
 	if (o.verbose)
 		put_summary(s, name, total, now_seconds() - t0);
-	dd_store_close(s);
+	cache_cli_close(s);
 	if (in.fd != STDIN_FILENO)
 		close(in.fd);
 	free(path);
@@ -468,7 +497,7 @@ static void finish_output(struct output *out, uint64_t size)
 
 static int cmd_get(int argc, char **argv)
 {
-	static const int allow[] = {OPT_VERBOSE, 0};
+	static const int allow[] = {OPT_VERBOSE, CACHE_ALLOW, 0};
 	struct common_opts o;
 	struct output out;
 	struct progress pg;
@@ -513,7 +542,7 @@ static int cmd_get(int argc, char **argv)
 		fprintf(stderr, "%s: get %s: %" PRIu64 " bytes\n", util_prog,
 			name, size);
 	dd_reader_close(r);
-	dd_store_close(s);
+	cache_cli_close(s);
 	free(path);
 	free(name);
 	return 0;
@@ -573,7 +602,7 @@ static void ls_text(const dd_snapshot_info *list, size_t count)
 
 static int cmd_ls(int argc, char **argv)
 {
-	static const int allow[] = {OPT_JSON, 0};
+	static const int allow[] = {OPT_JSON, CACHE_ALLOW, 0};
 	struct common_opts o;
 	dd_snapshot_info *list = NULL;
 	size_t count = 0;
@@ -591,7 +620,7 @@ static int cmd_ls(int argc, char **argv)
 	else
 		ls_text(list, count);
 	dd_snapshot_list_free(list);
-	dd_store_close(s);
+	cache_cli_close(s);
 	return 0;
 }
 
@@ -599,7 +628,7 @@ static int cmd_ls(int argc, char **argv)
 
 static int cmd_rm(int argc, char **argv)
 {
-	static const int allow[] = {OPT_WAIT, 0};
+	static const int allow[] = {OPT_WAIT, CACHE_ALLOW, 0};
 	struct common_opts o;
 	char *path, *name;
 	dd_store *s;
@@ -612,7 +641,7 @@ static int cmd_rm(int argc, char **argv)
 	rc = dd_snapshot_delete(s, name);
 	if (rc != 0)
 		die_store(s, rc);
-	dd_store_close(s);
+	cache_cli_close(s);
 	free(path);
 	free(name);
 	return 0;
@@ -646,7 +675,8 @@ static const char *compress_name(char *buf, size_t len,
 	return buf;
 }
 
-static void stat_json(const dd_stat *st, const dd_store_info *info)
+static void stat_json(dd_store *s, const dd_stat *st,
+		      const dd_store_info *info)
 {
 	char comp[32];
 	int i, first = 1;
@@ -674,6 +704,7 @@ static void stat_json(const dd_stat *st, const dd_store_info *info)
 	json_u64("lmdb_file_bytes", st->lmdb_file_bytes);
 	json_double("dedup_ratio", st->dedup_ratio, 0);
 	json_double("compress_ratio", st->compress_ratio, 0);
+	cache_stat_json(s, stdout);  /* "cache": {...}, util_cache.c */
 	printf("  \"histogram\": [");
 	for (i = 0; i < DD_HIST_BUCKETS; i++) {
 		const dd_hist_row *h = &st->hist[i];
@@ -768,7 +799,7 @@ static void stat_text(const char *path, const dd_stat *st,
 
 static int cmd_stat(int argc, char **argv)
 {
-	static const int allow[] = {OPT_JSON, 0};
+	static const int allow[] = {OPT_JSON, CACHE_ALLOW, 0};
 	struct common_opts o;
 	dd_store_info info;
 	dd_stat st;
@@ -785,11 +816,13 @@ static int cmd_stat(int argc, char **argv)
 		rc = dd_store_stat(s, &st);
 	if (rc != 0)
 		die_store(s, rc);
-	if (o.json)
-		stat_json(&st, &info);
-	else
+	if (o.json) {
+		stat_json(s, &st, &info);
+	} else {
 		stat_text(argv[optind], &st, &info);
-	dd_store_close(s);
+		cache_stat_text(s);
+	}
+	cache_cli_close(s);
 	return 0;
 }
 
@@ -797,7 +830,7 @@ static int cmd_stat(int argc, char **argv)
 
 static int cmd_gc(int argc, char **argv)
 {
-	static const int allow[] = {OPT_WAIT, 0};
+	static const int allow[] = {OPT_WAIT, CACHE_ALLOW, 0};
 	dd_gc_result res;
 	struct common_opts o;
 	dd_store *s;
@@ -817,7 +850,7 @@ static int cmd_gc(int argc, char **argv)
 	       human_size(hs, sizeof(hs), res.bytes_reclaimed),
 	       res.bytes_reclaimed, res.ddt_entries_removed, res.packs_deleted,
 	       res.packs_rewritten, res.blocks_moved);
-	dd_store_close(s);
+	cache_cli_close(s);
 	return 0;
 }
 
@@ -844,7 +877,7 @@ static int scrub_report(const dd_scrub_bad *bad, void *ctx)
 
 static int cmd_scrub(int argc, char **argv)
 {
-	static const int allow[] = {0};
+	static const int allow[] = {CACHE_ALLOW, 0};
 	dd_scrub_result res;
 	struct common_opts o;
 	dd_store *s;
@@ -863,11 +896,486 @@ static int cmd_scrub(int argc, char **argv)
 	       res.bad_blocks);
 	fflush(stdout);
 	if (rc == DD_ECHECKSUM || res.bad_blocks) {
-		dd_store_close(s);
+		cache_cli_close(s);
 		die("%s: scrub found %" PRIu64 " bad block%s", argv[optind],
 		    res.bad_blocks, res.bad_blocks == 1 ? "" : "s");
 	}
-	dd_store_close(s);
+	cache_cli_close(s);
+	return 0;
+}
+
+/* ---- scan ---------------------------------------------------------------*/
+
+#define SCAN_BAR_WIDTH 30
+#define SCAN_SKIP_KEEP 1000   /* skipped inputs listed in the report */
+
+struct scan_skip {
+	char *path;
+	int code;
+	char *msg;
+};
+
+/* What the report needs besides the library's figures; static so that a
+ * die() leaves it reachable (LeakSanitizer runs at exit). */
+static struct scan_state {
+	struct scan_skip skips[SCAN_SKIP_KEEP];
+	size_t nskips;
+	struct progress pg;
+	dd_scan_result res[DD_SCAN_MAX_BLOCK_SIZES];
+	dd_scan *scan;
+} scan_st;
+
+static void scan_warn(void *ctx, const char *path, int code, const char *msg)
+{
+	struct scan_skip *sk;
+
+	(void)ctx;
+	if (scan_st.pg.drawn)
+		fputc('\n', stderr);   /* keep the meter off the warning */
+	warnmsg("%s: %s", path, msg);
+	if (scan_st.nskips == SCAN_SKIP_KEEP)
+		return;
+	sk = &scan_st.skips[scan_st.nskips];
+	sk->path = strdup(path);
+	sk->msg = strdup(msg);
+	sk->code = code;
+	if (sk->path && sk->msg)
+		scan_st.nskips++;
+	else {
+		free(sk->path);
+		free(sk->msg);
+	}
+}
+
+static int scan_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	(void)total;
+	progress_update(&scan_st.pg, done);
+	return 0;
+}
+
+static void scan_free_state(void)
+{
+	for (size_t i = 0; i < scan_st.nskips; i++) {
+		free(scan_st.skips[i].path);
+		free(scan_st.skips[i].msg);
+	}
+	scan_st.nskips = 0;
+	dd_scan_free(scan_st.scan);
+	scan_st.scan = NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* --block-size 4K,16K,128K: sorted, each a power of two in range. */
+static size_t scan_parse_sizes(const char *arg, uint32_t *sizes)
+{
+	uint64_t v[DD_SCAN_MAX_BLOCK_SIZES];
+	const char *bad;
+	size_t n, i;
+
+	if (parse_size_list(arg, v, DD_SCAN_MAX_BLOCK_SIZES, &n, &bad) != 0)
+		die_usage("scan: invalid block size list '%.100s' (at '%.40s'; "
+			  "sizes like 4K,128K, at most %d)", arg, bad,
+			  DD_SCAN_MAX_BLOCK_SIZES);
+	for (i = 0; i < n; i++) {
+		if (v[i] < DD_BLOCK_SIZE_MIN || v[i] > DD_BLOCK_SIZE_MAX ||
+		    (v[i] & (v[i] - 1)))
+			die_usage("scan: block size must be a power of two from "
+				  "4 KiB to 1 MiB, not %" PRIu64, v[i]);
+		sizes[i] = (uint32_t)v[i];
+	}
+	qsort(sizes, n, sizeof(*sizes), cmp_u32);
+	for (i = 1; i < n; i++)
+		if (sizes[i] == sizes[i - 1])
+			die_usage("scan: block size %" PRIu32 " listed twice",
+				  sizes[i]);
+	return n;
+}
+
+static unsigned scan_parse_rate(const char *arg)
+{
+	uint64_t v;
+	unsigned shift = 0;
+
+	if (parse_size(arg, &v) != 0 || v == 0 || (v & (v - 1)) ||
+	    v > (1ull << 32))
+		die_usage("scan: --sample-rate takes N, a power of two from 1 "
+			  "to 2^32 (keep 1 block content in N), not '%.100s'",
+			  arg);
+	while (v >>= 1)
+		shift++;
+	return shift;
+}
+
+static void scan_compress_name(char *buf, size_t len, const dd_scan_opts *so)
+{
+	if (so->compress == DD_COMPRESS_NONE)
+		snprintf(buf, len, "none");
+	else
+		snprintf(buf, len, "zstd:%d",
+			 so->compress_level ? so->compress_level : 1);
+}
+
+static void scan_bar(char *buf, uint64_t v, uint64_t max)
+{
+	size_t n = max ? (size_t)((double)v / (double)max * SCAN_BAR_WIDTH +
+				  0.5) : 0;
+
+	if (v && n == 0)
+		n = 1;
+	memset(buf, '#', n);
+	buf[n] = '\0';
+}
+
+static void scan_hist_row(const char *label, const dd_hist_row *h,
+			  const char *bar)
+{
+	char c[6][16];
+
+	printf("%6s   %6s   %5s   %5s   %6s   %5s   %5s%s%s\n", label,
+	       nicenum(c[0], 16, h->blocks), nicenum(c[1], 16, h->lsize),
+	       nicenum(c[2], 16, h->psize), nicenum(c[3], 16, h->ref_blocks),
+	       nicenum(c[4], 16, h->ref_lsize), nicenum(c[5], 16, h->ref_psize),
+	       *bar ? "   " : "", bar);
+}
+
+/* zdb -S layout, with a bar per row for its share of referenced bytes. */
+static void scan_histogram(const dd_scan_result *r)
+{
+	char label[16], bar[SCAN_BAR_WIDTH + 1];
+	uint64_t max = 0;
+	dd_hist_row tot;
+	int i;
+
+	memset(&tot, 0, sizeof(tot));
+	for (i = 0; i < DD_HIST_BUCKETS; i++)
+		if (r->hist[i].ref_lsize > max)
+			max = r->hist[i].ref_lsize;
+	printf("bucket              allocated                 referenced\n");
+	printf("______   _______________________   _______________________\n");
+	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
+	printf("------   ------   -----   -----   ------   -----   -----\n");
+	for (i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &r->hist[i];
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		scan_bar(bar, h->ref_lsize, max);
+		scan_hist_row(nicenum(label, sizeof(label), 1ull << i), h, bar);
+		tot.blocks += h->blocks;
+		tot.lsize += h->lsize;
+		tot.psize += h->psize;
+		tot.ref_blocks += h->ref_blocks;
+		tot.ref_lsize += h->ref_lsize;
+		tot.ref_psize += h->ref_psize;
+	}
+	scan_hist_row("Total", &tot, "");
+}
+
+static const char *scan_pct(char *buf, size_t len, double e)
+{
+	if (!isfinite(e))
+		snprintf(buf, len, "unbounded (sample too small)");
+	else
+		snprintf(buf, len, "%.2f%%", e * 100.0);
+	return buf;
+}
+
+static void scan_text_one(const dd_scan_result *r)
+{
+	char a[32], b[32], c[32];
+
+	printf("\nblock size %s: %" PRIu64 " blocks, %" PRIu64 " zero; "
+	       "referenced %" PRIu64 " blocks (%s)\n",
+	       human_size(a, sizeof(a), r->block_size), r->blocks,
+	       r->zero_blocks, r->referenced_blocks,
+	       human_size(b, sizeof(b), r->referenced_bytes));
+	scan_histogram(r);
+	printf("unique blocks: %" PRIu64 "%s; DDT on disk ~ %s (%d bytes per "
+	       "entry, compacted)\n", r->unique_blocks,
+	       r->sample_shift ? " (estimated)" : "",
+	       human_size(c, sizeof(c), r->ddt_bytes),
+	       DD_SCAN_DDT_ENTRY_BYTES);
+	if (r->sample_shift)
+		printf("sample: 1 in %.0f block contents, %" PRIu64 " sampled; "
+		       "at %.0f%% confidence dedup within %s, compress "
+		       "within %s\n", ldexp(1.0, (int)r->sample_shift),
+		       r->sampled_blocks, r->confidence * 100.0,
+		       scan_pct(a, sizeof(a), r->dedup_error),
+		       scan_pct(b, sizeof(b), r->compress_error));
+	if (r->spill_runs)
+		printf("spilled: %" PRIu64 " sorted runs, %s on disk\n",
+		       r->spill_runs, human_size(a, sizeof(a), r->spill_bytes));
+	printf("dedup = %.2f, compress = %.2f, dedup * compress = %.2f\n",
+	       r->dedup_ratio, r->compress_ratio,
+	       r->dedup_ratio * r->compress_ratio);
+}
+
+static void scan_text(const dd_scan_info *info, const dd_scan_opts *so)
+{
+	char a[32], comp[32];
+	size_t i;
+
+	scan_compress_name(comp, sizeof(comp), so);
+	printf("scan: %" PRIu64 " image%s, %s read; mode %s; compress %s\n",
+	       info->images, info->images == 1 ? "" : "s",
+	       human_size(a, sizeof(a), info->bytes),
+	       so->mode == DD_SCAN_SAMPLE ? "sample" : "exact", comp);
+	for (i = 0; i < info->nblock_sizes; i++)
+		scan_text_one(&scan_st.res[i]);
+	if (info->special)
+		printf("\nnot read: %" PRIu64 " fifos, sockets or devices "
+		       "inside directories\n", info->special);
+	if (!info->skipped)
+		return;
+	printf("\nskipped or partly read: %" PRIu64 "\n", info->skipped);
+	for (i = 0; i < scan_st.nskips; i++)
+		printf("  %s: %s\n", scan_st.skips[i].path,
+		       scan_st.skips[i].msg);
+	if (info->skipped > scan_st.nskips)
+		printf("  ... and %" PRIu64 " more\n",
+		       info->skipped - scan_st.nskips);
+}
+
+static void json_err_or_null(const char *key, double v, const char *sep)
+{
+	if (isfinite(v))
+		printf("\"%s\": %.17g%s", key, v, sep);
+	else
+		printf("\"%s\": null%s", key, sep);
+}
+
+static void scan_json_hist(const dd_scan_result *r)
+{
+	int i, first = 1;
+
+	printf("     \"histogram\": [");
+	for (i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &r->hist[i];
+		uint64_t lo = 1ull << i;
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		printf("%s\n      {\"refcnt_min\": %" PRIu64
+		       ", \"refcnt_max\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"lsize\": %" PRIu64 ", \"psize\": %" PRIu64
+		       ", \"ref_blocks\": %" PRIu64 ", \"ref_lsize\": %" PRIu64
+		       ", \"ref_psize\": %" PRIu64 "}",
+		       first ? "" : ",", lo, 2 * lo - 1, h->blocks, h->lsize,
+		       h->psize, h->ref_blocks, h->ref_lsize, h->ref_psize);
+		first = 0;
+	}
+	printf("%s]}", first ? "" : "\n     ");
+}
+
+static void scan_json_one(const dd_scan_result *r)
+{
+	printf("    {\"block_size\": %" PRIu32 ", \"mode\": \"%s\",\n",
+	       r->block_size, r->mode == DD_SCAN_SAMPLE ? "sample" : "exact");
+	printf("     \"dedup_ratio\": %.17g, \"compress_ratio\": %.17g, "
+	       "\"dedup_compress_ratio\": %.17g,\n", r->dedup_ratio,
+	       r->compress_ratio, r->dedup_ratio * r->compress_ratio);
+	printf("     \"logical_bytes\": %" PRIu64 ", \"blocks\": %" PRIu64
+	       ", \"zero_blocks\": %" PRIu64 ",\n", r->logical_bytes,
+	       r->blocks, r->zero_blocks);
+	printf("     \"referenced_blocks\": %" PRIu64 ", \"referenced_bytes\": "
+	       "%" PRIu64 ",\n", r->referenced_blocks, r->referenced_bytes);
+	printf("     \"unique_blocks\": %" PRIu64 ", \"unique_bytes\": %" PRIu64
+	       ", \"stored_bytes\": %" PRIu64 ",\n", r->unique_blocks,
+	       r->unique_bytes, r->stored_bytes);
+	printf("     \"ddt_bytes\": %" PRIu64 ", \"ddt_bytes_per_entry\": %d,\n",
+	       r->ddt_bytes, DD_SCAN_DDT_ENTRY_BYTES);
+	printf("     \"sample_rate\": %.17g, \"sampled_blocks\": %" PRIu64
+	       ", \"confidence\": %.17g, ", ldexp(1.0, -(int)r->sample_shift),
+	       r->sampled_blocks, r->confidence);
+	json_err_or_null("dedup_error", r->dedup_error, ", ");
+	json_err_or_null("compress_error", r->compress_error, ",\n");
+	printf("     \"spill_runs\": %" PRIu64 ", \"spill_bytes\": %" PRIu64
+	       ",\n", r->spill_runs, r->spill_bytes);
+	scan_json_hist(r);
+}
+
+static void scan_json(const dd_scan_info *info, const dd_scan_opts *so)
+{
+	char comp[32];
+	size_t i;
+
+	scan_compress_name(comp, sizeof(comp), so);
+	printf("{\n  \"mode\": \"%s\",\n  \"compress\": \"%s\",\n",
+	       so->mode == DD_SCAN_SAMPLE ? "sample" : "exact", comp);
+	printf("  \"images\": %" PRIu64 ",\n  \"bytes\": %" PRIu64 ",\n"
+	       "  \"special_files\": %" PRIu64 ",\n  \"skipped_count\": %"
+	       PRIu64 ",\n  \"skipped\": [", info->images, info->bytes,
+	       info->special, info->skipped);
+	for (i = 0; i < scan_st.nskips; i++) {
+		char sym[32];
+
+		printf("%s\n    {\"path\": ", i ? "," : "");
+		json_string(stdout, scan_st.skips[i].path);
+		printf(", \"error\": \"%s\", \"message\": ",
+		       err_symbol(sym, sizeof(sym), scan_st.skips[i].code));
+		json_string(stdout, scan_st.skips[i].msg);
+		printf("}");
+	}
+	printf("%s],\n  \"results\": [\n", scan_st.nskips ? "\n  " : "");
+	for (i = 0; i < info->nblock_sizes; i++) {
+		scan_json_one(&scan_st.res[i]);
+		printf("%s\n", i + 1 < info->nblock_sizes ? "," : "");
+	}
+	printf("  ]\n}\n");
+}
+
+static _Noreturn void scan_die(int rc)
+{
+	progress_finish(&scan_st.pg);
+	die("%s", lib_msg(dd_scan_errmsg(scan_st.scan), rc));
+}
+
+static uint64_t scan_total(int argc, char **argv)
+{
+	uint64_t total = 0, n;
+
+	for (int i = optind; i < argc; i++)
+		if (strcmp(argv[i], "-") != 0 &&
+		    dd_scan_path_bytes(argv[i], &n) == 0)
+			total += n;
+	return total;
+}
+
+static void scan_inputs(int argc, char **argv)
+{
+	for (int i = optind; i < argc; i++) {
+		int rc = strcmp(argv[i], "-") == 0
+			? dd_scan_add_fd(scan_st.scan, STDIN_FILENO, "stdin")
+			: dd_scan_add_path(scan_st.scan, argv[i]);
+
+		if (rc != 0)
+			scan_die(rc);
+	}
+}
+
+enum {
+	OPT_MEMORY = 512,
+	OPT_SAMPLE,
+	OPT_SAMPLE_RATE,
+	OPT_TMPDIR,
+};
+
+static void scan_parse(int argc, char **argv, dd_scan_opts *so,
+		       uint32_t *sizes, int *json, int *verbose)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, OPT_HELP},
+		{"verbose", no_argument, NULL, OPT_VERBOSE},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+		{"compress", required_argument, NULL, OPT_COMPRESS},
+		{"memory", required_argument, NULL, OPT_MEMORY},
+		{"sample", no_argument, NULL, OPT_SAMPLE},
+		{"sample-rate", required_argument, NULL, OPT_SAMPLE_RATE},
+		{"tmpdir", required_argument, NULL, OPT_TMPDIR},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_HELP:
+			usage_exit();
+		case OPT_VERBOSE:
+			*verbose = 1;
+			break;
+		case OPT_JSON:
+			*json = 1;
+			break;
+		case OPT_BLOCK_SIZE:
+			so->nblock_sizes = scan_parse_sizes(optarg, sizes);
+			break;
+		case OPT_COMPRESS:
+			if (parse_compress_spec(optarg, &so->compress,
+						&so->compress_level) != 0)
+				die_usage("scan: --compress takes zstd, "
+					  "zstd:LEVEL (1..19) or none, not "
+					  "'%.100s'", optarg);
+			break;
+		case OPT_MEMORY:
+			if (parse_size(optarg, &so->mem_limit) != 0 ||
+			    so->mem_limit < (64u << 10))
+				die_usage("scan: --memory takes a size of at "
+					  "least 64K, not '%.100s'", optarg);
+			break;
+		case OPT_SAMPLE:
+			so->mode = DD_SCAN_SAMPLE;
+			break;
+		case OPT_SAMPLE_RATE:
+			so->mode = DD_SCAN_SAMPLE;
+			so->sample_shift = scan_parse_rate(optarg);
+			break;
+		case OPT_TMPDIR:
+			so->tmpdir = optarg;
+			break;
+		default:
+			bad_option(c, argv);
+		}
+	}
+	if (optind >= argc)
+		die_usage("scan: missing PATH (use - for stdin)");
+	so->block_sizes = sizes;
+}
+
+static int cmd_scan(int argc, char **argv)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_info info = {DD_SCAN_INFO_VERSION, 0, 0, 0, 0, 0};
+	uint32_t sizes[DD_SCAN_MAX_BLOCK_SIZES];
+	int json = 0, verbose = 0, rc;
+	uint64_t total = 0;
+
+	scan_parse(argc, argv, &so, sizes, &json, &verbose);
+	progress_init(&scan_st.pg, "scan", 0, verbose);
+	if (scan_st.pg.enabled)
+		total = scan_total(argc, argv);
+	scan_st.pg.total = total;
+	so.progress = scan_progress;
+	so.progress_total = total;
+	so.warn = scan_warn;
+	rc = dd_scan_new(&scan_st.scan, &so);
+	if (rc != 0)
+		die("scan: %s", lib_msg(dd_last_errmsg(), rc));
+	scan_inputs(argc, argv);
+	rc = dd_scan_finish(scan_st.scan);
+	if (rc != 0)
+		scan_die(rc);
+	progress_finish(&scan_st.pg);
+	for (size_t i = 0; i < (so.nblock_sizes ? so.nblock_sizes : 1); i++) {
+		scan_st.res[i].version = DD_SCAN_RESULT_VERSION;
+		rc = dd_scan_result_get(scan_st.scan, i, &scan_st.res[i]);
+		if (rc != 0)
+			scan_die(rc);
+	}
+	dd_scan_info_get(scan_st.scan, &info);
+	if (json)
+		scan_json(&info, &so);
+	else
+		scan_text(&info, &so);
+	fflush(stdout);
+	scan_free_state();
+	if (info.images == 0 && info.skipped == 0)
+		warnmsg("scan: nothing to scan (no files in the input)");
+	if (info.skipped) {
+		warnmsg("scan: %" PRIu64 " input%s skipped or partly read "
+			"(listed in the report)", info.skipped,
+			info.skipped == 1 ? "" : "s");
+		return 1;
+	}
 	return 0;
 }
 
@@ -887,6 +1395,8 @@ static const struct subcommand subcommands[] = {
 	{"stat", cmd_stat},
 	{"gc", cmd_gc},
 	{"scrub", cmd_scrub},
+	{"cache", cmd_cache},       /* util_cache.c */
+	{"scan", cmd_scan},
 };
 
 static void print_version(void)

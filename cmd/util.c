@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,51 @@ int parse_size(const char *s, uint64_t *out)
 		return 0;
 	}
 	return -1;
+}
+
+int parse_size_list(const char *s, uint64_t *out, size_t max, size_t *n,
+		    const char **bad)
+{
+	const char *p = s;
+	char item[64];
+
+	*n = 0;
+	for (;;) {
+		size_t len = strcspn(p, ",");
+
+		*bad = p;
+		if (*n == max || len == 0 || len >= sizeof(item))
+			return -1;
+		memcpy(item, p, len);
+		item[len] = '\0';
+		if (parse_size(item, &out[*n]) != 0)
+			return -1;
+		(*n)++;
+		if (p[len] == '\0')
+			return 0;
+		p += len + 1;
+	}
+}
+
+int parse_compress_spec(const char *s, int *codec, int *level)
+{
+	char *end;
+	long lvl;
+
+	if (strcmp(s, "none") == 0 || strcmp(s, "zstd") == 0) {
+		*codec = s[0] == 'z' ? DD_COMPRESS_ZSTD : DD_COMPRESS_NONE;
+		*level = 0;
+		return 0;
+	}
+	if (strncmp(s, "zstd:", 5) != 0 || !(s[5] >= '0' && s[5] <= '9'))
+		return -1;
+	errno = 0;
+	lvl = strtol(s + 5, &end, 10);
+	if (errno || *end || lvl < 1 || lvl > 19)
+		return -1;
+	*codec = DD_COMPRESS_ZSTD;
+	*level = (int)lvl;
+	return 0;
 }
 
 int split_snapref(const char *arg, char **store, char **name,
@@ -454,4 +500,29 @@ void progress_finish(struct progress *p)
 	fputc('\n', stderr);
 	fflush(stderr);
 	p->enabled = 0;
+}
+
+int progress_lib_cb(void *ctx, uint64_t done, uint64_t total)
+{
+	struct progress *p = ctx;
+
+	if (total)
+		p->total = total;
+	progress_update(p, done);
+	return 0;
+}
+
+void die_bad_option(int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+	char shortopt[3] = {'-', 0, 0};
+
+	/* For a short option, argv[optind - 1] may be a group like "-vx". */
+	if (optopt > 0 && optopt < 256 && arg[1] != '-') {
+		shortopt[1] = (char)optopt;
+		arg = shortopt;
+	}
+	if (c == ':')
+		die_usage("option '%s' needs an argument", arg);
+	die_usage("unknown option '%s'", arg);
 }

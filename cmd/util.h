@@ -102,4 +102,29 @@ void progress_init(struct progress *p, const char *label, uint64_t total,
 void progress_update(struct progress *p, uint64_t done);
 void progress_finish(struct progress *p);
 
+/* A dd_progress_fn (include/dedup.h) over a struct progress passed as ctx:
+ * takes the total the library reports and redraws.  Never cancels. */
+int progress_lib_cb(void *ctx, uint64_t done, uint64_t total);
+
+/* The usage of getopt-based commands: one line for an option getopt
+ * refused (opterr must be 0), as "unknown option '-x'" or "option '-i'
+ * needs an argument"; exits EXIT_USAGE. */
+_Noreturn void die_bad_option(int c, char **argv);
+
+/*
+ * Parses a comma-separated list of sizes ("4K,16K,131072") with parse_size
+ * into out (at most max entries); *n gets the count.  Returns 0, or -1 with
+ * *bad pointing into s at the item that failed (empty items fail; more
+ * than max items fail at the first extra one).
+ */
+int parse_size_list(const char *s, uint64_t *out, size_t max, size_t *n,
+		    const char **bad);
+
+/*
+ * Parses "none", "zstd" or "zstd:LEVEL" (LEVEL 1..19): *codec gets 0 for
+ * none, 1 for zstd (enum dd_compress), *level the level (0 = default).
+ * Returns 0 or -1.
+ */
+int parse_compress_spec(const char *s, int *codec, int *level);
+
 #endif /* DD_CMD_UTIL_H */

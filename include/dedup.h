@@ -105,15 +105,27 @@ typedef struct dd_create_opts {
 #define DD_CREATE_OPTS_VERSION 1
 #define DD_CREATE_OPTS_INIT {DD_CREATE_OPTS_VERSION, 0, 0, DD_COMPRESS_ZSTD, 0}
 
-/* Options for one open handle. */
+/* Options for one open handle.  Version 1 callers pass a struct that ends
+ * at `threads`; the fields after it take their defaults for them. */
 typedef struct dd_open_opts {
 	unsigned version;     /* DD_OPEN_OPTS_VERSION */
 	int wait_for_lock;    /* writers wait for the lock instead of DD_EBUSY */
 	int readonly;         /* refuse every write through this handle */
 	unsigned threads;     /* worker threads for hashing/compression; 0 = cores */
+	/* ---- version 2: block caches (see "block caches" below) ---- */
+	int no_cache;         /* open without the store's L2 devices */
+	uint64_t l1_size;     /* bytes of RAM for L1; 0 = the store's setting
+				 (default DD_CACHE_L1_DEFAULT); DD_CACHE_OFF =
+				 no L1 */
+	uint64_t l2_write_max;/* L2 feed rate, bytes per second; 0 = the
+				 store's setting (default
+				 DD_CACHE_L2_WRITE_MAX_DEFAULT) */
+	int l2_feed_sequential; /* 0 = the store's setting (default: no);
+				   1 = feed blocks of long sequential reads to
+				   L2 too; -1 = do not */
 } dd_open_opts;
-#define DD_OPEN_OPTS_VERSION 1
-#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0}
+#define DD_OPEN_OPTS_VERSION 2
+#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0}
 
 /* Creates a new store in directory `path` (created if missing; it must be
  * empty otherwise) and opens it.  opts may be NULL for the defaults.
@@ -160,6 +172,13 @@ DD_API int dd_writer_begin(dd_writer **out, dd_store *store, const char *name);
  * compressed as data arrives; memory stays bounded whatever the image size.
  * After an error the writer can only be aborted. */
 DD_API int dd_writer_write(dd_writer *w, const void *buf, size_t len);
+
+/* Zero-copy writing: *buf and *len get space inside the writer's own
+ * buffer (at least one byte); fill some of it, e.g. with read(2), then
+ * pass the count to dd_writer_produce.  The space stays valid until the
+ * next call on the writer.  Saves the copy dd_writer_write makes. */
+DD_API int dd_writer_buffer(dd_writer *w, void **buf, size_t *len);
+DD_API int dd_writer_produce(dd_writer *w, size_t n);
 
 /* Makes the snapshot durable and visible.  DD_ESTATE after a failed write. */
 DD_API int dd_writer_commit(dd_writer *w);
@@ -306,6 +325,411 @@ DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 
 /* Checks a snapshot name: 0 or DD_ENAME. */
 DD_API int dd_name_check(const char *name);
+
+/* ---- replication streams (format/stream.md) ------------------------------*/
+
+/* I/O callbacks: return 0 or a negative DD_E* code (passed up unchanged).
+ * A read callback sets *got to the bytes read; 0 means end of stream. */
+typedef int (*dd_write_fn)(void *ctx, const void *buf, size_t len);
+typedef int (*dd_read_fn)(void *ctx, void *buf, size_t len, size_t *got);
+/* Progress: bytes done and total (0 when unknown).  A non-zero return
+ * cancels the operation with DD_ECANCELED. */
+typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/* Ready-made callbacks over file descriptors (ctx points to an int fd). */
+DD_API int dd_fd_write(void *ctx, const void *buf, size_t len);
+DD_API int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got);
+
+typedef struct dd_send_opts {
+	unsigned version;          /* DD_SEND_OPTS_VERSION */
+	const char *base;          /* incremental: base snapshot name, or NULL */
+	const char *resume_token;  /* from an interrupted resumable receive */
+	dd_progress_fn progress;
+	void *progress_ctx;
+	uint64_t mem_limit;        /* bytes of RAM for the sent-block table
+				      before it spills to disk; 0 = 32 MiB */
+	const char *tmpdir;        /* where it spills; NULL = $TMPDIR or /tmp */
+} dd_send_opts;
+#define DD_SEND_OPTS_VERSION 1
+#define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, NULL}
+
+/* What a stream holds: filled by receive and by dd_stream_check. */
+typedef struct dd_stream_info {
+	uint32_t format_version;
+	uint32_t block_size;
+	char name[DD_NAME_MAX + 1];
+	char base[DD_NAME_MAX + 1];   /* empty for a full stream */
+	uint64_t size;                /* logical bytes of the image */
+	uint8_t digest[32];           /* content digest (format/store.md §6) */
+	uint8_t base_digest[32];
+	uint64_t data_records, data_bytes;   /* payload bytes carried */
+	uint64_t ref_records;
+	uint64_t zero_records, zero_blocks;
+	uint64_t stream_bytes;
+	uint64_t resume_from;         /* first block index carried */
+} dd_stream_info;
+
+/* Writes the stream of snapshot `name` (incremental against opts->base
+ * when set) to fn.  Errors: DD_ENOENT, DD_ENAME, the callback's code. */
+DD_API int dd_send(dd_store *store, const char *name, const dd_send_opts *opts,
+		   dd_write_fn fn, void *ctx);
+
+/* Streams a raw file or block device (fd, read from its start) with
+ * in-stream dedup, without a store; `name` goes in the header.
+ * block_size 0 = 128 KiB; compress_level 0 = zstd level 1, -1 = none.
+ * Errors go to dd_last_errmsg(). */
+DD_API int dd_send_fd(int fd, const char *name, uint32_t block_size,
+		      int compress_level, const dd_send_opts *opts,
+		      dd_write_fn fn, void *ctx);
+
+typedef struct dd_recv_opts {
+	unsigned version;          /* DD_RECV_OPTS_VERSION */
+	const char *name;          /* snapshot name to create; NULL = the
+				      stream's own */
+	int resumable;             /* keep what arrived if interrupted */
+	dd_progress_fn progress;
+	void *progress_ctx;
+	uint64_t mem_limit;        /* as in dd_send_opts */
+	const char *tmpdir;
+} dd_recv_opts;
+#define DD_RECV_OPTS_VERSION 1
+#define DD_RECV_OPTS_INIT {DD_RECV_OPTS_VERSION, NULL, 0, NULL, NULL, 0, NULL}
+
+/* Receives a stream into the store.  Every block is checked against its
+ * SHA-256 before it is stored, and blocks the store already holds are not
+ * stored again.  The snapshot becomes visible only after the end record
+ * checks out; on any failure the store is left as it was.  info may be
+ * NULL.  Errors: DD_EFORMAT, DD_ECHECKSUM, DD_ECORRUPT, DD_EVERSION,
+ * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY, the
+ * callback's code. */
+DD_API int dd_recv(dd_store *store, const dd_recv_opts *opts, dd_read_fn fn,
+		   void *ctx, dd_stream_info *info);
+
+/* Rebuilds the raw image into fd (a regular file or block device) without
+ * a store.  fd must be open for reading and writing: a REF record's block
+ * is read back from where it was first written (and checked again).
+ * Errors go to dd_last_errmsg(). */
+DD_API int dd_recv_fd(int fd, const dd_recv_opts *opts, dd_read_fn fn,
+		      void *ctx, dd_stream_info *info);
+
+/* Checks a whole stream and describes it, writing nothing. */
+DD_API int dd_stream_check(const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
+			   dd_stream_info *info);
+
+/* Discards a partial resumable receive kept in the store. */
+DD_API int dd_recv_abort_partial(dd_store *store);
+
+/* The resume token of a partial receive, if any: copied into buf (NUL-
+ * terminated); DD_ENOENT when there is none. */
+DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
+
+/* The message of the last failed call in this thread that has no handle
+ * (dd_store_open, dd_store_create, dd_send_fd, dd_recv_fd,
+ * dd_stream_check, dd_scan_*).  Never NULL. */
+DD_API const char *dd_last_errmsg(void);
+
+/* ---- scanning existing data (dedup scan) ---------------------------------*/
+
+/*
+ * What deduplication and compression would save on data that exists now,
+ * without a store: the figures `dd_store_stat` would report after
+ * `dd_writer` had stored each scanned image as a snapshot of a new store,
+ * for several block sizes in one read pass.
+ *
+ * Lifecycle: dd_scan_new, then any number of dd_scan_add_path /
+ * dd_scan_add_fd (each image is cut into blocks from its own start, as a
+ * snapshot would be), then dd_scan_finish, then the accessors, then
+ * dd_scan_free.  A dd_scan is used by one thread at a time; separate scans
+ * are independent.  Errors of dd_scan_new go to dd_last_errmsg(); errors
+ * on a handle to dd_scan_errmsg().
+ *
+ * Modes:
+ *  - DD_SCAN_EXACT: every distinct block is counted.  Its table lives in
+ *    RAM up to mem_limit and spills to sorted runs in temp files (in
+ *    tmpdir, unlinked at once) beyond it; the result is exact either way:
+ *    equal to dd_store_stat of a new store with that block size holding
+ *    the same images (verify off), with the same compressor and level.
+ *  - DD_SCAN_SAMPLE: only blocks whose SHA-256 begins with `shift` zero
+ *    bits are tracked (1 in 2^shift block contents, every copy of them);
+ *    when the table reaches mem_limit, shift grows by one and half the
+ *    sample is dropped, so memory stays fixed whatever the data size.
+ *    Referenced and zero counts stay exact; unique counts, sizes and the
+ *    histogram are estimates scaled by 2^shift, with a relative error bound
+ *    at 99% confidence in the result (dedup_error, compress_error).
+ */
+
+typedef struct dd_scan dd_scan;
+
+enum dd_scan_mode {
+	DD_SCAN_EXACT = 0,
+	DD_SCAN_SAMPLE = 1
+};
+
+/* Most block sizes one scan takes: every power of two from 4 KiB to 1 MiB. */
+#define DD_SCAN_MAX_BLOCK_SIZES 9
+
+/* Bytes per entry of this store's DDT on disk once compacted by gc: 33-byte
+ * key + 32-byte value + LMDB node header and page index (format/ddt.md
+ * §4, 76 bytes) plus branch pages and page slack, as measured by
+ * tests/bench/bench_store.sh (≈ 79-80 bytes per entry after gc). */
+#define DD_SCAN_DDT_ENTRY_BYTES 79
+
+/* Called once per input that is skipped or only partly read (unreadable,
+ * vanished, changed while read, not a file or device).  path is the
+ * input's path or label, code a DD_E* code, msg one line; both strings are
+ * valid during the call only.  It runs on the thread that called
+ * dd_scan_add_*. */
+typedef void (*dd_scan_warn_fn)(void *ctx, const char *path, int code,
+				const char *msg);
+
+typedef struct dd_scan_opts {
+	unsigned version;          /* DD_SCAN_OPTS_VERSION */
+	const uint32_t *block_sizes; /* nblock_sizes distinct powers of two in
+				      [4 KiB, 1 MiB]; copied by dd_scan_new;
+				      NULL/0 = DD_BLOCK_SIZE_DEFAULT alone */
+	size_t nblock_sizes;
+	int compress;              /* enum dd_compress */
+	int compress_level;        /* zstd 1..19; 0 = 1 */
+	int mode;                  /* enum dd_scan_mode */
+	unsigned sample_shift;     /* sample mode: start at 1 in 2^shift
+				      (0..32); 0 = every block until memory
+				      runs out */
+	uint64_t mem_limit;        /* bytes for tables and buffers; 0 =
+				      256 MiB.  The process needs a few MiB
+				      more for code and libraries */
+	const char *tmpdir;        /* spill directory; NULL = $TMPDIR or /tmp */
+	unsigned threads;          /* hashing/compression threads; 0 = cores */
+	dd_progress_fn progress;   /* bytes read so far; may be NULL */
+	void *progress_ctx;
+	uint64_t progress_total;   /* the total passed to progress (0 =
+				      unknown); see dd_scan_path_bytes */
+	dd_scan_warn_fn warn;      /* may be NULL: warnings are only counted */
+	void *warn_ctx;
+} dd_scan_opts;
+#define DD_SCAN_OPTS_VERSION 1
+#define DD_SCAN_OPTS_INIT {DD_SCAN_OPTS_VERSION, NULL, 0, DD_COMPRESS_ZSTD, \
+			   0, DD_SCAN_EXACT, 0, 0, NULL, 0, NULL, NULL, 0,   \
+			   NULL, NULL}
+
+/* Figures for one block size.  In sample mode the fields marked (est.) are
+ * estimates; the others are exact in both modes. */
+typedef struct dd_scan_result {
+	unsigned version;          /* DD_SCAN_RESULT_VERSION: set by the caller */
+	uint32_t block_size;
+	int mode;                  /* enum dd_scan_mode */
+	uint64_t logical_bytes;    /* bytes read, zero blocks included */
+	uint64_t blocks;           /* blocks cut, zero blocks included */
+	uint64_t zero_blocks;      /* all-zero blocks (holes: never stored) */
+	uint64_t referenced_blocks;/* non-zero blocks */
+	uint64_t referenced_bytes; /* their logical bytes */
+	uint64_t unique_blocks;    /* distinct non-zero blocks (est.) */
+	uint64_t unique_bytes;     /* their logical bytes (est.) */
+	uint64_t stored_bytes;     /* their compressed bytes (est.) */
+	uint64_t ddt_bytes;        /* unique_blocks * DD_SCAN_DDT_ENTRY_BYTES */
+	double dedup_ratio;        /* referenced_bytes / unique_bytes; 1 if none */
+	double compress_ratio;     /* unique_bytes / stored_bytes; 1 if none */
+	unsigned sample_shift;     /* sample mode: 1 in 2^shift; else 0 */
+	uint64_t sampled_blocks;   /* distinct blocks the estimate rests on */
+	double confidence;         /* of the bounds below: 0.99; 1 when exact */
+	double dedup_error;        /* relative bound on dedup_ratio (0 = exact;
+				      HUGE_VAL when the sample is too small) */
+	double compress_error;     /* relative bound on compress_ratio */
+	uint64_t spill_runs;       /* exact mode: sorted runs written to disk */
+	uint64_t spill_bytes;      /* and their bytes */
+	dd_hist_row hist[DD_HIST_BUCKETS]; /* by refcount, as dd_stat (est.) */
+} dd_scan_result;
+#define DD_SCAN_RESULT_VERSION 1
+
+/* What the scan read, over all block sizes. */
+typedef struct dd_scan_info {
+	unsigned version;          /* DD_SCAN_INFO_VERSION: set by the caller */
+	uint64_t images;           /* files, devices and streams read */
+	uint64_t bytes;            /* bytes read */
+	uint64_t skipped;          /* inputs skipped or partly read (warned) */
+	uint64_t special;          /* fifos, sockets, char/block devices met
+				      inside directories: not read, not
+				      warned (name devices explicitly) */
+	size_t nblock_sizes;
+} dd_scan_info;
+#define DD_SCAN_INFO_VERSION 1
+
+/* Creates a scan.  opts may be NULL (128 KiB blocks, zstd level 1, exact,
+ * 256 MiB).  Errors: DD_EINVAL (a block size out of range, not a power of
+ * two or listed twice; a bad level, mode or shift), DD_ENOMEM; the reason
+ * in dd_last_errmsg(). */
+DD_API int dd_scan_new(dd_scan **out, const dd_scan_opts *opts);
+
+/* Scans path: a regular file, a block device (or any readable non-
+ * directory named explicitly), or a directory, recursively in name order,
+ * never following symbolic links (a symlink named as path itself is
+ * followed).  Inside directories only regular files are read.  Every input
+ * that cannot be read -- permissions, vanished, shrank or failed while
+ * read, path too long -- is reported through opts->warn, counted in
+ * dd_scan_info.skipped, and the scan goes on: the call still returns 0.
+ * Errors (the scan cannot go on; it can then only be freed): DD_EINVAL,
+ * DD_ESTATE (after dd_scan_finish), DD_ENOMEM, DD_EIO / DD_ENOSPC (spill
+ * file), DD_ECANCELED (progress callback). */
+DD_API int dd_scan_add_path(dd_scan *scan, const char *path);
+
+/* Scans fd as one image from its current position to end of file (a pipe,
+ * stdin, a file or device).  label names it in warnings (NULL: "fd N").
+ * fd stays open and is the caller's.  Errors as dd_scan_add_path; a read
+ * error on fd is a warning (the image counts up to it). */
+DD_API int dd_scan_add_fd(dd_scan *scan, int fd, const char *label);
+
+/* Ends the read phase: merges spilled runs and computes the results.
+ * Errors: DD_ESTATE (called twice or after a failure), DD_EIO, DD_ENOMEM. */
+DD_API int dd_scan_finish(dd_scan *scan);
+
+/* Results for the index-th block size (in the order of opts->block_sizes),
+ * after dd_scan_finish.  out->version must be set.
+ * Errors: DD_EINVAL (bad index or version), DD_ESTATE (not finished). */
+DD_API int dd_scan_result_get(const dd_scan *scan, size_t index,
+			      dd_scan_result *out);
+
+/* Totals; valid at any time (running figures before dd_scan_finish).
+ * Errors: DD_EINVAL. */
+DD_API int dd_scan_info_get(const dd_scan *scan, dd_scan_info *out);
+
+/* The last error on the handle (one line, "DD_EIO: ..."), valid until the
+ * next call on it; "no error" when there was none.  Never NULL. */
+DD_API const char *dd_scan_errmsg(const dd_scan *scan);
+
+/* Removes temp files, frees everything.  Accepts NULL. */
+DD_API void dd_scan_free(dd_scan *scan);
+
+/* Bytes a dd_scan_add_path(path) would read, for a progress total: sizes of
+ * regular files (and block devices named as path), recursively, without
+ * following symlinks; unreadable entries count 0.  Thread-safe.
+ * Errors: DD_EINVAL, DD_ENOENT / DD_EPERM for path itself
+ * (dd_last_errmsg()). */
+DD_API int dd_scan_path_bytes(const char *path, uint64_t *out);
+
+/* ---- block caches: L1 (RAM) and L2 (SSD paths) ----------------------------*/
+
+/*
+ * Reads of snapshot blocks (dd_reader_pread) go through two caches before
+ * the packs.  L1 keeps decompressed blocks in RAM, per store handle, with
+ * scan-resistant eviction (S3-FIFO).  L2 is one or more cache paths --
+ * files on SSD filesystems or block devices -- configured in the store:
+ * blocks leaving L1 are written to them in large sequential batches at a
+ * limited rate, and their index is kept on the device (format/cache.md),
+ * so a cache is warm again after a restart.  Every block read from L2 is
+ * checked against its SHA-256; a mismatch is counted (l2_cksum_errors),
+ * the entry dropped and the block read from the packs.  A missing,
+ * foreign, unreadable or full device never fails a read: the handle says
+ * so once in its message (dd_store_errmsg), counts it, and reads the
+ * packs.  A device is used by one process at a time (flock): other
+ * processes see it as DD_CACHE_BUSY.  Stores that use a test hash have no
+ * caches.  Tunables kept in the store (dd_cache_config_set) are
+ * overridden per handle by dd_open_opts.
+ */
+#define DD_CACHE_L1_DEFAULT ((uint64_t)64 << 20)
+#define DD_CACHE_L2_WRITE_MAX_DEFAULT ((uint64_t)8 << 20)
+#define DD_CACHE_OFF UINT64_MAX
+#define DD_CACHE_PATH_MAX 1024   /* bytes of a device path, NUL included */
+
+enum dd_cache_state {
+	DD_CACHE_ONLINE = 0,      /* in use */
+	DD_CACHE_REBUILDING = 1,  /* its index is being read; reads miss */
+	DD_CACHE_MISSING = 2,     /* the path does not exist */
+	DD_CACHE_FOREIGN = 3,     /* not a cache device of this store */
+	DD_CACHE_FAULTED = 4,     /* an I/O error; no longer used */
+	DD_CACHE_FULL = 5,        /* no space to write (a sparse file) */
+	DD_CACHE_BUSY = 6,        /* used by another process */
+	DD_CACHE_OFFLINE = 7      /* not opened (no_cache, or no read yet) */
+};
+
+/* "online", "rebuilding", "missing", ... */
+DD_API const char *dd_cache_state_name(int state);
+
+/* The figures of one store handle since it was opened. */
+typedef struct dd_cache_stats {
+	unsigned version;          /* DD_CACHE_STATS_VERSION: set by the caller */
+	uint64_t l1_size;          /* budget in bytes (0: no L1) */
+	uint64_t l1_bytes;         /* bytes held now */
+	uint64_t l1_blocks;        /* blocks held now */
+	uint64_t l1_hits;
+	uint64_t l1_misses;
+	uint64_t l2_devices;       /* configured devices, whatever their state */
+	uint64_t l2_size;          /* ring bytes of the devices in use */
+	uint64_t l2_entries;       /* blocks indexed on them */
+	uint64_t l2_bytes;         /* their bytes */
+	uint64_t l2_hits;
+	uint64_t l2_misses;        /* L1 misses that L2 did not serve either */
+	uint64_t l2_read_bytes;
+	uint64_t l2_write_bytes;   /* data, log blocks and headers written */
+	uint64_t l2_cksum_errors;  /* blocks read from L2 that failed SHA-256 */
+	uint64_t l2_dev_errors;    /* devices taken out of use (missing,
+				      foreign, I/O error, full) */
+	uint64_t l2_log_errors;    /* damaged log blocks met by rebuilds */
+	uint64_t l2_feed_drops;    /* blocks leaving L1 not fed (queue full) */
+	uint64_t l2_rebuilds;      /* index rebuilds completed */
+	uint64_t l2_rebuild_entries; /* entries they restored */
+	uint64_t l2_rebuild_ms;    /* their total time */
+	uint64_t l2_write_max;     /* feed rate in effect, bytes per second */
+	int l2_feed_sequential;    /* 1 when sequential reads are fed */
+	uint64_t pack_read_ops;    /* block records read from the packs */
+	uint64_t pack_read_bytes;  /* their bytes (header + payload) */
+} dd_cache_stats;
+#define DD_CACHE_STATS_VERSION 1
+
+/* Errors: DD_EINVAL (NULL, or a version this build does not know). */
+DD_API int dd_cache_stats_get(dd_store *store, dd_cache_stats *out);
+
+/* One configured L2 device. */
+typedef struct dd_cache_dev {
+	char path[DD_CACHE_PATH_MAX];
+	uint64_t size;             /* bytes, as configured */
+	uint64_t entries;          /* blocks indexed */
+	uint64_t bytes;            /* their bytes */
+	int state;                 /* enum dd_cache_state */
+	char message[256];         /* why, when not online; else empty */
+} dd_cache_dev;
+
+/* Lists the store's L2 devices in configuration order, waiting for their
+ * index rebuilds to end.  *out (*count entries, NULL when 0) is released
+ * with dd_cache_list_free.  Errors: DD_EINVAL, DD_ENOMEM. */
+DD_API int dd_cache_list(dd_store *store, dd_cache_dev **out, size_t *count);
+DD_API void dd_cache_list_free(dd_cache_dev *list);
+
+#define DD_CACHE_ADD_FORCE 0x1u /* reformat a device that holds other data */
+
+/* Adds L2 device `path` (absolute, < DD_CACHE_PATH_MAX bytes) to the
+ * store's configuration and starts using it through this handle.  A
+ * missing path is created as a regular file of `size` bytes (at least 4
+ * MiB + 8 KiB); size 0 takes an existing file's or device's size.  The
+ * device is formatted (format/cache.md); one that holds data -- another
+ * store's cache, or anything non-zero where the header goes -- is refused
+ * without DD_CACHE_ADD_FORCE.  Takes the writer lock.  Errors: DD_EINVAL,
+ * DD_EEXIST (configured already, or holds data), DD_EPERM, DD_EBUSY,
+ * DD_EIO, DD_ENOSPC. */
+DD_API int dd_cache_add(dd_store *store, const char *path, uint64_t size,
+			unsigned flags);
+
+/* Removes `path` from the configuration (and stops using it); the device's
+ * contents are left as they are.  Takes the writer lock.  DD_ENOENT when
+ * it is not configured. */
+DD_API int dd_cache_remove(dd_store *store, const char *path);
+
+/* Tunables kept in the store (STORE/cache.conf). */
+typedef struct dd_cache_config {
+	unsigned version;          /* DD_CACHE_CONFIG_VERSION */
+	uint64_t l1_size;          /* 0 = default; DD_CACHE_OFF = no L1 */
+	uint64_t l2_write_max;     /* 0 = default */
+	int l2_feed_sequential;    /* 0 = default (no), 1 = yes, -1 = no */
+} dd_cache_config;
+#define DD_CACHE_CONFIG_VERSION 1
+#define DD_CACHE_CONFIG_INIT {DD_CACHE_CONFIG_VERSION, 0, 0, 0}
+
+/* Reads / writes the stored tunables (set takes the writer lock; it
+ * applies to handles opened afterwards). */
+DD_API int dd_cache_config_get(dd_store *store, dd_cache_config *out);
+DD_API int dd_cache_config_set(dd_store *store, const dd_cache_config *cfg);
+
+/* Writes what the L2 feed has queued (at the write rate) with its log
+ * block, so that another process finds it; dd_store_close does it too. */
+DD_API int dd_cache_flush(dd_store *store);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,14 @@ if ! suite "$BUILD_DIR" -DDD_WERROR=ON -DDD_SANITIZE=OFF; then
 fi
 
 if [ "$quick" -eq 0 ]; then
+	# -O3 warns about things -O2 does not (maybe-uninitialized, overread)
+	step "build with -O3 -Werror ($SRC/build-release), no tests"
+	if ! { cmake -S "$SRC" -B "$SRC/build-release" -DCMAKE_BUILD_TYPE=Release \
+		-DDD_WERROR=ON -DBUILD_TESTING=OFF >/dev/null &&
+	       cmake --build "$SRC/build-release" -j "$JOBS" >/dev/null; }; then
+		failed+=("release build")
+	fi
+
 	step "build and test with ASan+UBSan ($ASAN_BUILD_DIR)"
 	if ! ASAN_OPTIONS=detect_leaks=1 \
 	     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -192,3 +192,27 @@ void dd_err_clear(dd_err *err)
 	err->de_code = DD_OK;
 	err->de_msg[0] = '\0';
 }
+
+static _Thread_local dd_err dd_thread_err_rec;
+
+dd_err *dd_thread_err(void)
+{
+	return &dd_thread_err_rec;
+}
+
+DD_API const char *dd_last_errmsg(void)
+{
+	return dd_thread_err_rec.de_code ? dd_thread_err_rec.de_msg : "no error";
+}
+
+int dd_err_set_msg(dd_err *err, int code, const char *msg)
+{
+	if (!err)
+		return code;
+	if (!strncmp(msg, "DD_", 3)) {
+		err->de_code = code;
+		snprintf(err->de_msg, sizeof(err->de_msg), "%s", msg);
+		return code;
+	}
+	return dd_err_set(err, code, "%s", msg);
+}

@@ -32,6 +32,14 @@ int dd_err_copy(dd_err *dst, const dd_err *src);
 
 void dd_err_clear(dd_err *err);
 
+/* Records code with a message that may already carry its symbol (one
+ * taken from another handle): "DD_EX: ..." is kept as it is. */
+int dd_err_set_msg(dd_err *err, int code, const char *msg);
+
+/* This thread's error record for calls that have no handle (opening a
+ * store, streams without a store, scans); dd_last_errmsg() reads it. */
+dd_err *dd_thread_err(void);
+
 /* Maps an errno value to a DD_E* code (ENOSPC -> DD_ENOSPC, EACCES/EPERM/
  * EROFS -> DD_EPERM, ENOENT -> DD_ENOENT, ENOMEM -> DD_ENOMEM, else DD_EIO). */
 int dd_errno_code(int errnum);

@@ -15,8 +15,10 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "dedup.h"
 #include "common/alloc.h"
@@ -219,13 +221,29 @@ int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out)
 	return 0;
 }
 
+/* LMDB reports a short write as EIO (errno is not set for it): on a full
+ * file system that is ENOSPC, which is what the user needs to hear. */
+static int dd_commit_error(dd_db *db, dd_err *err, int rc)
+{
+	const char *path;
+	struct statvfs vfs;
+
+	if (rc == EIO && mdb_env_get_path(db->db_env, &path) == 0 &&
+	    statvfs(path, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)4 << 20))
+		return dd_err_set(err, DD_ENOSPC, "lmdb commit: %s",
+				  strerror(ENOSPC));
+	return dd_mdb_error(err, rc, "lmdb commit");
+}
+
 int dd_txn_commit(dd_txn *txn, dd_err *err)
 {
+	dd_db *db = txn->tx_db;
 	int rc = mdb_txn_commit(txn->tx_mdb);
 
 	dd_free(txn);
 	if (rc)
-		return dd_mdb_error(err, rc, "lmdb commit");
+		return dd_commit_error(db, err, rc);
 	return 0;
 }
 
@@ -299,5 +317,40 @@ int dd_db_usage_get(dd_txn *txn, dd_err *err, dd_db_usage *out)
 	if (rc)
 		return dd_mdb_error(err, rc, "lmdb stat");
 	out->file_bytes = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+	return 0;
+}
+
+/* ---- readers ----------------------------------------------------------------*/
+
+struct dd_reader_scan {
+	uint64_t rs_oldest;
+};
+
+/* mdb_reader_list prints a header line, then "pid thread txnid" per
+ * reader slot, txnid "-" for a slot without a transaction. */
+static int dd_reader_line(const char *msg, void *arg)
+{
+	struct dd_reader_scan *rs = arg;
+	unsigned long long txnid;
+	char tid[32];
+	int pid;
+
+	if (sscanf(msg, "%d %31s %llu", &pid, tid, &txnid) == 3 &&
+	    txnid < rs->rs_oldest)
+		rs->rs_oldest = txnid;
+	return 0;
+}
+
+int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid)
+{
+	struct dd_reader_scan rs = {UINT64_MAX};
+	int dead, rc = mdb_reader_check(db->db_env, &dead);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb reader check");
+	rc = mdb_reader_list(db->db_env, dd_reader_line, &rs);
+	if (rc < 0)
+		return dd_err_set(err, DD_EIO, "lmdb reader list failed");
+	*txnid = rs.rs_oldest;
 	return 0;
 }

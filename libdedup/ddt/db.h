@@ -148,19 +148,48 @@ typedef int (*dd_bmap_walk_fn)(void *ctx, uint64_t id, uint64_t idx,
 			       const dd_ddt_key *key);
 int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx);
 
-/* Snapshots being written: id -> name. */
+/* Snapshots being written: id -> name and, for a resumable receive, the
+ * state it resumes from (format/store.md §5: name, NUL, state bytes). */
+#define DD_PEND_STATE_MAX 128
+typedef struct dd_pend_rec {
+	char pr_name[DD_NAME_MAX + 1];
+	uint8_t pr_state[DD_PEND_STATE_MAX];
+	size_t pr_state_len;          /* 0: not resumable */
+} dd_pend_rec;
+
 int dd_pend_put(dd_txn *txn, dd_err *err, uint64_t id, const char *name);
+int dd_pend_put_state(dd_txn *txn, dd_err *err, uint64_t id, const char *name,
+		      const void *state, size_t len);
+typedef int (*dd_pend_walk_fn)(void *ctx, uint64_t id, const dd_pend_rec *rec);
+int dd_pend_walk(dd_txn *txn, dd_err *err, dd_pend_walk_fn fn, void *ctx);
 int dd_pend_del(dd_txn *txn, dd_err *err, uint64_t id);
 /* First pending id, 1 if found, 0 if none. */
 int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id);
 
 /* ---- packs ----------------------------------------------------------------*/
 
-/* Committed end offset of a pack (format/store.md §4). */
+/* Committed end offset of a live pack (format/store.md §5); DD_ENOENT for
+ * an absent or doomed one. */
 int dd_packs_get(dd_txn *txn, dd_err *err, uint32_t id, uint64_t *end);
 int dd_packs_put(dd_txn *txn, dd_err *err, uint32_t id, uint64_t end);
 int dd_packs_del(dd_txn *txn, dd_err *err, uint32_t id);
+/* Live packs only. */
 typedef int (*dd_packs_walk_fn)(void *ctx, uint32_t id, uint64_t end);
 int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx);
+
+/* A pack gc emptied is doomed, not deleted: readers that began before the
+ * commit `since` (a transaction id) may still read it.  Its file goes
+ * once no reader is older than that (store.c). */
+int dd_packs_doom(dd_txn *txn, dd_err *err, uint32_t id, uint64_t since);
+typedef int (*dd_doomed_walk_fn)(void *ctx, uint32_t id, uint64_t since);
+int dd_packs_walk_doomed(dd_txn *txn, dd_err *err, dd_doomed_walk_fn fn,
+			 void *ctx);
+
+/* The id this transaction has (a write transaction: the one it commits
+ * as). */
+uint64_t dd_txn_id(const dd_txn *txn);
+/* The oldest transaction id a live reader of the environment holds, in
+ * any process; UINT64_MAX when there is none.  Clears stale readers. */
+int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid);
 
 #endif

@@ -136,8 +136,8 @@ static int dd_ddt_walk_dbi(dd_txn *txn, dd_err *err, MDB_dbi dbi,
 {
 	MDB_cursor *cur;
 	MDB_val k, v;
-	dd_ddt_key key;
-	dd_ddt_ent ent;
+	dd_ddt_key key = {{0}, 0};
+	dd_ddt_ent ent = {0};
 	int rc = mdb_cursor_open(txn->tx_mdb, dbi, &cur);
 
 	if (rc)

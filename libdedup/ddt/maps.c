@@ -243,9 +243,9 @@ void dd_bmap_close(dd_bmap_cur *bc)
 int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
 		 void *ctx)
 {
-	dd_bmap_cur *bc;
-	uint64_t idx;
-	dd_ddt_key key;
+	dd_bmap_cur *bc = NULL;
+	uint64_t idx = 0;
+	dd_ddt_key key = {{0}, 0};
 	int rc = dd_bmap_open(txn, err, id, &bc);
 
 	if (rc)
@@ -295,16 +295,79 @@ int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx)
 
 /* ---- pending writers -----------------------------------------------------*/
 
-int dd_pend_put(dd_txn *txn, dd_err *err, uint64_t id, const char *name)
+int dd_pend_put_state(dd_txn *txn, dd_err *err, uint64_t id, const char *name,
+		      const void *state, size_t len)
 {
-	uint8_t kb[8];
-	MDB_val k = {8, kb}, v = {strlen(name), (void *)name};
+	uint8_t kb[8], vb[DD_NAME_MAX + 1 + DD_PEND_STATE_MAX];
+	size_t nlen = strlen(name);
+	MDB_val k = {8, kb}, v = {nlen + (len ? 1 + len : 0), vb};
 	int rc;
 
+	if (nlen == 0 || nlen > DD_NAME_MAX || len > DD_PEND_STATE_MAX)
+		return dd_err_set(err, DD_EINVAL, "pending record too large");
 	dd_put_be64(kb, id);
+	memcpy(vb, name, nlen);
+	if (len) {
+		vb[nlen] = 0;
+		memcpy(vb + nlen + 1, state, len);
+	}
 	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &k, &v, 0);
 	if (rc)
 		return dd_mdb_error(err, rc, "pending put");
+	return 0;
+}
+
+int dd_pend_put(dd_txn *txn, dd_err *err, uint64_t id, const char *name)
+{
+	return dd_pend_put_state(txn, err, id, name, NULL, 0);
+}
+
+static int dd_pend_decode(dd_err *err, const MDB_val *k, const MDB_val *v,
+			  uint64_t *id, dd_pend_rec *rec)
+{
+	const uint8_t *p = v->mv_data, *nul;
+	size_t nlen;
+
+	if (k->mv_size != 8 || v->mv_size == 0 ||
+	    v->mv_size > DD_NAME_MAX + 1 + DD_PEND_STATE_MAX)
+		return dd_err_set(err, DD_ECORRUPT, "pending record damaged");
+	*id = dd_get_be64(k->mv_data);
+	nul = memchr(p, 0, v->mv_size);
+	nlen = nul ? (size_t)(nul - p) : v->mv_size;
+	if (nlen == 0 || nlen > DD_NAME_MAX ||
+	    (nul && v->mv_size - nlen - 1 > DD_PEND_STATE_MAX))
+		return dd_err_set(err, DD_ECORRUPT, "pending record damaged");
+	memcpy(rec->pr_name, p, nlen);
+	rec->pr_name[nlen] = 0;
+	rec->pr_state_len = nul ? v->mv_size - nlen - 1 : 0;
+	memcpy(rec->pr_state, p + nlen + (nul ? 1 : 0), rec->pr_state_len);
+	return 0;
+}
+
+int dd_pend_walk(dd_txn *txn, dd_err *err, dd_pend_walk_fn fn, void *ctx)
+{
+	MDB_cursor *cur;
+	MDB_val k, v;
+	dd_pend_rec rec;
+	uint64_t id = 0;
+	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &cur);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "pending cursor");
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		int r = dd_pend_decode(err, &k, &v, &id, &rec);
+
+		if (!r)
+			r = fn(ctx, id, &rec);
+		if (r) {
+			mdb_cursor_close(cur);
+			return r;
+		}
+	}
+	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND)
+		return dd_mdb_error(err, rc, "pending walk");
 	return 0;
 }
 
@@ -344,43 +407,76 @@ int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id)
 
 /* ---- packs (format/store.md §5) ------------------------------------------*/
 
-int dd_packs_get(dd_txn *txn, dd_err *err, uint32_t id, uint64_t *end)
-{
-	uint8_t kb[4];
-	MDB_val k = {4, kb}, v;
-	int rc;
+#define DD_PACKS_DOOMED 0x01
 
+static void dd_packs_key(uint8_t kb[4], uint32_t id)
+{
 	kb[0] = (uint8_t)(id >> 24);
 	kb[1] = (uint8_t)(id >> 16);
 	kb[2] = (uint8_t)(id >> 8);
 	kb[3] = (uint8_t)id;
+}
+
+/* Decodes a packs value: *flags and the u64 (end, or doomed-since). */
+static int dd_packs_decode(dd_err *err, uint32_t id, const MDB_val *v,
+			   uint8_t *flags, uint64_t *val)
+{
+	const uint8_t *p = v->mv_data;
+
+	if (v->mv_size != DD_PACKS_VAL_SIZE || p[0] != DD_PACKS_VAL_VERSION ||
+	    (p[1] & ~DD_PACKS_DOOMED))
+		return dd_err_set(err, DD_ECORRUPT, "pack record %u damaged", id);
+	*flags = p[1];
+	*val = dd_get_le64(p + 8);
+	return 0;
+}
+
+int dd_packs_get(dd_txn *txn, dd_err *err, uint32_t id, uint64_t *end)
+{
+	uint8_t kb[4], flags = 0;
+	MDB_val k = {4, kb}, v;
+	int rc;
+
+	dd_packs_key(kb, id);
 	rc = mdb_get(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, &v);
 	if (rc == MDB_NOTFOUND)
 		return DD_ENOENT;
 	if (rc)
 		return dd_mdb_error(err, rc, "packs get");
-	if (v.mv_size != DD_PACKS_VAL_SIZE ||
-	    ((uint8_t *)v.mv_data)[0] != DD_PACKS_VAL_VERSION)
-		return dd_err_set(err, DD_ECORRUPT, "pack record %u damaged", id);
-	*end = dd_get_le64((uint8_t *)v.mv_data + 8);
-	return 0;
+	rc = dd_packs_decode(err, id, &v, &flags, end);
+	if (!rc && (flags & DD_PACKS_DOOMED))
+		return DD_ENOENT;
+	return rc;
 }
 
-int dd_packs_put(dd_txn *txn, dd_err *err, uint32_t id, uint64_t end)
+static int dd_packs_set(dd_txn *txn, dd_err *err, uint32_t id, uint8_t flags,
+			uint64_t val)
 {
-	uint8_t kb[4], vb[DD_PACKS_VAL_SIZE] = {DD_PACKS_VAL_VERSION};
+	uint8_t kb[4], vb[DD_PACKS_VAL_SIZE] = {DD_PACKS_VAL_VERSION, flags};
 	MDB_val k = {4, kb}, v = {sizeof(vb), vb};
 	int rc;
 
-	kb[0] = (uint8_t)(id >> 24);
-	kb[1] = (uint8_t)(id >> 16);
-	kb[2] = (uint8_t)(id >> 8);
-	kb[3] = (uint8_t)id;
-	dd_put_le64(vb + 8, end);
+	dd_packs_key(kb, id);
+	dd_put_le64(vb + 8, val);
 	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, &v, 0);
 	if (rc)
 		return dd_mdb_error(err, rc, "packs put");
 	return 0;
+}
+
+int dd_packs_doom(dd_txn *txn, dd_err *err, uint32_t id, uint64_t since)
+{
+	return dd_packs_set(txn, err, id, DD_PACKS_DOOMED, since);
+}
+
+uint64_t dd_txn_id(const dd_txn *txn)
+{
+	return (uint64_t)mdb_txn_id(txn->tx_mdb);
+}
+
+int dd_packs_put(dd_txn *txn, dd_err *err, uint32_t id, uint64_t end)
+{
+	return dd_packs_set(txn, err, id, 0, end);
 }
 
 int dd_packs_del(dd_txn *txn, dd_err *err, uint32_t id)
@@ -389,17 +485,16 @@ int dd_packs_del(dd_txn *txn, dd_err *err, uint32_t id)
 	MDB_val k = {4, kb};
 	int rc;
 
-	kb[0] = (uint8_t)(id >> 24);
-	kb[1] = (uint8_t)(id >> 16);
-	kb[2] = (uint8_t)(id >> 8);
-	kb[3] = (uint8_t)id;
+	dd_packs_key(kb, id);
 	rc = mdb_del(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, NULL);
 	if (rc && rc != MDB_NOTFOUND)
 		return dd_mdb_error(err, rc, "packs del");
 	return 0;
 }
 
-int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)
+/* Walks every pack record; fn gets the flags (live or doomed). */
+static int dd_packs_walk_all(dd_txn *txn, dd_err *err, bool doomed,
+			     int (*fn)(void *, uint32_t, uint64_t), void *ctx)
 {
 	MDB_cursor *cur;
 	MDB_val k, v;
@@ -410,16 +505,20 @@ int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		const uint8_t *kp = k.mv_data;
+		uint32_t id = 0;
+		uint64_t val = 0;
+		uint8_t flags = 0;
 		int r = 0;
 
-		/* the same checks as dd_packs_get (format/store.md §5) */
-		if (k.mv_size != 4 || v.mv_size != DD_PACKS_VAL_SIZE ||
-		    ((const uint8_t *)v.mv_data)[0] != DD_PACKS_VAL_VERSION)
+		if (k.mv_size != 4)
 			r = dd_err_set(err, DD_ECORRUPT, "pack record damaged");
-		if (!r)
-			r = fn(ctx, (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
-					    (uint32_t)kp[2] << 8 | kp[3],
-			       dd_get_le64((uint8_t *)v.mv_data + 8));
+		if (!r) {
+			id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
+			     (uint32_t)kp[2] << 8 | kp[3];
+			r = dd_packs_decode(err, id, &v, &flags, &val);
+		}
+		if (!r && !!(flags & DD_PACKS_DOOMED) == doomed)
+			r = fn(ctx, id, val);
 		if (r) {
 			mdb_cursor_close(cur);
 			return r;
@@ -429,4 +528,15 @@ int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)
 	if (rc != MDB_NOTFOUND)
 		return dd_mdb_error(err, rc, "packs walk");
 	return 0;
+}
+
+int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)
+{
+	return dd_packs_walk_all(txn, err, false, fn, ctx);
+}
+
+int dd_packs_walk_doomed(dd_txn *txn, dd_err *err, dd_doomed_walk_fn fn,
+			 void *ctx)
+{
+	return dd_packs_walk_all(txn, err, true, fn, ctx);
 }

@@ -6,6 +6,11 @@
  * payload decompressed to exactly the logical size, and the result hashed
  * and compared with the key (DESIGN.md invariant 2).  A mismatch is
  * DD_ECHECKSUM naming the pack and offset, never silent data.
+ *
+ * Snapshot reads come through dd_block_read_cached, which asks the
+ * caches first (cache/cache.h) and offers what it read from a pack to L1.
+ * Scrub, gc and the writer call dd_block_read: scrub must check the
+ * packs themselves, and bulk reads must not flush the working set.
  */
 #include <string.h>
 
@@ -34,6 +39,9 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 		return rc;
 	rc = dd_pack_read_rec(p, err, ent->de_offset, &expect, &rec,
 			      sc->sc_rbuf, sc->sc_rbuf_len);
+	if (s->st_cache)        /* pack I/O, counted apart from the caches */
+		dd_cache_count_pack(s->st_cache,
+				    DD_PACK_REC_HDR_SIZE + ent->de_psize);
 	if (rc)
 		return rc;
 	rc = dd_codec_decompress(sc->sc_codec, err, &rec,
@@ -47,4 +55,33 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 				  ent->de_pack,
 				  (unsigned long long)ent->de_offset);
 	return 0;
+}
+
+/* The cache key of a DDT key: hash then variant (cache/cache.h). */
+static void dd_block_cache_key(const dd_ddt_key *key,
+			       uint8_t out[DD_CACHE_KEY_SIZE])
+{
+	memcpy(out, key->dk_hash, DD_HASH_SIZE);
+	out[DD_HASH_SIZE] = key->dk_variant;
+}
+
+int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
+			 const dd_ddt_key *key, const dd_ddt_ent *ent,
+			 void *dst, unsigned flags)
+{
+	uint8_t ck[DD_CACHE_KEY_SIZE];
+	int rc;
+
+	if (ent->de_lsize > s->st_block_size)
+		return dd_block_read(s, err, sc, key, ent, dst); /* the error */
+	dd_block_cache_key(key, ck);
+	/* L1, then L2: an L2 block is checked against the hash in there,
+	 * and a damaged one is dropped and counted, never returned. */
+	if (dd_cache_get(s->st_cache, sc->sc_hasher, ck, ent->de_lsize, dst,
+			 flags) == 0)
+		return 0;
+	rc = dd_block_read(s, err, sc, key, ent, dst);
+	if (!rc)
+		dd_cache_put(s->st_cache, ck, dst, ent->de_lsize, flags);
+	return rc;
 }

@@ -9,16 +9,16 @@
  *   3. the new pack is synced, the dropped packs leave the packs table,
  *      and the DDT is rebuilt in key order without its refcount-0 entries
  *      (compaction, format/ddt.md §4);
- *   4. the transaction commits; only then are old pack files unlinked.
+ *   4. the transaction commits, with the emptied packs marked doomed; their
+ *      files are unlinked once no reader that began before the commit is
+ *      left (dd_store_reap, here and at every later lock), so a reader
+ *      that opened a snapshot before gc keeps reading it.
  * A crash before 4 leaves the old state (the new pack, never recorded, is
- * removed by recovery); a crash after it leaves unrecorded old packs, also
- * removed by recovery.  Live data is never touched in place, and a live
+ * removed by recovery); a crash after it leaves doomed packs, reaped
+ * later.  Live data is never touched in place, and a live
  * block that fails verification stops gc with the store unchanged.
  */
-#include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "store/store_internal.h"
@@ -164,32 +164,15 @@ static int dd_gc_move(dd_gc *gc, dd_scratch *sc)
 	return rc;
 }
 
-static void dd_gc_unlink_old(dd_gc *gc)
+/* Counts what gc decided; the files go when no reader needs them. */
+static void dd_gc_count(dd_gc *gc)
 {
-	dd_store *s = gc->gc_store;
-
 	for (uint64_t id = 1; id < gc->gc_npacks; id++) {
-		char name[32];
-		struct stat st;
-
-		if (gc->gc_fate[id] == DD_GC_KEEP)
-			continue;
-		dd_pack_name(name, sizeof(name), (uint32_t)id);
-		if (fstatat(s->st_packdir, name, &st, 0) == 0)
-			gc->gc_res.bytes_reclaimed += (uint64_t)st.st_size;
-		/* Failure here leaves a file no commit names: the next
-		 * writer's recovery removes it. */
-		unlinkat(s->st_packdir, name, 0);
 		if (gc->gc_fate[id] == DD_GC_DROP)
 			gc->gc_res.packs_deleted++;
-		else
+		else if (gc->gc_fate[id] == DD_GC_REWRITE)
 			gc->gc_res.packs_rewritten++;
 	}
-	fsync(s->st_packdir);
-	gc->gc_res.bytes_reclaimed -= gc->gc_res.bytes_reclaimed <
-					      gc->gc_new_bytes
-					      ? gc->gc_res.bytes_reclaimed
-					      : gc->gc_new_bytes;
 }
 
 static int dd_gc_run(dd_gc *gc, double below)
@@ -223,9 +206,12 @@ static int dd_gc_run(dd_gc *gc, double below)
 		return rc;
 	rc = dd_gc_move(gc, &sc);
 	dd_scratch_fini(&sc);
+	/* doomed, not deleted: a reader that began before this commit may
+	 * still read them (dd_store_reap removes them later) */
 	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++)
 		if (gc->gc_fate[id] != DD_GC_KEEP)
-			rc = dd_packs_del(gc->gc_txn, gc->gc_err, (uint32_t)id);
+			rc = dd_packs_doom(gc->gc_txn, gc->gc_err, (uint32_t)id,
+					   dd_txn_id(gc->gc_txn));
 	if (!rc)
 		rc = dd_ddt_compact(gc->gc_txn, gc->gc_err,
 				    &gc->gc_res.ddt_entries_removed);
@@ -266,8 +252,17 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 			rc = dd_txn_commit(gc.gc_txn, &err);
 		}
 	}
-	if (!rc)
-		dd_gc_unlink_old(&gc);
+	if (!rc) {
+		uint64_t freed = 0;
+
+		dd_gc_count(&gc);
+		/* a failure to reap is not gc's failure: the next lock
+		 * holder reaps what remains */
+		if (dd_store_reap(s, &err, &freed) == 0)
+			gc.gc_res.bytes_reclaimed = freed > gc.gc_new_bytes
+							    ? freed - gc.gc_new_bytes
+							    : 0;
+	}
 	dd_store_unlock(s);
 	dd_free(gc.gc_live);
 	dd_free(gc.gc_end);

@@ -10,6 +10,11 @@
  * the blocks in parallel on the store's pool -- or alone, when another
  * thread has the pool.  Whole blocks decompress straight into the caller's
  * buffer; only partial ones go through scratch.
+ *
+ * Blocks are read through the store's caches (block.c).  A reader tells
+ * them when it is in a long sequential run -- contiguous preads adding up
+ * to DD_READER_SEQ_BYTES -- so that a restore or a copy is not fed to L2
+ * by default (ZFS: l2arc_noprefetch).
  */
 #include <string.h>
 
@@ -19,6 +24,8 @@
 
 /* Blocks looked up and read per round: bounds the reader's memory. */
 #define DD_READER_ROUND 512
+/* Contiguous bytes after which reads count as sequential. */
+#define DD_READER_SEQ_BYTES ((uint64_t)4 << 20)
 
 typedef struct dd_rblk {
 	dd_ddt_key rb_key;
@@ -26,6 +33,7 @@ typedef struct dd_rblk {
 	uint8_t *rb_dst;       /* where the wanted part goes */
 	uint32_t rb_skip;      /* bytes of the block before the wanted part */
 	uint32_t rb_len;       /* wanted bytes */
+	unsigned rb_flags;     /* DD_CACHE_SEQ */
 	int rb_rc;
 	dd_err rb_err;
 } dd_rblk;
@@ -39,6 +47,9 @@ struct dd_reader {
 	dd_scratch r_sc;       /* when the pool is busy */
 	dd_rblk *r_blk;        /* DD_READER_ROUND entries */
 	size_t r_nblk;
+	uint64_t r_next_off;   /* where the last pread ended */
+	uint64_t r_run;        /* contiguous bytes up to there */
+	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
 };
 
 int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
@@ -91,10 +102,11 @@ static int dd_rblk_read(dd_store *s, dd_scratch *sc, dd_rblk *rb)
 	uint32_t lsize = rb->rb_ent.de_lsize;
 
 	if (rb->rb_skip == 0 && rb->rb_len == lsize)
-		return dd_block_read(s, &rb->rb_err, sc, &rb->rb_key,
-				     &rb->rb_ent, rb->rb_dst);
-	int rc = dd_block_read(s, &rb->rb_err, sc, &rb->rb_key, &rb->rb_ent,
-			       sc->sc_dbuf);
+		return dd_block_read_cached(s, &rb->rb_err, sc, &rb->rb_key,
+					    &rb->rb_ent, rb->rb_dst,
+					    rb->rb_flags);
+	int rc = dd_block_read_cached(s, &rb->rb_err, sc, &rb->rb_key,
+				      &rb->rb_ent, sc->sc_dbuf, rb->rb_flags);
 	if (!rc)
 		memcpy(rb->rb_dst, sc->sc_dbuf + rb->rb_skip, rb->rb_len);
 	return rc;
@@ -153,6 +165,7 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
 	rb->rb_dst = buf + (from - off);
 	rb->rb_skip = (uint32_t)(from - bstart);
 	rb->rb_len = (uint32_t)(to - from);
+	rb->rb_flags = r->r_flags;
 	rb->rb_rc = 0;
 	if (++r->r_nblk == DD_READER_ROUND)
 		return dd_reader_round(r);
@@ -177,6 +190,9 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 		return 0;
 	end = size - off < len ? size : off + len;
 	bs = r->r_snap.sr_block_size;
+	r->r_run = off == r->r_next_off ? r->r_run + (end - off) : end - off;
+	r->r_next_off = end;
+	r->r_flags = r->r_run >= DD_READER_SEQ_BYTES ? DD_CACHE_SEQ : 0;
 	first = off / bs;
 	last = (end - 1) / bs;
 	/* Holes are whatever the map does not name: zero the range, then

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,6 @@
 #include "common/alloc.h"
 #include "common/io.h"
 #include "store/store_internal.h"
-
-static _Thread_local dd_err dd_open_err;
 
 int dd_store_fail(dd_store *s, const dd_err *err)
 {
@@ -51,7 +50,7 @@ int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
 
 const char *dd_store_errmsg(const dd_store *s)
 {
-	const dd_err *e = s ? &s->st_err : &dd_open_err;
+	const dd_err *e = s ? &s->st_err : dd_thread_err();
 
 	return e->de_code ? e->de_msg : "no error";
 }
@@ -284,10 +283,14 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	s->st_lockfd = -1;
 	pthread_mutex_init(&s->st_lock, NULL);
 	pthread_mutex_init(&s->st_pool_lock, NULL);
-	if (oopts)
+	/* A version-1 struct ends at `threads`: copy only what the caller
+	 * has, the later (cache) fields keep their defaults. */
+	s->st_opts = (dd_open_opts)DD_OPEN_OPTS_INIT;
+	if (oopts && oopts->version == 1)
+		memcpy(&s->st_opts, oopts, offsetof(dd_open_opts, no_cache));
+	else if (oopts)
 		s->st_opts = *oopts;
-	else
-		s->st_opts = (dd_open_opts)DD_OPEN_OPTS_INIT;
+	s->st_opts.version = DD_OPEN_OPTS_VERSION;
 	s->st_path = dd_strdup(path);
 	if (!s->st_path) {
 		dd_store_close(s);
@@ -346,7 +349,7 @@ static int dd_store_start_pool(dd_store *s, dd_err *err)
 
 int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 {
-	dd_err *err = &dd_open_err;
+	dd_err *err = dd_thread_err();
 	dd_store *s = NULL;
 	int rc;
 
@@ -362,6 +365,8 @@ int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 		rc = dd_store_load_options(s, err);
 	if (!rc)
 		rc = dd_store_start_pool(s, err);
+	if (!rc)
+		rc = dd_store_cache_open(s, err);   /* cache/api.c */
 	if (rc) {
 		dd_store_close(s);
 		return rc;
@@ -433,7 +438,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
 			 const dd_create_opts *opts, const dd_open_opts *oopts,
 			 int hash_kind)
 {
-	dd_err *err = &dd_open_err;
+	dd_err *err = dd_thread_err();
 	dd_create_opts o;
 	dd_store *s = NULL;
 	char p[4096];
@@ -468,6 +473,8 @@ int dd_store_create_kind(dd_store **out, const char *path,
 		rc = dd_store_load_options(s, err);
 	if (!rc)
 		rc = dd_store_start_pool(s, err);
+	if (!rc)
+		rc = dd_store_cache_open(s, err);   /* cache/api.c */
 	if (rc) {
 		dd_store_close(s);
 		return rc;
@@ -486,6 +493,9 @@ void dd_store_close(dd_store *s)
 {
 	if (!s)
 		return;
+	/* First: the L2 feed drains (at its rate) and writes its last log
+	 * block while everything else is still there. */
+	dd_store_cache_close(s);
 	if (s->st_pool)
 		dd_pool_free(s->st_pool);
 	if (s->st_scratch) {
@@ -602,33 +612,129 @@ void dd_store_unlock(dd_store *s)
 	pthread_mutex_unlock(&s->st_lock);
 }
 
-/* Rolls back every snapshot a killed writer left pending. */
+/* Pending ids to roll back: every one but a resumable receive's. */
+struct dd_pend_ids {
+	dd_err *pi_err;
+	uint64_t *pi_id;
+	size_t pi_n, pi_cap;
+};
+
+static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_pend_ids *pi = arg;
+
+	if (rec->pr_state_len)
+		return 0;
+	if (pi->pi_n == pi->pi_cap) {
+		size_t n = pi->pi_cap ? pi->pi_cap * 2 : 8;
+		uint64_t *ids = dd_realloc(pi->pi_id, n * sizeof(*ids));
+
+		if (!ids)
+			return dd_err_set(pi->pi_err, DD_ENOMEM, "out of memory");
+		pi->pi_id = ids;
+		pi->pi_cap = n;
+	}
+	pi->pi_id[pi->pi_n++] = id;
+	return 0;
+}
+
+/* Rolls back every snapshot a killed writer left pending, in one
+ * transaction: its references are dropped and its map deleted. */
 static int dd_recover_pending(dd_store *s, dd_err *err)
 {
-	for (;;) {
-		uint64_t id;
-		dd_txn *txn;
-		int rc = dd_txn_begin(s->st_db, err, true, &txn);
+	struct dd_pend_ids pi = {err, NULL, 0, 0};
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
 
-		if (rc)
-			return rc;
-		rc = dd_pend_first(txn, err, &id);
-		if (rc == 0) {
-			dd_txn_abort(txn);
-			return 0;
-		}
-		if (rc == 1)
-			rc = dd_snap_drop_refs(txn, err, id);
+	if (rc)
+		return rc;
+	rc = dd_pend_walk(txn, err, dd_pend_collect, &pi);
+	for (size_t i = 0; !rc && i < pi.pi_n; i++) {
+		rc = dd_snap_drop_refs(txn, err, pi.pi_id[i]);
 		if (!rc)
-			rc = dd_pend_del(txn, err, id);
-		if (rc) {
-			dd_txn_abort(txn);
-			return rc;
-		}
-		rc = dd_txn_commit(txn, err);
-		if (rc)
-			return rc;
+			rc = dd_pend_del(txn, err, pi.pi_id[i]);
 	}
+	if (!rc && pi.pi_n)
+		rc = dd_txn_commit(txn, err);
+	else
+		dd_txn_abort(txn);
+	dd_free(pi.pi_id);
+	return rc;
+}
+
+/* ---- doomed packs ------------------------------------------------------------*/
+
+struct dd_doomed {
+	dd_err *dm_err;
+	uint64_t dm_oldest;       /* reap those doomed at or before this */
+	uint32_t *dm_id;
+	size_t dm_n, dm_cap;
+	bool dm_all;              /* collect all, reapable or not */
+};
+
+static int dd_doomed_collect(void *arg, uint32_t id, uint64_t since)
+{
+	struct dd_doomed *dm = arg;
+
+	if (!dm->dm_all && since > dm->dm_oldest)
+		return 0;
+	if (dm->dm_n == dm->dm_cap) {
+		size_t n = dm->dm_cap ? dm->dm_cap * 2 : 16;
+		uint32_t *ids = dd_realloc(dm->dm_id, n * sizeof(*ids));
+
+		if (!ids)
+			return dd_err_set(dm->dm_err, DD_ENOMEM, "out of memory");
+		dm->dm_id = ids;
+		dm->dm_cap = n;
+	}
+	dm->dm_id[dm->dm_n++] = id;
+	return 0;
+}
+
+int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed)
+{
+	struct dd_doomed dm = {.dm_err = err};
+	dd_txn *txn;
+	int rc = dd_db_oldest_reader(s->st_db, err, &dm.dm_oldest);
+
+	*freed = 0;
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, err, true, &txn);
+	if (rc)
+		return rc;
+	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &dm);
+	for (size_t i = 0; !rc && i < dm.dm_n; i++)
+		rc = dd_packs_del(txn, err, dm.dm_id[i]);
+	if (rc || dm.dm_n == 0) {
+		dd_txn_abort(txn);
+		dd_free(dm.dm_id);
+		return rc;
+	}
+	rc = dd_txn_commit(txn, err);
+	/* forgotten first, unlinked after: a crash in between leaves files
+	 * no record names, which recovery removes */
+	for (size_t i = 0; !rc && i < dm.dm_n; i++) {
+		char name[32];
+		struct stat st;
+
+		dd_pack_name(name, sizeof(name), dm.dm_id[i]);
+		if (fstatat(s->st_packdir, name, &st, 0) == 0)
+			*freed += (uint64_t)st.st_size;
+		unlinkat(s->st_packdir, name, 0);
+	}
+	if (!rc)
+		fsync(s->st_packdir);
+	dd_free(dm.dm_id);
+	return rc;
+}
+
+/* Is pack id doomed (its file must stay)? */
+static bool dd_is_doomed(const struct dd_doomed *dm, uint32_t id)
+{
+	for (size_t i = 0; i < dm->dm_n; i++)
+		if (dm->dm_id[i] == id)
+			return true;
+	return false;
 }
 
 /* Truncates pack tails past their committed end; removes pack files that
@@ -647,11 +753,14 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 		return dd_err_set(err, dd_errno_code(errno), "%s/packs: %s",
 				  s->st_path, strerror(errno));
 	}
+	struct dd_doomed doomed = {.dm_err = err, .dm_all = true};
+
 	rc = dd_txn_begin(s->st_db, err, false, &txn);
 	if (rc) {
 		closedir(d);
 		return rc;
 	}
+	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &doomed);
 	rewinddir(d);
 	while (!rc && (de = readdir(d)) != NULL) {
 		char *end;
@@ -667,6 +776,8 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 		if (errno || end != de->d_name + 8 || id == 0 ||
 		    id > UINT32_MAX)
 			continue;
+		if (dd_is_doomed(&doomed, (uint32_t)id))
+			continue; /* a reader may still need it */
 		rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
 		if (rc == DD_ENOENT) {
 			rc = 0;
@@ -701,6 +812,7 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 	}
 	dd_txn_abort(txn);
 	closedir(d);
+	dd_free(doomed.dm_id);
 	if (!rc && fsync(s->st_packdir) != 0)
 		rc = dd_err_set(err, dd_errno_code(errno), "sync %s/packs: %s",
 				s->st_path, strerror(errno));
@@ -709,9 +821,13 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 
 int dd_store_recover(dd_store *s, dd_err *err)
 {
+	uint64_t freed;
 	int rc = dd_recover_pending(s, err);
 
+	if (!rc)
+		rc = dd_store_reap(s, err, &freed);
 	if (!rc)
 		rc = dd_recover_packs(s, err);
 	return rc;
 }
+

@@ -29,6 +29,8 @@
 #include "ddt/db.h"
 #include "hash/hash.h"
 #include "pack/pack.h"
+#include "store/replica.h"
+#include "cache/cache.h"
 
 #define DD_STORE_FORMAT 1
 #define DD_STORE_MAGIC_LINE "libdedup store"
@@ -70,14 +72,14 @@ struct dd_store {
 	dd_pool *st_pool;
 	dd_scratch *st_scratch;    /* st_nscratch = dd_pool_width() entries */
 	unsigned st_nscratch;
+
+	dd_cache *st_cache;        /* L1 + L2 (cache/cache.h); always set
+				      once open, also counts pack reads */
 };
 
 /* ---- store.c -----------------------------------------------------------*/
 
-/* Copies a local error into the handle's message (thread-safe). */
-int dd_store_fail(dd_store *s, const dd_err *err);
-int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* dd_store_fail, dd_store_failf: replica.h */
 
 int dd_store_create_kind(dd_store **out, const char *path,
 			 const dd_create_opts *opts, const dd_open_opts *oopts,
@@ -88,6 +90,10 @@ int dd_store_create_kind(dd_store **out, const char *path,
 int dd_store_lock(dd_store *s, dd_err *err);
 void dd_store_unlock(dd_store *s);
 int dd_store_recover(dd_store *s, dd_err *err);
+
+/* Unlinks the packs gc doomed that no live reader can still need, and
+ * forgets them; *freed gets the bytes.  Under the writer lock. */
+int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed);
 
 /* A read handle of pack id, owned by the store (valid until close). */
 int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out);
@@ -102,10 +108,25 @@ extern uint64_t dd_writer_commit_bytes;
 
 /* ---- block.c -----------------------------------------------------------*/
 
-/* Reads the block of (key, ent) into dst (ent->de_lsize bytes) and checks
- * it against key's hash: DD_ECHECKSUM rather than wrong bytes. */
+/* Reads the block of (key, ent) into dst (ent->de_lsize bytes) from its
+ * pack and checks it against key's hash: DD_ECHECKSUM rather than wrong
+ * bytes.  Never through the caches: scrub must see the packs. */
 int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 		  const dd_ddt_key *key, const dd_ddt_ent *ent, void *dst);
+
+/* The same for snapshot reads: L1, then L2 (checked against the hash),
+ * then the pack, whose block then enters L1.  flags: DD_CACHE_SEQ when
+ * the block belongs to a long sequential read. */
+int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
+			 const dd_ddt_key *key, const dd_ddt_ent *ent,
+			 void *dst, unsigned flags);
+
+/* ---- cache/api.c -------------------------------------------------------*/
+
+/* Creates st_cache from STORE/cache.conf and the open options (device
+ * problems are warnings, not errors); closes it. */
+int dd_store_cache_open(dd_store *s, dd_err *err);
+void dd_store_cache_close(dd_store *s);
 
 /* ---- snapshots.c --------------------------------------------------------*/
 

@@ -23,9 +23,10 @@
  * When batch k is full, one pool job starts that hashes batch k and
  * compresses batch k-1 together, and the caller goes on filling batch k+1
  * meanwhile, so both cores stay busy whether the data is new (compression
- * bound) or known (hash bound).  The next submit waits for that job, then
- * stores k-1 and looks up k -- in that order, so a lookup never meets
- * another batch's placeholder, and placeholders are never committed.
+ * bound) or known (hash bound).  The next step waits for that job, looks
+ * k up, starts the next job, and only then stores k-1 -- on the caller's
+ * thread while the pool works (dd_pipeline_step says why that order is
+ * safe).  Placeholders are never committed.
  *
  * Commits: every dd_writer_commit_bytes (512 MiB) the pack is synced and the
  * transaction committed, to bound LMDB's dirty pages; the snapshot is still
@@ -38,66 +39,13 @@
 
 #include "chunk/chunk.h"
 #include "common/alloc.h"
-#include "store/store_internal.h"
-
-#define DD_WRITER_BATCH_BYTES ((size_t)4 << 20)
-#define DD_WRITER_RING 3
+#include "store/writer_internal.h"
 
 /* Bytes between intermediate commits; a variable so tests can make a
  * small image commit several times (store_internal.h). */
 uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
 
-enum { DD_SLOT_ZERO, DD_SLOT_DUP, DD_SLOT_NEW };
-enum { DD_W_OPEN, DD_W_FAILED, DD_W_COMMITTED, DD_W_ABORTED };
-
-typedef struct dd_slot {
-	dd_ddt_key sl_key;
-	uint32_t sl_lsize;
-	uint32_t sl_psize;
-	uint8_t sl_kind;
-	uint8_t sl_codec;
-	int sl_rc;
-} dd_slot;
-
-typedef struct dd_batch {
-	uint8_t *bt_data;       /* bt_cap blocks of logical bytes */
-	size_t bt_fill;         /* bytes in bt_data */
-	dd_slot *bt_slot;
-	uint8_t *bt_out;        /* compressed payloads, one stride per slot */
-	uint32_t *bt_new;       /* slots of new blocks, in order */
-	size_t bt_nnew;
-	size_t bt_nblk;
-	uint64_t bt_first;      /* image block index of slot 0 */
-} dd_batch;
-
-struct dd_writer {
-	dd_store *w_store;
-	dd_err w_err;
-	int w_state;
-	char w_name[DD_NAME_MAX + 1];
-	uint64_t w_id;
-	dd_txn *w_txn;
-	dd_pack *w_pack;          /* active pack, writable; NULL until needed */
-	uint64_t w_pack_next;     /* meta pack.next */
-	uint32_t w_bs;
-	size_t w_cap;             /* blocks per batch */
-	size_t w_stride;          /* bytes per slot in bt_out */
-	dd_batch w_batch[DD_WRITER_RING];
-	int w_cur;                /* the batch being filled */
-	dd_batch *w_hashing;      /* stage 1 in the running job, or NULL */
-	dd_batch *w_compressing;  /* stage 3 in the running job, or NULL */
-	size_t w_job_ncomp;       /* job items below this compress */
-	bool w_job_running;
-	bool w_pool_held;
-	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
-	dd_digest *w_digest;
-	uint64_t w_size;
-	uint64_t w_blocks;
-	uint64_t w_zero;
-	uint64_t w_uncommitted;   /* logical bytes since the last commit */
-};
-
-static int dd_writer_fail(dd_writer *w, int rc)
+int dd_writer_fail(dd_writer *w, int rc)
 {
 	w->w_state = DD_W_FAILED;
 	dd_store_fail(w->w_store, &w->w_err);
@@ -138,8 +86,12 @@ static int dd_same_bytes(dd_writer *w, dd_batch *b, const dd_ddt_key *key,
 	if (ent->de_lsize != lsize)
 		return 0;
 	if (ent->de_flags & DD_DDE_PENDING) {
-		*same = !memcmp(b->bt_data + ent->de_offset * w->w_bs, data,
-				lsize);
+		/* a block of this batch or of the one still being stored */
+		const dd_batch *pb = &w->w_batch[ent->de_offset >> 32];
+
+		*same = !memcmp(pb->bt_data + (ent->de_offset & 0xffffffffu) *
+						     w->w_bs,
+				data, lsize);
 		return 0;
 	}
 	rc = dd_block_read(w->w_store, &w->w_err, &w->w_sc, key, ent,
@@ -169,7 +121,9 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 		if (rc == DD_ENOENT) {
 			ent = (dd_ddt_ent){
 				.de_flags = DD_DDE_PENDING,
-				.de_offset = i,
+				/* where the bytes are until stored: ring
+				 * slot of the batch, block in it */
+				.de_offset = (uint64_t)(b - w->w_batch) << 32 | i,
 				.de_lsize = sl->sl_lsize,
 				.de_refcnt = 1,
 			};
@@ -265,6 +219,24 @@ static int dd_writer_new_pack(dd_writer *w)
 	return rc;
 }
 
+/* Appends one record to the active pack, rolling over to a new pack when
+ * it would pass DD_PACK_MAX_BYTES. */
+int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
+		     uint32_t *pack, uint64_t *off)
+{
+	int rc;
+
+	if (!w->w_pack || dd_pack_end(w->w_pack) + DD_PACK_REC_HDR_SIZE +
+				  rec->pr_psize > DD_PACK_MAX_BYTES) {
+		rc = dd_writer_new_pack(w);
+		if (rc)
+			return rc;
+	}
+	rc = dd_pack_append(w->w_pack, &w->w_err, rec, payload, off);
+	*pack = dd_pack_id(w->w_pack);
+	return rc;
+}
+
 static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
 {
 	dd_slot *sl = &b->bt_slot[i];
@@ -274,6 +246,7 @@ static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
 		.pr_psize = sl->sl_psize,
 	};
 	dd_ddt_ent ent;
+	uint32_t pack;
 	uint64_t off;
 	int rc;
 
@@ -281,31 +254,30 @@ static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
 		return dd_err_set(&w->w_err, sl->sl_rc,
 				  "compressing block %llu failed",
 				  (unsigned long long)(b->bt_first + i));
-	if (!w->w_pack || dd_pack_end(w->w_pack) + DD_PACK_REC_HDR_SIZE +
-				  sl->sl_psize > DD_PACK_MAX_BYTES) {
-		rc = dd_writer_new_pack(w);
-		if (rc)
-			return rc;
-	}
 	memcpy(rec.pr_hash, sl->sl_key.dk_hash, DD_HASH_SIZE);
-	rc = dd_pack_append(w->w_pack, &w->w_err, &rec,
-			    b->bt_out + (size_t)i * w->w_stride, &off);
+	rc = dd_writer_append(w, &rec, b->bt_out + (size_t)i * w->w_stride,
+			      &pack, &off);
 	if (!rc)
 		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
 	if (rc)
 		return rc;
 	ent.de_flags &= (uint16_t)~DD_DDE_PENDING;
 	ent.de_codec = sl->sl_codec;
-	ent.de_pack = dd_pack_id(w->w_pack);
+	ent.de_pack = pack;
 	ent.de_offset = off;
 	ent.de_psize = sl->sl_psize;
 	return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
 }
 
 /* Data first: sync the pack, record its end, then commit (invariant 1). */
-static int dd_writer_sync_commit(dd_writer *w, bool reopen)
+int dd_writer_sync_commit(dd_writer *w, bool reopen)
 {
 	int rc = 0;
+
+	if (w->w_resumable && w->w_state == DD_W_OPEN)
+		rc = dd_recv_save_state(w);
+	if (rc)
+		return rc;
 
 	if (w->w_pack) {
 		rc = dd_pack_sync(w->w_pack, &w->w_err);
@@ -367,33 +339,39 @@ static int dd_batch_store(dd_writer *w, dd_batch *b)
 	w->w_uncommitted += b->bt_fill;
 	b->bt_fill = 0;
 	b->bt_nnew = 0;
-	if (w->w_uncommitted >= dd_writer_commit_bytes)
-		rc = dd_writer_sync_commit(w, true);
-	return rc;
+	return 0;
 }
 
-/* One step of the pipeline: finish the running job, store what it
- * compressed, look up what it hashed, and start the next job on the batch
- * being filled (if it holds data).  Then filling moves to a free buffer. */
+/* One step of the pipeline.  Finish the running job (it compressed batch
+ * C and hashed batch H); look H up; start the next job (compress H, hash
+ * the batch just filled, if any); then store C on this thread while the
+ * pool works.  Looking H up before C is stored is safe: a block of H that
+ * C holds meets C's PENDING placeholder, takes a reference on it, and
+ * storing C then fills in the location.  An intermediate commit must not
+ * see placeholders, so at a commit point C is stored and committed before
+ * H is looked up.  Then filling moves to C's buffer, free again. */
 static int dd_pipeline_step(dd_writer *w)
 {
 	dd_batch *fill = &w->w_batch[w->w_cur];
-	dd_batch *hashed;
+	dd_batch *comp, *hashed;
 	int rc = 0;
 
 	dd_pipeline_wait(w);
-	if (w->w_compressing) {
-		rc = dd_batch_store(w, w->w_compressing);
-		w->w_compressing = NULL;
-	}
+	comp = w->w_compressing;
 	hashed = w->w_hashing;
+	w->w_compressing = NULL;
 	w->w_hashing = NULL;
-	if (!rc && hashed) {
-		rc = dd_lookup_batch(w, hashed);
-		w->w_compressing = hashed;
+	if (comp && w->w_uncommitted + comp->bt_fill >= dd_writer_commit_bytes) {
+		rc = dd_batch_store(w, comp);
+		comp = NULL;
+		if (!rc)
+			rc = dd_writer_sync_commit(w, true);
 	}
+	if (!rc && hashed)
+		rc = dd_lookup_batch(w, hashed);
 	if (rc)
 		return rc;
+	w->w_compressing = hashed;
 	if (fill->bt_fill > 0) {
 		fill->bt_nblk = (fill->bt_fill + w->w_bs - 1) / w->w_bs;
 		fill->bt_first = w->w_blocks;
@@ -404,15 +382,18 @@ static int dd_pipeline_step(dd_writer *w)
 		w->w_cur = (w->w_cur + 1) % DD_WRITER_RING;
 	}
 	w->w_job_ncomp = w->w_compressing ? w->w_compressing->bt_nnew : 0;
-	if (w->w_job_ncomp == 0 && !w->w_hashing)
-		return 0;
-	pthread_mutex_lock(&w->w_store->st_pool_lock);
-	w->w_pool_held = true;
-	dd_pool_start(w->w_store->st_pool, dd_pipeline_job, w,
-		      w->w_job_ncomp +
-			      (w->w_hashing ? w->w_hashing->bt_nblk : 0));
-	w->w_job_running = true;
-	return 0;
+	if (w->w_job_ncomp || w->w_hashing) {
+		pthread_mutex_lock(&w->w_store->st_pool_lock);
+		w->w_pool_held = true;
+		dd_pool_start(w->w_store->st_pool, dd_pipeline_job, w,
+			      w->w_job_ncomp + (w->w_hashing
+							? w->w_hashing->bt_nblk
+							: 0));
+		w->w_job_running = true;
+	}
+	if (comp)
+		rc = dd_batch_store(w, comp);
+	return rc;
 }
 
 /* Runs the pipeline until every batch is stored. */
@@ -448,7 +429,8 @@ static void dd_batch_free(dd_batch *b)
 }
 
 /* Reserves a snapshot id and records it pending, in its own commit, so a
- * crash from here on is rolled back by the next writer. */
+ * crash from here on is rolled back by the next writer.  A resumed
+ * receive (w_id already set) keeps its id and pending record. */
 static int dd_writer_reserve(dd_writer *w)
 {
 	dd_snap_rec existing;
@@ -461,12 +443,16 @@ static int dd_writer_reserve(dd_writer *w)
 	if (rc == 0)
 		rc = dd_err_set(&w->w_err, DD_EEXIST,
 				"snapshot '%s' already exists", w->w_name);
-	else if (rc == DD_ENOENT)
+	else if (rc == DD_ENOENT && w->w_id)
+		rc = 0;
+	else if (rc == DD_ENOENT) {
 		rc = dd_meta_get_u64(txn, &w->w_err, "snap.next", &w->w_id);
-	if (!rc)
-		rc = dd_meta_put_u64(txn, &w->w_err, "snap.next", w->w_id + 1);
-	if (!rc)
-		rc = dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
+		if (!rc)
+			rc = dd_meta_put_u64(txn, &w->w_err, "snap.next",
+					     w->w_id + 1);
+		if (!rc)
+			rc = dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
+	}
 	if (!rc)
 		rc = dd_meta_get_u64(txn, &w->w_err, "pack.next",
 				     &w->w_pack_next);
@@ -502,7 +488,8 @@ static int dd_writer_open_pack(dd_writer *w)
 	return rc;
 }
 
-int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
+int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
+		   uint64_t resume_id)
 {
 	dd_writer *w;
 	int rc;
@@ -519,10 +506,7 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 		return dd_store_failf(s, DD_ENOMEM, "out of memory");
 	w->w_store = s;
 	w->w_bs = s->st_block_size;
-	w->w_cap = DD_WRITER_BATCH_BYTES / w->w_bs;
-	if (w->w_cap < 16)
-		w->w_cap = 16;
-	w->w_stride = dd_codec_bound(w->w_bs);
+	w->w_id = resume_id;
 	strcpy(w->w_name, name);
 	rc = dd_store_lock(s, &w->w_err);
 	if (rc) {
@@ -531,10 +515,7 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 		return rc;
 	}
 	w->w_state = DD_W_OPEN;
-	for (int i = 0; !rc && i < DD_WRITER_RING; i++)
-		rc = dd_batch_alloc(w, &w->w_batch[i]);
-	if (!rc)
-		rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
+	rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
 	if (!rc)
 		rc = dd_digest_new(&w->w_digest, &w->w_err);
 	if (!rc)
@@ -552,55 +533,120 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	return 0;
 }
 
-int dd_writer_write(dd_writer *w, const void *buf, size_t len)
+int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 {
-	const uint8_t *p = buf;
-	size_t cap_bytes;
+	dd_writer *w;
+	int rc;
 
-	if (!w)
-		return DD_EINVAL;
+	if (!out)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_writer_begin: "
+					  "NULL argument") : DD_EINVAL;
+	rc = dd_writer_open(&w, s, name, 0);
+	if (rc)
+		return rc;
+	w->w_cap = DD_WRITER_BATCH_BYTES / w->w_bs;
+	if (w->w_cap < 16)
+		w->w_cap = 16;
+	w->w_stride = dd_codec_bound(w->w_bs);
+	for (int i = 0; !rc && i < DD_WRITER_RING; i++)
+		rc = dd_batch_alloc(w, &w->w_batch[i]);
+	if (rc) {
+		dd_store_fail(s, &w->w_err);
+		dd_writer_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static int dd_writer_check_open(dd_writer *w)
+{
 	if (w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "writer is not open (after an error, commit "
 				  "or abort)");
-	if (!buf && len)
+	if (w->w_raw)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
-						    "NULL buffer"));
-	cap_bytes = w->w_cap * w->w_bs;
-	while (len > 0) {
-		dd_batch *b = &w->w_batch[w->w_cur];
-		size_t n = cap_bytes - b->bt_fill;
-		int rc;
+				"a receiving writer takes blocks, not bytes"));
+	return 0;
+}
 
-		if (n > len)
-			n = len;
-		memcpy(b->bt_data + b->bt_fill, p, n);
-		b->bt_fill += n;
-		p += n;
-		len -= n;
-		if (b->bt_fill == cap_bytes) {
-			rc = dd_pipeline_step(w);
-			if (rc)
-				return dd_writer_fail(w, rc);
-		}
+int dd_writer_buffer(dd_writer *w, void **buf, size_t *len)
+{
+	dd_batch *b;
+	int rc;
+
+	if (!w)
+		return DD_EINVAL;
+	if (!buf || !len)
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
+						    "NULL argument"));
+	rc = dd_writer_check_open(w);
+	if (rc)
+		return rc;
+	b = &w->w_batch[w->w_cur];
+	*buf = b->bt_data + b->bt_fill;
+	*len = w->w_cap * w->w_bs - b->bt_fill;
+	return 0;
+}
+
+int dd_writer_produce(dd_writer *w, size_t n)
+{
+	dd_batch *b;
+	int rc;
+
+	if (!w)
+		return DD_EINVAL;
+	rc = dd_writer_check_open(w);
+	if (rc)
+		return rc;
+	b = &w->w_batch[w->w_cur];
+	if (n > w->w_cap * w->w_bs - b->bt_fill)
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
+				"dd_writer_produce: %zu bytes is more than the "
+				"buffer given", n));
+	b->bt_fill += n;
+	if (b->bt_fill == w->w_cap * w->w_bs) {
+		rc = dd_pipeline_step(w);
+		if (rc)
+			return dd_writer_fail(w, rc);
 	}
 	return 0;
 }
 
-int dd_writer_commit(dd_writer *w)
+int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 {
-	dd_snap_rec rec, existing;
-	int rc = 0;
+	const uint8_t *p = buf;
+	int rc;
 
 	if (!w)
 		return DD_EINVAL;
-	if (w->w_state != DD_W_OPEN)
-		return dd_err_set(&w->w_err, DD_ESTATE,
-				  "writer is not open (after an error, commit "
-				  "or abort)");
-	rc = dd_pipeline_drain(w);
-	if (rc)
-		return dd_writer_fail(w, rc);
+	if (!buf && len)
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
+						    "NULL buffer"));
+	rc = dd_writer_check_open(w);
+	while (!rc && len > 0) {
+		void *dst;
+		size_t room;
+
+		rc = dd_writer_buffer(w, &dst, &room);
+		if (rc)
+			break;
+		if (room > len)
+			room = len;
+		memcpy(dst, p, room);
+		p += room;
+		len -= room;
+		rc = dd_writer_produce(w, room);
+	}
+	return rc;
+}
+
+int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
+{
+	dd_snap_rec rec, existing;
+	int rc;
+
 	rec = (dd_snap_rec){
 		.sr_id = w->w_id,
 		.sr_block_size = w->w_bs,
@@ -610,6 +656,10 @@ int dd_writer_commit(dd_writer *w)
 		.sr_ctime = (int64_t)time(NULL),
 	};
 	dd_digest_final(w->w_digest, w->w_size, w->w_bs, rec.sr_digest);
+	if (expect_digest && memcmp(expect_digest, rec.sr_digest, DD_HASH_SIZE))
+		return dd_err_set(&w->w_err, DD_ECHECKSUM,
+				  "content digest of '%s' does not match the "
+				  "one announced", w->w_name);
 	rc = dd_snap_get(w->w_txn, &w->w_err, w->w_name, &existing);
 	if (rc == 0)
 		rc = dd_err_set(&w->w_err, DD_EEXIST,
@@ -618,10 +668,11 @@ int dd_writer_commit(dd_writer *w)
 		rc = dd_snap_put(w->w_txn, &w->w_err, w->w_name, &rec);
 	if (!rc)
 		rc = dd_pend_del(w->w_txn, &w->w_err, w->w_id);
+	w->w_resumable = false; /* done: no state to keep */
 	if (!rc)
 		rc = dd_writer_sync_commit(w, false);
 	if (rc)
-		return dd_writer_fail(w, rc);
+		return rc;
 	w->w_state = DD_W_COMMITTED;
 	dd_pack_close(w->w_pack);
 	w->w_pack = NULL;
@@ -629,11 +680,27 @@ int dd_writer_commit(dd_writer *w)
 	return 0;
 }
 
+int dd_writer_commit(dd_writer *w)
+{
+	int rc;
+
+	if (!w)
+		return DD_EINVAL;
+	rc = dd_writer_check_open(w);
+	if (rc)
+		return rc;
+	rc = dd_pipeline_drain(w);
+	if (!rc)
+		rc = dd_writer_finish(w, NULL);
+	return rc ? dd_writer_fail(w, rc) : 0;
+}
+
 void dd_writer_abort(dd_writer *w)
 {
 	dd_err err;
 
-	if (!w || w->w_state == DD_W_COMMITTED || w->w_state == DD_W_ABORTED)
+	if (!w || w->w_state == DD_W_COMMITTED || w->w_state == DD_W_ABORTED ||
+	    w->w_state == DD_W_SUSPENDED)
 		return;
 	dd_pipeline_wait(w);
 	dd_txn_abort(w->w_txn);
@@ -657,6 +724,7 @@ void dd_writer_free(dd_writer *w)
 		dd_batch_free(&w->w_batch[i]);
 	dd_scratch_fini(&w->w_sc);
 	dd_digest_free(w->w_digest);
+	dd_free(w->w_vbuf);
 	dd_free(w);
 }
 

@@ -24,6 +24,7 @@
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/faults.h"
+#include "common/hmap.h"
 #include "common/io.h"
 #include "common/pool.h"
 
@@ -647,6 +648,79 @@ static void test_pool_args(void **state)
 	dd_fault_disarm_all();
 }
 
+/* ---- hmap: RAM table, then the spill file ---------------------------------*/
+
+static void hmap_key(uint8_t key[32], uint64_t i)
+{
+	/* SHA-256 keys are uniform: spread i over the bytes like one */
+	uint64_t x = i * 0x9E3779B97F4A7C15ull + 1;
+
+	for (int k = 0; k < 32; k++) {
+		x ^= x >> 29;
+		x *= 0xBF58476D1CE4E5B9ull;
+		key[k] = (uint8_t)(x >> 56);
+	}
+}
+
+static void test_hmap_spill(void **state)
+{
+	const uint64_t n = 100000;
+	dd_hmap *m;
+	dd_err err;
+	uint8_t key[32];
+	uint64_t v;
+
+	(void)state;
+	/* 256 KiB of RAM holds ~4k entries: the rest must spill */
+	assert_int_equal(dd_hmap_new(&m, &err, 256 * 1024, NULL), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_put(m, &err, key, i * 3), 0);
+	}
+	assert_int_equal(dd_hmap_count(m), n);
+	for (uint64_t i = 0; i < n; i += 7) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_get(m, &err, key, &v), 0);
+		assert_int_equal(v, i * 3);
+	}
+	/* replacing, in RAM and on disk */
+	hmap_key(key, 5);
+	assert_int_equal(dd_hmap_put(m, &err, key, 77), 0);
+	hmap_key(key, n - 1);
+	assert_int_equal(dd_hmap_put(m, &err, key, 88), 0);
+	assert_int_equal(dd_hmap_count(m), n);
+	hmap_key(key, 5);
+	assert_int_equal(dd_hmap_get(m, &err, key, &v), 0);
+	assert_int_equal(v, 77);
+	hmap_key(key, n - 1);
+	assert_int_equal(dd_hmap_get(m, &err, key, &v), 0);
+	assert_int_equal(v, 88);
+	for (uint64_t i = n; i < n + 1000; i++) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_get(m, &err, key, &v), DD_ENOENT);
+	}
+	dd_hmap_free(m);
+}
+
+static void test_hmap_write_fault(void **state)
+{
+	dd_hmap *m;
+	dd_err err;
+	uint8_t key[32];
+	int rc = 0;
+
+	(void)state;
+	assert_int_equal(dd_hmap_new(&m, &err, 64 * 1024, NULL), 0);
+	dd_fault_arm(DD_FAULT_WRITE, 10, ENOSPC, 0);
+	for (uint64_t i = 0; i < 20000 && !rc; i++) {
+		hmap_key(key, i);
+		rc = dd_hmap_put(m, &err, key, i);
+	}
+	assert_int_equal(rc, DD_ENOSPC);
+	assert_non_null(strstr(err.de_msg, "hmap spill"));
+	dd_hmap_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -664,6 +738,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_io_rename_delay, teardown_faults),
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test_teardown(test_pool_args, teardown_faults),
+		cmocka_unit_test(test_hmap_spill),
+		cmocka_unit_test_teardown(test_hmap_write_fault, teardown_faults),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
