@@ -353,7 +353,10 @@ static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
 	dd_txn_abort(txn);
 	if (rc < 0)
 		return rc;
-	return pa->pa_found ? 0 : DD_ENOENT;
+	if (!pa->pa_found)
+		return dd_err_set(err, DD_ENOENT, "no partial receive in the "
+				  "store");
+	return 0;
 }
 
 /* Feeds the digest with the blocks already received (holes as zeros). */

@@ -29,10 +29,18 @@
 
 int dd_store_fail(dd_store *s, const dd_err *err)
 {
+	int code;
+
 	pthread_mutex_lock(&s->st_lock);
 	dd_err_copy(&s->st_err, err);
+	/* a failure must never read as success, even if a path forgot to
+	 * record its code */
+	if (s->st_err.de_code >= 0)
+		dd_err_set(&s->st_err, DD_EIO,
+			   "internal error: a failure left no error code");
+	code = s->st_err.de_code;
 	pthread_mutex_unlock(&s->st_lock);
-	return err->de_code;
+	return code;
 }
 
 int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
