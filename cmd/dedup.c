@@ -615,10 +615,19 @@ static int cmd_ls(int argc, char **argv)
 	rc = dd_snapshot_list(s, &list, &count);
 	if (rc != 0)
 		die_store(s, rc);
-	if (o.json)
+	if (o.json) {
 		ls_json(list, count);
-	else
+	} else {
+		char token[128];
+
 		ls_text(list, count);
+		/* a kept partial receive (ddrecv -s) and how to finish it */
+		if (dd_recv_resume_token(s, token, sizeof(token)) == 0)
+			printf("partial receive: resume with "
+			       "'ddsend -t %s STORE@SNAP | ddrecv -s %s', "
+			       "or drop it with 'ddrecv -A %s'\n",
+			       token, argv[optind], argv[optind]);
+	}
 	dd_snapshot_list_free(list);
 	cache_cli_close(s);
 	return 0;
