@@ -642,7 +642,6 @@ static void dd_rrecv_job(void *ctx, size_t i, unsigned worker)
 	const dd_rjob *j = &b->rb_job[i];
 	uint8_t *dst = b->rb_out + i * (size_t)r->rr_h.sh_block_size;
 	uint8_t h[32];
-	dd_err e = {0};
 	bool ok;
 
 	if (j->rj_kind == DD_SREC_DATA)
@@ -658,55 +657,76 @@ static void dd_rrecv_job(void *ctx, size_t i, unsigned worker)
 			     " in the copy read back" : "");
 		return;
 	}
-	/* Written here, not by the decoding thread, which would otherwise
-	 * spend as long in write(2) as the workers spend decompressing. */
-	if (r->rr_fd >= 0 &&
-	    dd_io_pwrite_full(&e, r->rr_fd, dst, j->rj_lsize,
-			      j->rj_idx * r->rr_h.sh_block_size,
-			      "output") != 0)
-		dd_rjob_fail(r, b, j, e.de_code, "%s", dd_raw_inner(&e));
 }
 
-/* A batch the pool finished: its blocks are written (by the workers) or
- * the first failure is reported; then the batch can be refilled. */
-static int dd_rbatch_done(dd_rrecv *r, dd_rbatch *b)
+/* Writes a checked batch: each run of consecutive blocks is one pwrite
+ * (their slots in rb_out are consecutive too).  Workers do not write:
+ * parallel writes to one file contend on its inode lock, and many small
+ * ones cost more than one large. */
+static int dd_rbatch_write(dd_rrecv *r, dd_rbatch *b)
 {
-	if (b->rb_fail_idx != UINT64_MAX)
-		return dd_err_copy(r->rr_err, &b->rb_err);
+	size_t bs = r->rr_h.sh_block_size;
+
+	for (size_t i = 0, k; r->rr_fd >= 0 && i < b->rb_n; i = k) {
+		size_t len = b->rb_job[i].rj_lsize;
+		int rc;
+
+		for (k = i + 1; k < b->rb_n &&
+				b->rb_job[k].rj_idx == b->rb_job[k - 1].rj_idx + 1 &&
+				b->rb_job[k - 1].rj_lsize == bs; k++)
+			len += b->rb_job[k].rj_lsize;
+		rc = dd_io_pwrite_full(r->rr_err, r->rr_fd, b->rb_out + i * bs,
+				       len, b->rb_job[i].rj_idx * bs, "output");
+		if (rc)
+			return rc;
+	}
 	b->rb_n = 0;
 	b->rb_plen = 0;
 	return 0;
 }
 
-/* Waits for the batch with the pool. */
-static int dd_rrecv_land(dd_rrecv *r)
+/* Waits for the batch with the pool; reports its first failure. */
+static int dd_rrecv_wait(dd_rrecv *r, dd_rbatch **done)
 {
 	dd_rbatch *b = r->rr_fly;
 
+	*done = b;
 	if (!b)
 		return 0;
 	dd_pool_wait(r->rr_pool);
 	r->rr_fly = NULL;
-	return dd_rbatch_done(r, b);
+	if (b->rb_fail_idx != UINT64_MAX)
+		return dd_err_copy(r->rr_err, &b->rb_err);
+	return 0;
 }
 
-/* Hands the filling batch to the pool (once it has finished the previous
- * one) and starts filling the other. */
+/* Waits for the batch with the pool and writes it. */
+static int dd_rrecv_land(dd_rrecv *r)
+{
+	dd_rbatch *done;
+	int rc = dd_rrecv_wait(r, &done);
+
+	return rc || !done ? rc : dd_rbatch_write(r, done);
+}
+
+/* Hands the filling batch to the pool once it has finished the previous
+ * one, then writes that previous one while the pool works, and fills it
+ * next. */
 static int dd_rrecv_submit(dd_rrecv *r)
 {
-	dd_rbatch *b = r->rr_cur;
+	dd_rbatch *b = r->rr_cur, *done;
 	int rc;
 
 	if (!b->rb_n)
 		return 0;
-	rc = dd_rrecv_land(r);
+	rc = dd_rrecv_wait(r, &done);
 	if (rc)
 		return rc;
 	b->rb_fail_idx = UINT64_MAX;
 	r->rr_fly = b;
 	dd_pool_start(r->rr_pool, dd_rrecv_job, r, b->rb_n);
 	r->rr_cur = b == &r->rr_b[0] ? &r->rr_b[1] : &r->rr_b[0];
-	return 0;
+	return done ? dd_rbatch_write(r, done) : 0;
 }
 
 static int dd_rrecv_drain(dd_rrecv *r)
