@@ -355,6 +355,24 @@ static int dd_store_start_pool(dd_store *s, dd_err *err)
 	return 0;
 }
 
+/* The common end of open and create: options, workers, caches; on any
+ * failure (rc, or one of these) the handle is closed. */
+static int dd_store_ready(dd_store *s, dd_err *err, int rc, dd_store **out)
+{
+	if (!rc)
+		rc = dd_store_load_options(s, err);
+	if (!rc)
+		rc = dd_store_start_pool(s, err);
+	if (!rc)
+		rc = dd_store_cache_open(s, err);   /* cache/api.c */
+	if (rc) {
+		dd_store_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
 int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 {
 	dd_err *err = dd_thread_err();
@@ -369,18 +387,7 @@ int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 		rc = dd_store_alloc(&s, err, path, oopts);
 	if (!rc)
 		rc = dd_store_attach(s, err, false);
-	if (!rc)
-		rc = dd_store_load_options(s, err);
-	if (!rc)
-		rc = dd_store_start_pool(s, err);
-	if (!rc)
-		rc = dd_store_cache_open(s, err);   /* cache/api.c */
-	if (rc) {
-		dd_store_close(s);
-		return rc;
-	}
-	*out = s;
-	return 0;
+	return dd_store_ready(s, err, rc, out);
 }
 
 static int dd_dir_prepare(dd_err *err, const char *path)
@@ -477,18 +484,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
 		rc = dd_store_init_meta(s, err, &o, hash_kind);
 	if (!rc)
 		rc = dd_format_file_write(err, path);
-	if (!rc)
-		rc = dd_store_load_options(s, err);
-	if (!rc)
-		rc = dd_store_start_pool(s, err);
-	if (!rc)
-		rc = dd_store_cache_open(s, err);   /* cache/api.c */
-	if (rc) {
-		dd_store_close(s);
-		return rc;
-	}
-	*out = s;
-	return 0;
+	return dd_store_ready(s, err, rc, out);
 }
 
 int dd_store_create(dd_store **out, const char *path,

@@ -190,17 +190,28 @@ static void dd_compress_one(dd_writer *w, dd_batch *b, size_t j,
 
 /* ---- stage 4: store ----------------------------------------------------*/
 
+/* Makes the active pack durable and records its end in the transaction:
+ * data before the metadata that names it (invariant 1). */
+static int dd_writer_seal_pack(dd_writer *w)
+{
+	int rc;
+
+	if (!w->w_pack)
+		return 0;
+	rc = dd_pack_sync(w->w_pack, &w->w_err);
+	if (!rc)
+		rc = dd_packs_put(w->w_txn, &w->w_err, dd_pack_id(w->w_pack),
+				  dd_pack_end(w->w_pack));
+	return rc;
+}
+
 static int dd_writer_new_pack(dd_writer *w)
 {
 	uint32_t id;
 	int rc;
 
 	if (w->w_pack) {
-		rc = dd_pack_sync(w->w_pack, &w->w_err);
-		if (!rc)
-			rc = dd_packs_put(w->w_txn, &w->w_err,
-					  dd_pack_id(w->w_pack),
-					  dd_pack_end(w->w_pack));
+		rc = dd_writer_seal_pack(w);
 		if (rc)
 			return rc;
 		dd_pack_close(w->w_pack);
@@ -276,16 +287,8 @@ int dd_writer_sync_commit(dd_writer *w, bool reopen)
 
 	if (w->w_resumable && w->w_state == DD_W_OPEN)
 		rc = dd_recv_save_state(w);
-	if (rc)
-		return rc;
-
-	if (w->w_pack) {
-		rc = dd_pack_sync(w->w_pack, &w->w_err);
-		if (!rc)
-			rc = dd_packs_put(w->w_txn, &w->w_err,
-					  dd_pack_id(w->w_pack),
-					  dd_pack_end(w->w_pack));
-	}
+	if (!rc)
+		rc = dd_writer_seal_pack(w);
 	if (rc)
 		return rc;
 	rc = dd_txn_commit(w->w_txn, &w->w_err);
