@@ -60,25 +60,6 @@ struct recv_args {
 
 enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
 
-/* The most specific message for a failed call: the handle's, else the
- * thread's, else the code's name. */
-static const char *why(const char *handle_msg, int rc)
-{
-	if (handle_msg && *handle_msg && strcmp(handle_msg, "no error") != 0)
-		return handle_msg;
-	if (strcmp(dd_last_errmsg(), "no error") != 0)
-		return dd_last_errmsg();
-	return dd_strerror(rc);
-}
-
-static _Noreturn void print_version(void)
-{
-	printf("ddrecv (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
-	       DD_VERSION_MINOR, DD_VERSION_PATCH);
-	if (dd_version_number() != DD_VERSION_NUMBER)
-		printf("running with library %s\n", dd_version_string());
-	exit(0);
-}
 
 static void set_mode(struct recv_args *a, enum mode m, const char *path)
 {
@@ -116,7 +97,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		case OPT_JSON: a->json = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
-		case OPT_VERSION: print_version();
+		case OPT_VERSION: print_tool_version("ddrecv");
 		default: die_bad_option(c, argv);
 		}
 	}
@@ -205,7 +186,7 @@ static int recv_check(const struct recv_args *a)
 	rc = dd_stream_check(&opts, dd_fd_read, &in, &info);
 	progress_finish(&pg);
 	if (rc)
-		die("%s", why(NULL, rc));
+		die("%s", best_errmsg(NULL, rc));
 	if (a->json)
 		print_json(&info);
 	else
@@ -241,7 +222,7 @@ static int recv_output(const struct recv_args *a)
 		/* A half-rebuilt file that we created is only misleading. */
 		if (created)
 			unlink(a->path);
-		die("%s", why(NULL, rc));
+		die("%s", best_errmsg(NULL, rc));
 	}
 	return 0;
 }
@@ -253,7 +234,7 @@ static char store_msg[1024];
 static _Noreturn void die_store(dd_store *store, int rc)
 {
 	snprintf(store_msg, sizeof(store_msg), "%s",
-		 why(dd_store_errmsg(store), rc));
+		 best_errmsg(dd_store_errmsg(store), rc));
 	dd_store_close(store);
 	die("%s", store_msg);
 }
@@ -264,7 +245,7 @@ static dd_store *open_store(const char *path)
 	int rc = dd_store_open(&store, path, NULL);
 
 	if (rc)
-		die("%s", why(dd_store_errmsg(NULL), rc));
+		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
 	return store;
 }
 
@@ -273,7 +254,8 @@ static int recv_store(const struct recv_args *a)
 	dd_recv_opts opts = DD_RECV_OPTS_INIT;
 	struct progress pg;
 	dd_store *store;
-	char *sname = NULL, *snap = NULL, token[1024];
+	char *sname = NULL, *snap = NULL;
+	dd_stream_info info = {0};
 	int in = STDIN_FILENO, rc;
 
 	if (strchr(a->path, '@'))
@@ -284,12 +266,12 @@ static int recv_store(const struct recv_args *a)
 	progress_init(&pg, "ddrecv", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
-	rc = dd_recv(store, &opts, dd_fd_read, &in, NULL);
+	rc = dd_recv(store, &opts, dd_fd_read, &in, &info);
 	progress_finish(&pg);
-	if (rc && a->resumable &&
-	    dd_recv_resume_token(store, token, sizeof(token)) == 0) {
-		warnmsg("%s", why(dd_store_errmsg(store), rc));
-		warnmsg("resume token: %s", token);
+	/* the token of what this receive kept, not of an older partial */
+	if (rc && a->resumable && info.resume_token[0]) {
+		warnmsg("%s", best_errmsg(dd_store_errmsg(store), rc));
+		warnmsg("resume token: %s", info.resume_token);
 		dd_store_close(store);
 		exit(1);
 	}

@@ -59,25 +59,6 @@ struct send_args {
 
 enum { OPT_HELP = 256, OPT_VERSION };
 
-/* The most specific message for a failed call: the handle's, else the
- * thread's, else the code's name. */
-static const char *why(const char *handle_msg, int rc)
-{
-	if (handle_msg && *handle_msg && strcmp(handle_msg, "no error") != 0)
-		return handle_msg;
-	if (strcmp(dd_last_errmsg(), "no error") != 0)
-		return dd_last_errmsg();
-	return dd_strerror(rc);
-}
-
-static _Noreturn void print_version(void)
-{
-	printf("ddsend (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
-	       DD_VERSION_MINOR, DD_VERSION_PATCH);
-	if (dd_version_number() != DD_VERSION_NUMBER)
-		printf("running with library %s\n", dd_version_string());
-	exit(0);
-}
 
 static uint32_t parse_block_size(const char *s)
 {
@@ -134,7 +115,7 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		case 'c': a->level = parse_level(optarg); c_set = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
-		case OPT_VERSION: print_version();
+		case OPT_VERSION: print_tool_version("ddsend");
 		default: die_bad_option(c, argv);
 		}
 	}
@@ -205,7 +186,7 @@ static int send_file(const struct send_args *a)
 	close(in);
 	free(copy);
 	if (rc)
-		die("%s", why(NULL, rc));
+		die("%s", best_errmsg(NULL, rc));
 	return 0;
 }
 
@@ -225,7 +206,7 @@ static int send_snapshot(const struct send_args *a)
 	oo.readonly = 1;
 	rc = dd_store_open(&store, sname, &oo);
 	if (rc)
-		die("%s", why(dd_store_errmsg(NULL), rc));
+		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
 	progress_init(&pg, "ddsend", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
@@ -236,7 +217,7 @@ static int send_snapshot(const struct send_args *a)
 		static char msg[1024];
 
 		snprintf(msg, sizeof(msg), "%s",
-			 why(dd_store_errmsg(store), rc));
+			 best_errmsg(dd_store_errmsg(store), rc));
 		dd_store_close(store);
 		die("%s", msg);
 	}

@@ -526,3 +526,21 @@ void die_bad_option(int c, char **argv)
 		die_usage("option '%s' needs an argument", arg);
 	die_usage("unknown option '%s'", arg);
 }
+
+const char *best_errmsg(const char *handle_msg, int rc)
+{
+	if (handle_msg && *handle_msg && strcmp(handle_msg, "no error") != 0)
+		return handle_msg;
+	if (strcmp(dd_last_errmsg(), "no error") != 0)
+		return dd_last_errmsg();
+	return dd_strerror(rc);
+}
+
+_Noreturn void print_tool_version(const char *prog)
+{
+	printf("%s (libdedup) %d.%d.%d\n", prog, DD_VERSION_MAJOR,
+	       DD_VERSION_MINOR, DD_VERSION_PATCH);
+	if (dd_version_number() != DD_VERSION_NUMBER)
+		printf("running with library %s\n", dd_version_string());
+	exit(0);
+}

@@ -127,4 +127,12 @@ int parse_size_list(const char *s, uint64_t *out, size_t max, size_t *n,
  */
 int parse_compress_spec(const char *s, int *codec, int *level);
 
+/* The most specific message for a failed call: the handle's, else the
+ * thread's (dd_last_errmsg), else the code's name. */
+const char *best_errmsg(const char *handle_msg, int rc);
+
+/* Prints "PROG (libdedup) X.Y.Z" (and the library's version when it
+ * differs from the header's) and exits 0. */
+_Noreturn void print_tool_version(const char *prog);
+
 #endif /* DD_CMD_UTIL_H */

@@ -221,7 +221,7 @@ typedef struct dd_snapshot_info {
 	uint64_t blocks;       /* number of blocks, holes included */
 	uint64_t zero_blocks;  /* blocks that are holes */
 	int64_t ctime;         /* commit time, seconds since the epoch */
-	uint8_t digest[32];    /* content digest, format/store.md §5 */
+	uint8_t digest[32];    /* content digest, format/store.md §6 */
 } dd_snapshot_info;
 
 /* Lists committed snapshots in name order.  *out is an array of *count
@@ -367,6 +367,9 @@ typedef struct dd_stream_info {
 	uint64_t zero_records, zero_blocks;
 	uint64_t stream_bytes;
 	uint64_t resume_from;         /* first block index carried */
+	char resume_token[128];       /* dd_recv with opts->resumable: the
+					 token of what this receive kept when
+					 it failed ("" when nothing was kept) */
 } dd_stream_info;
 
 /* Writes the stream of snapshot `name` (incremental against opts->base

@@ -428,26 +428,40 @@ int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
 	return 0;
 }
 
+static int dd_token_format(char *buf, size_t len, const uint8_t digest[32],
+			   uint64_t next)
+{
+	int n = snprintf(buf, len, "ddr1:");
+
+	for (int i = 0; i < 32 && n > 0 && (size_t)n < len; i++)
+		n += snprintf(buf + n, len - (size_t)n, "%02x", digest[i]);
+	if (n > 0 && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, ":%llu",
+			      (unsigned long long)next);
+	return n < 0 || (size_t)n >= len ? DD_EINVAL : 0;
+}
+
 int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
 		  char *name, size_t namelen)
 {
 	struct dd_partial pa = {0};
-	int rc = dd_partial_find(s, err, &pa), n;
+	int rc = dd_partial_find(s, err, &pa);
 
 	if (rc)
 		return rc;
-	n = snprintf(buf, len, "ddr1:");
-	for (int i = 0; i < 32 && n > 0 && (size_t)n < len; i++)
-		n += snprintf(buf + n, len - (size_t)n, "%02x",
-			      pa.pa_state.rs_digest[i]);
-	if (n > 0 && (size_t)n < len)
-		n += snprintf(buf + n, len - (size_t)n, ":%llu",
-			      (unsigned long long)pa.pa_state.rs_next);
-	if (n < 0 || (size_t)n >= len)
+	if (dd_token_format(buf, len, pa.pa_state.rs_digest,
+			    pa.pa_state.rs_next))
 		return dd_err_set(err, DD_EINVAL, "token buffer too small");
 	if (name)
 		snprintf(name, namelen, "%s", pa.pa_rec.pr_name);
 	return 0;
+}
+
+int dd_recv_writer_token(const dd_writer *w, char *buf, size_t len)
+{
+	if (w->w_state != DD_W_SUSPENDED)
+		return DD_ESTATE;
+	return dd_token_format(buf, len, w->w_final_digest, w->w_blocks);
 }
 
 static int dd_partial_collect(void *arg, uint64_t id, const dd_pend_rec *rec)

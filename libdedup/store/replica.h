@@ -87,6 +87,8 @@ int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
  * and its name; DD_ENOENT if there is none. */
 int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
 		  char *name, size_t namelen);
+/* The token of this (suspended) receive. */
+int dd_recv_writer_token(const dd_writer *w, char *buf, size_t len);
 /* Drops every kept receive (takes the writer lock). */
 int dd_recv_discard(dd_store *s, dd_err *err);
 

@@ -191,8 +191,10 @@ int dd_recv(dd_store *s, const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 		rc = dd_err_set(&rv.rv_err, DD_EIO, "internal error %d", rc);
 	/* resumable: keep what arrived; the error stands, and the token
 	 * (dd_recv_resume_token) says where to resume */
-	if (rc && rv.rv_w && opts && opts->resumable)
-		dd_recv_suspend(rv.rv_w);
+	if (rc && rv.rv_w && opts && opts->resumable &&
+	    dd_recv_suspend(rv.rv_w) == 0)
+		dd_recv_writer_token(rv.rv_w, rv.rv_info.resume_token,
+				     sizeof(rv.rv_info.resume_token));
 	dd_writer_free(rv.rv_w); /* aborts, rolling back, unless done/kept */
 	dd_sdec_free(rv.rv_dec);
 	if (info)

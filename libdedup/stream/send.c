@@ -8,7 +8,7 @@
  * hashes with a memory cap beyond which it spills to disk, so the sender's
  * memory does not grow with the image (ZFS send -D kept its table in RAM).
  *
- * A resume token (format/stream.md §7) names the snapshot's content
+ * A resume token (format/stream.md §10.3) names the snapshot's content
  * digest and the first block the receiver lacks; the stream then starts
  * there, with REFs for blocks carried before that point resolved by the
  * receiver's store, which holds them.
