@@ -278,6 +278,8 @@ static int recv_store(const struct recv_args *a)
 	if (rc)
 		die_store(store, rc);
 	dd_store_close(store);
+	free(sname);
+	free(snap);
 	return 0;
 }
 

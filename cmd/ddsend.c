@@ -222,6 +222,8 @@ static int send_snapshot(const struct send_args *a)
 		die("%s", msg);
 	}
 	dd_store_close(store);
+	free(sname);
+	free(snap);
 	return 0;
 }
 

@@ -206,7 +206,7 @@ int split_snapref(const char *arg, char **store, char **name,
 }
 
 /* The last split, kept reachable so a die() after it is not a leak. */
-static char *snapref_store, *snapref_name;
+static char *volatile snapref_store, *volatile snapref_name;
 
 void split_snapref_or_die(const char *arg, char **store, char **name)
 {
