@@ -101,19 +101,29 @@ static bool dd_cache_in_l2_locked(dd_cache *c,
 	return false;
 }
 
+/* The feed, when a block with these flags deserves L2; else NULL. */
+static dd_feed *dd_cache_feedable(dd_cache *c,
+				  const uint8_t key[DD_CACHE_KEY_SIZE],
+				  unsigned flags)
+{
+	dd_feed *feed = NULL;
+
+	if ((flags & DD_L1_IN_L2) ||
+	    ((flags & DD_L1_SEQ) && !c->c_p.cp_feed_seq))
+		return NULL;
+	pthread_rwlock_rdlock(&c->c_devlock);
+	if (!dd_cache_in_l2_locked(c, key))
+		feed = c->c_feed;
+	pthread_rwlock_unlock(&c->c_devlock);
+	return feed;
+}
+
 /* Hands a block to the feed (taking data) when it deserves L2. */
 static void dd_cache_offer(dd_cache *c, const uint8_t key[DD_CACHE_KEY_SIZE],
 			   uint8_t *data, uint32_t lsize, unsigned flags)
 {
-	dd_feed *feed = NULL;
+	dd_feed *feed = dd_cache_feedable(c, key, flags);
 
-	if (!(flags & DD_L1_IN_L2) &&
-	    (!(flags & DD_L1_SEQ) || c->c_p.cp_feed_seq)) {
-		pthread_rwlock_rdlock(&c->c_devlock);
-		if (!dd_cache_in_l2_locked(c, key))
-			feed = c->c_feed;
-		pthread_rwlock_unlock(&c->c_devlock);
-	}
 	if (!feed) {
 		dd_free(data);
 		return;
@@ -409,10 +419,10 @@ void dd_cache_put(dd_cache *c, const uint8_t key[DD_CACHE_KEY_SIZE],
 		dd_l1_put(c->c_l1, key, src, lsize, l1flags);
 		return;
 	}
-	/* Without L1 nothing is ever evicted: feed L2 directly. */
+	/* Without L1 nothing is ever evicted: feed L2 directly (the copy
+	 * only when there is a feed to take it). */
 	dd_cache_open(c);
-	copy = dd_malloc(lsize);
-	if (!copy)
+	if (!dd_cache_feedable(c, key, l1flags) || !(copy = dd_malloc(lsize)))
 		return;
 	memcpy(copy, src, lsize);
 	dd_cache_offer(c, key, copy, lsize, l1flags);

@@ -119,8 +119,10 @@ void dd_l2_log_ent(const uint8_t *buf, uint32_t i, dd_l2_logent *out);
  * The RAM index of a device: a ring of 40-byte entries in the order their
  * blocks sit in the device's ring (oldest first), and an open-addressing
  * table of u32 slots pointing into it (index in the low bits, a
- * fingerprint of the hash in the rest), at most 80% full.  So a cached
- * block costs 40 + 4 / 0.8 = 45 bytes of RAM (ZFS L2ARC: 96).
+ * fingerprint of the hash in the rest), at most 80% full: 40 + 4 / 0.8 =
+ * 45 bytes of RAM per slot, ≈ 46 per cached block on a full device, where
+ * log blocks and the batch being written leave ~2% of slots idle (ZFS
+ * L2ARC: 96 bytes per header).
  */
 typedef struct dd_l2ent {
 	uint8_t e_hash[32];
