@@ -88,7 +88,7 @@ if ((DO_STORE)); then
 	"$DD" put "$R/S@a" "$A" 2>/dev/null
 	"$DD" put "$R/S@b" "$B" 2>/dev/null
 	"$DD" init --block-size $BENCH_BLOCK --compress zstd:1 "$R/S2" 2>/dev/null
-	bench_warm "$R/S"
+	bench_warm "$R"/S/packs/*.pack
 	bench_pipe full "'$SEND' '$R/S@a' | '$RECV' '$R/S2'"
 	"$DD" get "$R/S2@a" - | cmp -s - "$A" || bench_die "S2@a differs from $A"
 	"$SEND" -i a "$R/S@b" >"$R/incr.dds" 2>"$R/incr.err" || bench_die "ddsend -i failed"
