@@ -166,7 +166,8 @@ int dd_snapshot_stat(dd_store *s, const char *name, dd_snapshot_info *out)
 	int rc;
 
 	if (!s || !out)
-		return DD_EINVAL;
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_snapshot_stat: "
+					  "NULL argument") : DD_EINVAL;
 	if (dd_name_check(name))
 		return dd_store_failf(s, DD_ENAME, "invalid snapshot name");
 	rc = dd_txn_begin(s->st_db, &err, false, &txn);

@@ -464,6 +464,12 @@ int dd_store_create_kind(dd_store **out, const char *path,
 		return dd_err_set(err, DD_EINVAL, "dd_store_create: no path");
 	if (strlen(path) > 3000)
 		return dd_err_set(err, DD_EINVAL, "store path too long");
+	/* before anything is made on disk: a refused create leaves no trace */
+	if (oopts && (oopts->version == 0 ||
+		      oopts->version > DD_OPEN_OPTS_VERSION))
+		return dd_err_set(err, DD_EINVAL,
+				  "dd_open_opts version %u not supported",
+				  oopts->version);
 	rc = dd_create_opts_check(err, opts, &o);
 	if (!rc)
 		rc = dd_dir_prepare(err, path);
@@ -524,7 +530,8 @@ void dd_store_close(dd_store *s)
 int dd_store_info_get(dd_store *s, dd_store_info *out)
 {
 	if (!s || !out)
-		return DD_EINVAL;
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_store_info_get: "
+					  "NULL argument") : DD_EINVAL;
 	out->block_size = s->st_block_size;
 	out->verify = s->st_verify;
 	out->compress = s->st_compress;
