@@ -347,7 +347,7 @@ typedef struct dd_send_opts {
 	dd_progress_fn progress;
 	void *progress_ctx;
 	uint64_t mem_limit;        /* bytes of RAM for the sent-block table
-				      before it spills to disk; 0 = 32 MiB */
+				      before it spills to disk; 0 = 16 MiB */
 	const char *tmpdir;        /* where it spills; NULL = $TMPDIR or /tmp */
 } dd_send_opts;
 #define DD_SEND_OPTS_VERSION 1

@@ -56,7 +56,7 @@ int dd_hmap_new(dd_hmap **out, dd_err *err, uint64_t mem_limit,
 
 	if (!m)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	m->hm_limit = mem_limit ? mem_limit : (uint64_t)32 << 20;
+	m->hm_limit = mem_limit ? mem_limit : (uint64_t)16 << 20;
 	if (!tmpdir)
 		tmpdir = getenv("TMPDIR");
 	snprintf(m->hm_tmpdir, sizeof(m->hm_tmpdir), "%s",

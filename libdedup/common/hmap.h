@@ -15,7 +15,7 @@
 
 typedef struct dd_hmap dd_hmap;
 
-/* mem_limit 0 = 32 MiB; tmpdir NULL = $TMPDIR or /tmp. */
+/* mem_limit 0 = 16 MiB; tmpdir NULL = $TMPDIR or /tmp. */
 int dd_hmap_new(dd_hmap **out, dd_err *err, uint64_t mem_limit,
 		const char *tmpdir);
 void dd_hmap_free(dd_hmap *m);

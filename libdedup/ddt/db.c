@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -353,4 +354,59 @@ int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid)
 		return dd_err_set(err, DD_EIO, "lmdb reader list failed");
 	*txnid = rs.rs_oldest;
 	return 0;
+}
+
+/* LMDB does not tell where its map is (me_mapaddr is set only with
+ * MDB_FIXEDMAP): find the mapping of data.mdb by inode in
+ * /proc/self/maps.  Without it, trimming is skipped. */
+static void dd_db_find_map(dd_db *db)
+{
+	const char *dir;
+	char path[4096], line[4352];
+	struct stat st;
+	FILE *f;
+
+	if (mdb_env_get_path(db->db_env, &dir) != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	if (stat(path, &st) != 0 || !(f = fopen("/proc/self/maps", "re")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, ino;
+		char perms[8];
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms,
+			   &ino) == 4 && ino == (unsigned long)st.st_ino &&
+		    perms[1] == '-' && hi - lo > db->db_map_len) {
+			db->db_map = (void *)lo;   /* the read-only map */
+			db->db_map_len = hi - lo;
+		}
+	}
+	fclose(f);
+}
+
+void dd_db_trim_map(dd_db *db)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	size_t used;
+
+	pthread_mutex_lock(&dd_db_registry_lock);
+	if (!db->db_map_looked) {
+		dd_db_find_map(db);
+		db->db_map_looked = true;
+		/* DDT lookups are random: fault-around would map 16 pages
+		 * for each one read and multiply what a walk keeps mapped */
+		if (db->db_map)
+			madvise(db->db_map, db->db_map_len, MADV_RANDOM);
+	}
+	pthread_mutex_unlock(&dd_db_registry_lock);
+	if (!db->db_map || mdb_env_info(db->db_env, &info) ||
+	    mdb_env_stat(db->db_env, &st))
+		return;
+	used = (size_t)(info.me_last_pgno + 1) * st.ms_psize;
+	/* MDB_WRITEMAP is not used: the map is read-only and shared, so
+	 * MADV_DONTNEED only unmaps clean page-cache pages */
+	madvise(db->db_map, used < db->db_map_len ? used : db->db_map_len,
+		MADV_DONTNEED);
 }

@@ -27,6 +27,9 @@ struct dd_db {
 	ino_t db_ino;
 	int db_refs;
 	struct dd_db *db_next;
+	void *db_map;              /* LMDB's map, for dd_db_trim_map */
+	size_t db_map_len;
+	bool db_map_looked;
 };
 
 struct dd_txn {

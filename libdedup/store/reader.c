@@ -50,6 +50,7 @@ struct dd_reader {
 	uint64_t r_next_off;   /* where the last pread ended */
 	uint64_t r_run;        /* contiguous bytes up to there */
 	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
+	uint64_t r_touched;    /* blocks looked up, for dd_db_trim_map */
 };
 
 int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
@@ -161,6 +162,9 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
 				  "block %llu: ddt size %u is shorter than the "
 				  "snapshot needs", (unsigned long long)idx,
 				  rb->rb_ent.de_lsize);
+	/* a long read touches the whole DDT: keep RSS bounded (db.h) */
+	if ((++r->r_touched & 511) == 0)
+		dd_db_trim_map(r->r_store->st_db);
 	rb->rb_key = *key;
 	rb->rb_dst = buf + (from - off);
 	rb->rb_skip = (uint32_t)(from - bstart);

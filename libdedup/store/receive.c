@@ -91,7 +91,10 @@ static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
 	w->w_blocks++;
 	w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
 	w->w_uncommitted += lsize;
-	if (w->w_uncommitted >= dd_writer_commit_bytes)
+	/* lookups touch random DDT pages: keep RSS bounded (ddt/db.h) */
+	if ((++w->w_uncommitted_blocks & 511) == 0)
+		dd_db_trim_map(w->w_store->st_db);
+	if (dd_writer_commit_due(w, 0, 0))
 		return dd_writer_sync_commit(w, true);
 	return 0;
 }

@@ -19,6 +19,7 @@ struct dd_snap_iter {
 	dd_bmap_cur *it_cur;
 	dd_scratch it_sc;
 	bool it_started;
+	uint64_t it_count;
 };
 
 int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
@@ -76,6 +77,9 @@ int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
 	}
 	if (rc <= 0)
 		return rc;
+	/* a long walk touches the whole DDT: keep RSS bounded (db.h) */
+	if ((++it->it_count & 511) == 0)
+		dd_db_trim_map(it->it_store->st_db);
 	rc = dd_ddt_get(it->it_txn, err, &key, &ent);
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ECORRUPT,

@@ -44,6 +44,7 @@
 /* Bytes between intermediate commits; a variable so tests can make a
  * small image commit several times (store_internal.h). */
 uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
+#define DD_WRITER_COMMIT_BLOCKS 8192u
 
 int dd_writer_fail(dd_writer *w, int rc)
 {
@@ -151,6 +152,9 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 
 static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 {
+	/* lookups touch random DDT pages: keep RSS bounded (ddt/db.h) */
+	if (b->bt_nblk >= 512)
+		dd_db_trim_map(w->w_store->st_db);
 	b->bt_nnew = 0;
 	for (size_t i = 0; i < b->bt_nblk; i++) {
 		dd_slot *sl = &b->bt_slot[i];
@@ -280,6 +284,12 @@ static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
 	return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
 }
 
+bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks)
+{
+	return w->w_uncommitted + bytes >= dd_writer_commit_bytes ||
+	       w->w_uncommitted_blocks + blocks >= DD_WRITER_COMMIT_BLOCKS;
+}
+
 /* Data first: sync the pack, record its end, then commit (invariant 1). */
 int dd_writer_sync_commit(dd_writer *w, bool reopen)
 {
@@ -296,6 +306,8 @@ int dd_writer_sync_commit(dd_writer *w, bool reopen)
 	if (rc)
 		return rc;
 	w->w_uncommitted = 0;
+	w->w_uncommitted_blocks = 0;
+	dd_db_trim_map(w->w_store->st_db);
 	if (reopen)
 		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
 	return rc;
@@ -340,6 +352,7 @@ static int dd_batch_store(dd_writer *w, dd_batch *b)
 	if (rc)
 		return rc;
 	w->w_uncommitted += b->bt_fill;
+	w->w_uncommitted_blocks += b->bt_nblk;
 	b->bt_fill = 0;
 	b->bt_nnew = 0;
 	return 0;
@@ -364,7 +377,7 @@ static int dd_pipeline_step(dd_writer *w)
 	hashed = w->w_hashing;
 	w->w_compressing = NULL;
 	w->w_hashing = NULL;
-	if (comp && w->w_uncommitted + comp->bt_fill >= dd_writer_commit_bytes) {
+	if (comp && dd_writer_commit_due(w, comp->bt_fill, comp->bt_nblk)) {
 		rc = dd_batch_store(w, comp);
 		comp = NULL;
 		if (!rc)

@@ -65,6 +65,7 @@ struct dd_writer {
 	uint64_t w_blocks;
 	uint64_t w_zero;
 	uint64_t w_uncommitted;   /* logical bytes since the last commit */
+	uint64_t w_uncommitted_blocks; /* blocks since the last commit */
 	bool w_raw;               /* fed by dd_recv_put_* (receive.c) */
 	uint8_t *w_vbuf;          /* receive, verify mode: the stored copy */
 	bool w_resumable;         /* receive: keep what arrived on failure */
@@ -90,6 +91,12 @@ int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 
 /* Syncs the pack, records its end, commits; reopens a txn if asked. */
 int dd_writer_sync_commit(dd_writer *w, bool reopen);
+
+/* Is an intermediate commit due after `bytes` more logical bytes in
+ * `blocks` more blocks?  By bytes (512 MiB) and by blocks: LMDB keeps a
+ * transaction's dirty pages in RAM, about one page per block touched at
+ * small block sizes, so the block count bounds the writer's memory. */
+bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks);
 
 /* Adds the snapshot record (w_size, w_blocks, w_zero, the digest) and
  * commits: the snapshot becomes visible.  When expect_digest is not NULL
