@@ -11,10 +11,9 @@
  * whatever the bytes, a clear error and no crash, leak or overflow.
  *
  * Built two ways (fuzz/CMakeLists.txt): with clang -fsanitize=fuzzer as a
- * real fuzzer, and with DD_FUZZ_REPLAY as a plain program that runs every
+ * real fuzzer, and with fuzz/replay.c as a plain program that runs every
  * file of the corpus directories given on its command line (ctest).
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,63 +91,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)dd_stream_check(NULL, fuzz_read, &in, &info);
 	return 0;
 }
-
-#ifdef DD_FUZZ_REPLAY
-static int replay_file(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *buf = NULL;
-	long n;
-
-	if (!f)
-		return -1;
-	if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
-	    fseek(f, 0, SEEK_SET) != 0 ||
-	    !(buf = malloc((size_t)n + 1)) ||
-	    fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		fclose(f);
-		return -1;
-	}
-	fclose(f);
-	LLVMFuzzerTestOneInput(buf, (size_t)n);
-	free(buf);
-	return 0;
-}
-
-int main(int argc, char **argv)
-{
-	unsigned files = 0;
-
-	for (int i = 1; i < argc; i++) {
-		DIR *dir = opendir(argv[i]);
-		struct dirent *e;
-
-		if (!dir) {
-			if (replay_file(argv[i]) != 0) {
-				fprintf(stderr, "cannot read %s\n", argv[i]);
-				return 1;
-			}
-			files++;
-			continue;
-		}
-		while ((e = readdir(dir)) != NULL) {
-			char path[4096];
-
-			if (e->d_name[0] == '.')
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", argv[i],
-				 e->d_name);
-			if (replay_file(path) != 0) {
-				fprintf(stderr, "cannot read %s\n", path);
-				closedir(dir);
-				return 1;
-			}
-			files++;
-		}
-		closedir(dir);
-	}
-	printf("replayed %u inputs\n", files);
-	return files ? 0 : 1;
-}
-#endif

@@ -86,15 +86,20 @@ assert_eq 128 "$(json_get "$T/st1.json" 'j["pack_read_ops"]')" "cold: all from p
 assert_eq 2097152 "$(json_get "$T/st1.json" 'j["l1_size"]')" "l1_size from the store"
 entries=$(json_get "$T/st1.json" 'j["l2_entries"]')
 [ "$entries" -ge 90 ] || fail "L2 holds only $entries of 128 blocks"
-run "$DEDUP" get --stats - "$S@a" "$T/a.2"
-assert_rc 0 "get after a restart"
-assert_same "$T/a" "$T/a.2" "get from a warm L2"
-sed -n '/^{/,/^}/p' "$T/err" >"$T/st2.json"
-assert_json "$T/st2.json" "--stats -"
 # The index is rebuilt in the background while the get already reads
 # (and reads that come first miss), so hits are at most the entries;
 # whatever missed came from the packs, and the rebuild found every entry.
-hits=$(json_get "$T/st2.json" 'j["l2_hits"]')
+# On a loaded machine a whole get can finish before the rebuild: each
+# try is another restart, up to five.
+for try in 1 2 3 4 5; do
+	run "$DEDUP" get --stats - "$S@a" "$T/a.2"
+	assert_rc 0 "get after a restart"
+	assert_same "$T/a" "$T/a.2" "get from a warm L2"
+	sed -n '/^{/,/^}/p' "$T/err" >"$T/st2.json"
+	assert_json "$T/st2.json" "--stats -"
+	hits=$(json_get "$T/st2.json" 'j["l2_hits"]')
+	[ "$hits" -ge 1 ] && break
+done
 [ "$hits" -ge 1 ] && [ "$hits" -le "$entries" ] || fail "warm: $hits L2 hits of $entries"
 assert_eq 128 "$(json_get "$T/st2.json" 'j["pack_read_ops"] + j["l2_hits"]')" "warm: hits + pack reads"
 assert_eq 1 "$(json_get "$T/st2.json" 'j["l2_rebuilds"]')" "rebuilt once"
@@ -159,10 +164,14 @@ with open(sys.argv[1], 'r+b') as f:
     f.seek(8192)
     f.write(bytes([0xA5]) * (4 * 1024 * 1024))
 EOF
-run "$DEDUP" get --stats "$T/st7.json" "$S@a" "$T/a.7"
-assert_rc 0 "get with a damaged cache"
-assert_same "$T/a" "$T/a.7" "get with a damaged cache"
-bad=$(json_get "$T/st7.json" 'j["l2_cksum_errors"] + j["l2_log_errors"]')
+# (as above: a get may outrun the background rebuild; retry)
+for try in 1 2 3 4 5; do
+	run "$DEDUP" get --stats "$T/st7.json" "$S@a" "$T/a.7"
+	assert_rc 0 "get with a damaged cache"
+	assert_same "$T/a" "$T/a.7" "get with a damaged cache"
+	bad=$(json_get "$T/st7.json" 'j["l2_cksum_errors"] + j["l2_log_errors"]')
+	[ "$bad" -ge 1 ] && break
+done
 [ "$bad" -ge 1 ] || fail "damage was not counted"
 
 run "$DEDUP" scrub --stats "$T/st8.json" "$S"
