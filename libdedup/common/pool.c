@@ -259,3 +259,25 @@ void dd_pool_wait(dd_pool *pool)
 	dd_pool_wait_locked(pool);
 	pthread_mutex_unlock(&pool->dp_mu);
 }
+
+void dd_pool_join(dd_pool *pool)
+{
+	dd_pool_fn fn;
+	void *ctx;
+	size_t n;
+	bool running;
+
+	if (!pool)
+		return;
+	pthread_mutex_lock(&pool->dp_mu);
+	running = pool->dp_pending > 0;
+	fn = pool->dp_fn;
+	ctx = pool->dp_ctx;
+	n = pool->dp_n;
+	pthread_mutex_unlock(&pool->dp_mu);
+	/* Items are claimed from the shared counter, so helping is safe even
+	 * if the job ends meanwhile: the claims then fail past n. */
+	if (running && fn)
+		dd_pool_work(pool, fn, ctx, n, 0);
+	dd_pool_wait(pool);
+}

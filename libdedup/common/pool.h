@@ -28,5 +28,8 @@ unsigned dd_pool_width(const dd_pool *pool);
 void dd_pool_run(dd_pool *pool, dd_pool_fn fn, void *ctx, size_t n);
 void dd_pool_start(dd_pool *pool, dd_pool_fn fn, void *ctx, size_t n);
 void dd_pool_wait(dd_pool *pool);
+/* Like dd_pool_wait, but the caller works on the started job's remaining
+ * items first, as worker 0 (which dd_pool_start leaves unused). */
+void dd_pool_join(dd_pool *pool);
 
 #endif

@@ -337,7 +337,8 @@ static void dd_pipeline_wait(dd_writer *w)
 {
 	if (!w->w_job_running)
 		return;
-	dd_pool_wait(w->w_store->st_pool);
+	/* the caller has filled its next batch: help instead of idling */
+	dd_pool_join(w->w_store->st_pool);
 	w->w_job_running = false;
 	dd_writer_pool_release(w);
 }
