@@ -293,7 +293,8 @@ static void dd_scan_wait(dd_scan *s)
 {
 	if (!s->s_job_running)
 		return;
-	dd_pool_wait(s->s_pool);
+	/* the reader thread has its next batch: help instead of idling */
+	dd_pool_join(s->s_pool);
 	s->s_job_running = false;
 }
 

@@ -693,7 +693,8 @@ static int dd_rrecv_wait(dd_rrecv *r, dd_rbatch **done)
 	*done = b;
 	if (!b)
 		return 0;
-	dd_pool_wait(r->rr_pool);
+	/* the decoding thread has the next batch: help instead of idling */
+	dd_pool_join(r->rr_pool);
 	r->rr_fly = NULL;
 	if (b->rb_fail_idx != UINT64_MAX)
 		return dd_err_copy(r->rr_err, &b->rb_err);
