@@ -684,11 +684,38 @@ static const char *compress_name(char *buf, size_t len,
 	return buf;
 }
 
+/* The refcount histogram as a JSON member "histogram": [...] (rows with
+ * blocks only), indented by `ind`; shared by stat and scan. */
+static void print_hist_json(const dd_hist_row *hist, const char *ind)
+{
+	int first = 1;
+
+	printf("%s\"histogram\": [", ind);
+	for (int i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &hist[i];
+		uint64_t lo = 1ull << i;
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		printf("%s\n%s  {\"refcnt_min\": %" PRIu64
+		       ", \"refcnt_max\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"lsize\": %" PRIu64 ", \"psize\": %" PRIu64
+		       ", \"ref_blocks\": %" PRIu64 ", \"ref_lsize\": %" PRIu64
+		       ", \"ref_psize\": %" PRIu64 "}",
+		       first ? "" : ",", ind, lo, 2 * lo - 1, h->blocks,
+		       h->lsize, h->psize, h->ref_blocks, h->ref_lsize,
+		       h->ref_psize);
+		first = 0;
+	}
+	if (!first)
+		printf("\n%s", ind);
+	printf("]");
+}
+
 static void stat_json(dd_store *s, const dd_stat *st,
 		      const dd_store_info *info)
 {
 	char comp[32];
-	int i, first = 1;
 
 	printf("{\n");
 	json_u64("block_size", info->block_size);
@@ -714,23 +741,8 @@ static void stat_json(dd_store *s, const dd_stat *st,
 	json_double("dedup_ratio", st->dedup_ratio, 0);
 	json_double("compress_ratio", st->compress_ratio, 0);
 	cache_stat_json(s, stdout);  /* "cache": {...}, util_cache.c */
-	printf("  \"histogram\": [");
-	for (i = 0; i < DD_HIST_BUCKETS; i++) {
-		const dd_hist_row *h = &st->hist[i];
-		uint64_t lo = 1ull << i;
-
-		if (!h->blocks && !h->ref_blocks)
-			continue;
-		printf("%s\n    {\"refcnt_min\": %" PRIu64
-		       ", \"refcnt_max\": %" PRIu64 ", \"blocks\": %" PRIu64
-		       ", \"lsize\": %" PRIu64 ", \"psize\": %" PRIu64
-		       ", \"ref_blocks\": %" PRIu64 ", \"ref_lsize\": %" PRIu64
-		       ", \"ref_psize\": %" PRIu64 "}",
-		       first ? "" : ",", lo, 2 * lo - 1, h->blocks, h->lsize,
-		       h->psize, h->ref_blocks, h->ref_lsize, h->ref_psize);
-		first = 0;
-	}
-	printf("%s]\n}\n", first ? "" : "\n  ");
+	print_hist_json(st->hist, "  ");
+	printf("\n}\n");
 }
 
 static void hist_row(const char *label, const dd_hist_row *h)
@@ -1163,25 +1175,8 @@ static void json_err_or_null(const char *key, double v, const char *sep)
 
 static void scan_json_hist(const dd_scan_result *r)
 {
-	int i, first = 1;
-
-	printf("     \"histogram\": [");
-	for (i = 0; i < DD_HIST_BUCKETS; i++) {
-		const dd_hist_row *h = &r->hist[i];
-		uint64_t lo = 1ull << i;
-
-		if (!h->blocks && !h->ref_blocks)
-			continue;
-		printf("%s\n      {\"refcnt_min\": %" PRIu64
-		       ", \"refcnt_max\": %" PRIu64 ", \"blocks\": %" PRIu64
-		       ", \"lsize\": %" PRIu64 ", \"psize\": %" PRIu64
-		       ", \"ref_blocks\": %" PRIu64 ", \"ref_lsize\": %" PRIu64
-		       ", \"ref_psize\": %" PRIu64 "}",
-		       first ? "" : ",", lo, 2 * lo - 1, h->blocks, h->lsize,
-		       h->psize, h->ref_blocks, h->ref_lsize, h->ref_psize);
-		first = 0;
-	}
-	printf("%s]}", first ? "" : "\n     ");
+	print_hist_json(r->hist, "     ");
+	printf("}");
 }
 
 static void scan_json_one(const dd_scan_result *r)
