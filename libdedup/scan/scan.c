@@ -759,7 +759,7 @@ static int dd_scan_workers(dd_scan *s)
 /*
  * Memory: the batch ring and its block records are fixed by the batch
  * size (1/32 of the limit, 64 KiB .. 8 MiB); a reserve of 8 MiB + 1/32
- * (at most half the limit) covers what the process needs besides: code and
+ * (at most 3/4 of the limit) covers what the process needs besides: code and
  * libraries (~6.5 MiB resident, measured), thread stacks, codec contexts;
  * the tables get the rest, so that the process's peak RSS stays within
  * the limit from about 16 MiB up.  The tables are split in proportion to
@@ -791,8 +791,10 @@ static int dd_scan_alloc(dd_scan *s)
 	uint64_t reserve = ((uint64_t)8 << 20) + mem / 32;
 	double wsum = 0;
 
-	if (reserve > mem / 2)
-		reserve = mem / 2;
+	/* at 16 MiB half the limit was 0.2% short of the process's own needs
+	 * (measured: 16.03 MiB peak; 16.2 with zstd contexts) */
+	if (reserve > mem / 4 * 3)
+		reserve = mem / 4 * 3;
 	s->s_table_budget = mem > fixed + reserve ? (size_t)(mem - fixed -
 							     reserve) : 0;
 	for (int i = 0; i < DD_SCAN_RING; i++) {
