@@ -684,6 +684,15 @@ static const char *compress_name(char *buf, size_t len,
 	return buf;
 }
 
+/* The header of the zdb -DD style histogram table (stat and scan). */
+static void print_hist_header(void)
+{
+	printf("bucket              allocated                 referenced\n");
+	printf("______   _______________________   _______________________\n");
+	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
+	printf("------   ------   -----   -----   ------   -----   -----\n");
+}
+
 /* The refcount histogram as a JSON member "histogram": [...] (rows with
  * blocks only), indented by `ind`; shared by stat and scan. */
 static void print_hist_json(const dd_hist_row *hist, const char *ind)
@@ -763,10 +772,8 @@ static void stat_histogram(const dd_stat *st)
 	int i;
 
 	memset(&tot, 0, sizeof(tot));
-	printf("\nbucket              allocated                 referenced\n");
-	printf("______   _______________________   _______________________\n");
-	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
-	printf("------   ------   -----   -----   ------   -----   -----\n");
+	printf("\n");
+	print_hist_header();
 	for (i = 0; i < DD_HIST_BUCKETS; i++) {
 		const dd_hist_row *h = &st->hist[i];
 
@@ -1079,10 +1086,7 @@ static void scan_histogram(const dd_scan_result *r)
 	for (i = 0; i < DD_HIST_BUCKETS; i++)
 		if (r->hist[i].ref_lsize > max)
 			max = r->hist[i].ref_lsize;
-	printf("bucket              allocated                 referenced\n");
-	printf("______   _______________________   _______________________\n");
-	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
-	printf("------   ------   -----   -----   ------   -----   -----\n");
+	print_hist_header();
 	for (i = 0; i < DD_HIST_BUCKETS; i++) {
 		const dd_hist_row *h = &r->hist[i];
 
