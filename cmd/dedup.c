@@ -26,8 +26,10 @@
 #define GET_CHUNK (8u << 20)
 
 /* get's I/O buffer, static so that a die() on an error path leaves
- * nothing unreachable behind (LeakSanitizer runs at exit).  put reads
- * straight into the writer's buffer (dd_writer_buffer). */
+ * nothing unreachable behind (LeakSanitizer runs at exit).  put hands a
+ * file's byte ranges to the writer, whose workers read them
+ * (dd_writer_write_file), and reads pipes straight into the writer's
+ * buffer (dd_writer_buffer). */
 static char io_buf[GET_CHUNK];
 #define HOLE_GRAIN (64u << 10)  /* zero runs skipped when writing a file */
 
@@ -342,6 +344,39 @@ static void put_summary(dd_store *s, const char *name, uint64_t bytes,
 			util_prog, name, bytes, hs, secs);
 }
 
+/* A regular file or a device of known size: its bytes are handed over by
+ * range and read by the writer's workers (dd_writer_write_file), a slice
+ * at a time for the progress meter.  Leaves the offset at the end of that
+ * range, for the read loop to take whatever was appended meanwhile.
+ * Returns the bytes handed over. */
+static uint64_t put_known_size(dd_writer *w, struct input *in,
+			       struct progress *pg)
+{
+	const uint64_t slice = (uint64_t)64 << 20;
+	off_t start = lseek(in->fd, 0, SEEK_CUR);
+	uint64_t off;
+	int rc;
+
+	if (in->size == 0 || start < 0 || (uint64_t)start >= in->size)
+		return 0;
+	for (off = (uint64_t)start; off < in->size; off += slice) {
+		uint64_t n = in->size - off < slice ? in->size - off : slice;
+
+		rc = dd_writer_write_file(w, in->fd, off, n);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		progress_update(pg, off + n - (uint64_t)start);
+	}
+	if (lseek(in->fd, (off_t)in->size, SEEK_SET) < 0) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s: seek: %s", in->label,
+			 strerror(errno));
+		put_fail(w, 0, why);
+	}
+	return in->size - (uint64_t)start;
+}
+
 static int cmd_put(int argc, char **argv)
 {
 	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, CACHE_ALLOW, 0};
@@ -366,6 +401,7 @@ static int cmd_put(int argc, char **argv)
 
 	t0 = now_seconds();
 	progress_init(&pg, name, in.size, o.verbose);
+	total = put_known_size(w, &in, &pg);
 	for (;;) {
 		void *dst;
 		size_t room;

@@ -180,6 +180,17 @@ DD_API int dd_writer_write(dd_writer *w, const void *buf, size_t len);
 DD_API int dd_writer_buffer(dd_writer *w, void **buf, size_t *len);
 DD_API int dd_writer_produce(dd_writer *w, size_t n);
 
+/* Appends len bytes of the file or block device fd, from offset off, to
+ * the image.  The writer's workers read them (pread) where they hash them,
+ * so the copy out of the page cache is spread over the cores: the fastest
+ * way to store a regular file.  The bytes are read later, as the pipeline
+ * reaches them: fd must stay open and its range unchanged until
+ * dd_writer_commit or dd_writer_abort returns, and a read error or a file
+ * that shrank fails a later call (DD_EIO).  fd's offset is not used or
+ * moved.  Calls may mix with dd_writer_write. */
+DD_API int dd_writer_write_file(dd_writer *w, int fd, uint64_t off,
+				uint64_t len);
+
 /* Makes the snapshot durable and visible.  DD_ESTATE after a failed write. */
 DD_API int dd_writer_commit(dd_writer *w);
 

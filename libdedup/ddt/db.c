@@ -256,6 +256,29 @@ void dd_txn_abort(dd_txn *txn)
 	dd_free(txn);
 }
 
+void dd_txn_reset(dd_txn *txn)
+{
+	if (!txn || txn->tx_write || txn->tx_parked)
+		return;
+	mdb_txn_reset(txn->tx_mdb);
+	txn->tx_parked = true;
+}
+
+int dd_txn_renew(dd_txn *txn, dd_err *err)
+{
+	int rc;
+
+	if (txn->tx_write)
+		return dd_err_set(err, DD_EINVAL, "lmdb renew of a write txn");
+	if (!txn->tx_parked)
+		return 0;
+	rc = mdb_txn_renew(txn->tx_mdb);
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb renew");
+	txn->tx_parked = false;
+	return dd_txn_load_ddt(txn, err);
+}
+
 /* ---- meta ---------------------------------------------------------------*/
 
 int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out)

@@ -41,6 +41,13 @@ int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out);
 int dd_txn_commit(dd_txn *txn, dd_err *err);
 void dd_txn_abort(dd_txn *txn);
 
+/* A read transaction can be parked and later moved to the newest commit
+ * without giving its reader slot back (LMDB's reset/renew): a parked one
+ * holds back no page LMDB could reuse.  dd_txn_renew of one that is not
+ * parked does nothing. */
+void dd_txn_reset(dd_txn *txn);
+int dd_txn_renew(dd_txn *txn, dd_err *err);
+
 /* ---- meta ---------------------------------------------------------------*/
 
 /* DD_ENOENT when absent; DD_ECORRUPT when the value is not 8 bytes. */

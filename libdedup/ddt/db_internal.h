@@ -39,6 +39,7 @@ struct dd_txn {
 	MDB_dbi tx_ddt_other;      /* the one gc compacts into */
 	unsigned tx_ddt_which;     /* 0: ddt0 live, 1: ddt1 live */
 	bool tx_write;
+	bool tx_parked;            /* a read txn after dd_txn_reset */
 };
 
 /* Translates an LMDB return code into a DD_E* code with a message. */

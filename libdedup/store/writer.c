@@ -34,11 +34,13 @@
  * next writer, store.c).  dd_writer_commit syncs the pack, then commits the
  * transaction that adds the snapshot record: data before metadata.
  */
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 #include "chunk/chunk.h"
 #include "common/alloc.h"
+#include "common/io.h"
 #include "store/writer_internal.h"
 
 /* Bytes between intermediate commits; a variable so tests can make a
@@ -55,16 +57,118 @@ int dd_writer_fail(dd_writer *w, int rc)
 
 /* ---- stage 1: hash -----------------------------------------------------*/
 
+/* Reads bytes [beg, end) of batch b's file range into dst.  A failed or
+ * short read (the file shrank) fails the batch: the first one leaves its
+ * message, and the lookup stage reports it. */
+static bool dd_read_range(dd_batch *b, uint8_t *dst, size_t beg, size_t end)
+{
+	uint64_t off = b->bt_src_off + (beg - b->bt_src_start);
+	size_t got = 0;
+	dd_err err;
+	int rc = dd_io_pread(&err, b->bt_src_fd, dst, end - beg, off, &got,
+			     "the input");
+
+	if (!rc && got < end - beg)
+		rc = dd_err_set(&err, DD_EIO, "the input ends at offset %llu, "
+				"before the %zu bytes given to the writer (did "
+				"it shrink while read?)",
+				(unsigned long long)(off + got),
+				b->bt_src_end - b->bt_src_start);
+	if (!rc)
+		return true;
+	if (atomic_exchange(&b->bt_read_failed, 1) == 0)
+		dd_err_copy(&b->bt_read_err, &err);
+	return false;
+}
+
+/* Does the DDT hold this key already?  Then the block is a reference and
+ * its bytes are never needed: the lookup stage will find the entry, since
+ * entries only go away under the writer lock this writer holds (gc,
+ * recovery).  Worker 0 is the writer's own thread, inside dd_pool_join
+ * (pool.h): it asks the write transaction; the others ask their own read
+ * transaction.  Any failure answers no, which only costs a copy. */
+static bool dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
+			    unsigned worker)
+{
+	dd_txn *txn = w->w_txn;
+	dd_ddt_ent ent;
+	dd_err err;
+
+	if (worker > 0) {
+		dd_txn **t = &w->w_probe[worker];
+
+		if (!*t && dd_txn_begin(w->w_store->st_db, &err, false, t)) {
+			*t = NULL;
+			return false;
+		}
+		if (dd_txn_renew(*t, &err))
+			return false;
+		txn = *t;
+	}
+	return txn && dd_ddt_get(txn, &err, key, &ent) == 0;
+}
+
+/* Parks the probes' read txns: called before every commit, so that none
+ * holds back pages LMDB could reuse. */
+static void dd_writer_probe_park(dd_writer *w)
+{
+	for (unsigned i = 0; w->w_probe && i < w->w_nworkers; i++)
+		dd_txn_reset(w->w_probe[i]);
+}
+
+/* Stage 1 for a block that dd_writer_write_file handed over whole: it is
+ * read into this worker's block buffer, hot in its cache for SHA-256,
+ * and copied into the batch only if a later stage may need the bytes
+ * (new, or verify mode): most of a changed copy's blocks are never copied
+ * at all. */
+static void dd_hash_from_file(dd_writer *w, dd_batch *b, size_t i,
+					unsigned worker)
+{
+	dd_slot *sl = &b->bt_slot[i];
+	uint8_t *hot = w->w_hot[worker];
+	size_t beg = i * w->w_bs;
+
+	if (!dd_read_range(b, hot, beg, beg + sl->sl_lsize))
+		return;
+	if (dd_is_zero(hot, sl->sl_lsize)) {
+		sl->sl_kind = DD_SLOT_ZERO; /* holes keep no bytes */
+		return;
+	}
+	sl->sl_kind = DD_SLOT_DUP;
+	dd_hasher_sum(w->w_store->st_scratch[worker].sc_hasher, hot,
+		      sl->sl_lsize, sl->sl_key.dk_hash);
+	if (!w->w_store->st_verify && dd_writer_probe(w, &sl->sl_key, worker))
+		sl->sl_nodata = true;
+	else
+		memcpy(b->bt_data + beg, hot, sl->sl_lsize);
+}
+
 static void dd_hash_one(dd_writer *w, dd_batch *b, size_t i,
 			unsigned worker)
 {
 	dd_slot *sl = &b->bt_slot[i];
-	const uint8_t *data = b->bt_data + i * w->w_bs;
+	uint8_t *data = b->bt_data + i * w->w_bs;
+	size_t beg = i * w->w_bs, end;
 
-	sl->sl_lsize = (uint32_t)(b->bt_fill - i * w->w_bs < w->w_bs
-					  ? b->bt_fill - i * w->w_bs : w->w_bs);
+	sl->sl_lsize = (uint32_t)(b->bt_fill - beg < w->w_bs
+					  ? b->bt_fill - beg : w->w_bs);
 	sl->sl_key.dk_variant = 0;
 	sl->sl_rc = 0;
+	sl->sl_nodata = false;
+	end = beg + sl->sl_lsize;
+	if (b->bt_src_fd >= 0 && beg < b->bt_src_end && end > b->bt_src_start) {
+		if (beg >= b->bt_src_start && end <= b->bt_src_end) {
+			dd_hash_from_file(w, b, i, worker);
+			return;
+		}
+		/* a block that is part memory, part file: read its file part
+		 * into place */
+		if (!dd_read_range(b, data + (beg > b->bt_src_start ? 0 :
+					      b->bt_src_start - beg),
+				   beg > b->bt_src_start ? beg : b->bt_src_start,
+				   end < b->bt_src_end ? end : b->bt_src_end))
+			return;
+	}
 	if (dd_is_zero(data, sl->sl_lsize)) {
 		sl->sl_kind = DD_SLOT_ZERO;
 		return;
@@ -119,6 +223,12 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 
 		sl->sl_key.dk_variant = (uint8_t)v;
 		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		if (rc == DD_ENOENT && sl->sl_nodata)
+			/* dd_writer_probe found it: see why it cannot go */
+			return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: "
+					  "a DDT entry vanished while this "
+					  "writer held the lock",
+					  (unsigned long long)(b->bt_first + i));
 		if (rc == DD_ENOENT) {
 			ent = (dd_ddt_ent){
 				.de_flags = DD_DDE_PENDING,
@@ -152,6 +262,11 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 
 static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 {
+	if (b->bt_src_fd >= 0) {
+		b->bt_src_fd = -1; /* the hash stage has read it */
+		if (atomic_load(&b->bt_read_failed))
+			return dd_err_copy(&w->w_err, &b->bt_read_err);
+	}
 	/* lookups touch random DDT pages: keep RSS bounded (ddt/db.h) */
 	if (b->bt_nblk >= 512)
 		dd_db_trim_map(w->w_store->st_db);
@@ -295,6 +410,7 @@ int dd_writer_sync_commit(dd_writer *w, bool reopen)
 {
 	int rc = 0;
 
+	dd_writer_probe_park(w);
 	if (w->w_resumable && w->w_state == DD_W_OPEN)
 		rc = dd_recv_save_state(w);
 	if (!rc)
@@ -432,9 +548,33 @@ static int dd_batch_alloc(dd_writer *w, dd_batch *b)
 	b->bt_slot = dd_calloc(w->w_cap, sizeof(*b->bt_slot));
 	b->bt_out = dd_malloc(w->w_cap * w->w_stride);
 	b->bt_new = dd_calloc(w->w_cap, sizeof(*b->bt_new));
+	b->bt_src_fd = -1;
 	if (!b->bt_data || !b->bt_slot || !b->bt_out || !b->bt_new)
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	return 0;
+}
+
+static int dd_writer_alloc_workers(dd_writer *w)
+{
+	w->w_nworkers = w->w_store->st_nscratch;
+	w->w_hot = dd_calloc(w->w_nworkers, sizeof(*w->w_hot));
+	w->w_probe = dd_calloc(w->w_nworkers, sizeof(*w->w_probe));
+	if (!w->w_hot || !w->w_probe)
+		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+	for (unsigned i = 0; i < w->w_nworkers; i++)
+		if (!(w->w_hot[i] = dd_malloc(w->w_bs)))
+			return dd_err_set(&w->w_err, DD_ENOMEM,
+					  "out of memory");
+	return 0;
+}
+
+/* Ends the probes' read txns: the writer gives up its lock after this. */
+static void dd_writer_probe_end(dd_writer *w)
+{
+	for (unsigned i = 0; w->w_probe && i < w->w_nworkers; i++) {
+		dd_txn_abort(w->w_probe[i]);
+		w->w_probe[i] = NULL;
+	}
 }
 
 static void dd_batch_free(dd_batch *b)
@@ -567,6 +707,8 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	w->w_stride = dd_codec_bound(w->w_bs);
 	for (int i = 0; !rc && i < DD_WRITER_RING; i++)
 		rc = dd_batch_alloc(w, &w->w_batch[i]);
+	if (!rc)
+		rc = dd_writer_alloc_workers(w);
 	if (rc) {
 		dd_store_fail(s, &w->w_err);
 		dd_writer_free(w);
@@ -576,8 +718,11 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	return 0;
 }
 
+/* The entry check of every call that adds bytes: DD_EINVAL for NULL. */
 static int dd_writer_check_open(dd_writer *w)
 {
+	if (!w)
+		return DD_EINVAL;
 	if (w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "writer is not open (after an error, commit "
@@ -612,8 +757,6 @@ int dd_writer_produce(dd_writer *w, size_t n)
 	dd_batch *b;
 	int rc;
 
-	if (!w)
-		return DD_EINVAL;
 	rc = dd_writer_check_open(w);
 	if (rc)
 		return rc;
@@ -659,6 +802,56 @@ int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 	return rc;
 }
 
+/* Reads the batch's pending file range now, on this thread: a batch holds
+ * at most one, and the next one does not continue it. */
+static int dd_batch_read_now(dd_writer *w, dd_batch *b)
+{
+	bool ok = dd_read_range(b, b->bt_data + b->bt_src_start,
+				b->bt_src_start, b->bt_src_end);
+
+	b->bt_src_fd = -1;
+	return ok ? 0 : dd_err_copy(&w->w_err, &b->bt_read_err);
+}
+
+int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
+{
+	int rc;
+
+	rc = dd_writer_check_open(w);
+	if (rc)
+		return rc;
+	if (fd < 0 || off > INT64_MAX || len > INT64_MAX - off)
+		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
+				"dd_writer_write_file: bad descriptor or range"));
+	while (len > 0) {
+		dd_batch *b = &w->w_batch[w->w_cur];
+		size_t n = w->w_cap * w->w_bs - b->bt_fill;
+
+		if (b->bt_src_fd >= 0 &&
+		    (b->bt_src_fd != fd || b->bt_src_end != b->bt_fill ||
+		     b->bt_src_off + (b->bt_src_end - b->bt_src_start) != off)) {
+			rc = dd_batch_read_now(w, b);
+			if (rc)
+				return dd_writer_fail(w, rc);
+		}
+		if (b->bt_src_fd < 0) {
+			b->bt_src_fd = fd;
+			b->bt_src_off = off;
+			b->bt_src_start = b->bt_fill;
+			atomic_store(&b->bt_read_failed, 0);
+		}
+		if (n > len)
+			n = (size_t)len;
+		b->bt_src_end = b->bt_fill + n;
+		off += n;
+		len -= n;
+		rc = dd_writer_produce(w, n);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 {
 	dd_snap_rec rec, existing;
@@ -691,6 +884,7 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 	if (rc)
 		return rc;
 	w->w_state = DD_W_COMMITTED;
+	dd_writer_probe_end(w);
 	dd_pack_close(w->w_pack);
 	w->w_pack = NULL;
 	dd_store_unlock(w->w_store);
@@ -701,8 +895,6 @@ int dd_writer_commit(dd_writer *w)
 {
 	int rc;
 
-	if (!w)
-		return DD_EINVAL;
 	rc = dd_writer_check_open(w);
 	if (rc)
 		return rc;
@@ -720,6 +912,7 @@ void dd_writer_abort(dd_writer *w)
 	    w->w_state == DD_W_SUSPENDED)
 		return;
 	dd_pipeline_wait(w);
+	dd_writer_probe_end(w);
 	dd_txn_abort(w->w_txn);
 	w->w_txn = NULL;
 	dd_pack_close(w->w_pack);
@@ -739,6 +932,11 @@ void dd_writer_free(dd_writer *w)
 		dd_writer_abort(w);
 	for (int i = 0; i < DD_WRITER_RING; i++)
 		dd_batch_free(&w->w_batch[i]);
+	dd_writer_probe_end(w);
+	for (unsigned i = 0; w->w_hot && i < w->w_nworkers; i++)
+		dd_free(w->w_hot[i]);
+	dd_free(w->w_hot);
+	dd_free(w->w_probe);
 	dd_scratch_fini(&w->w_sc);
 	dd_digest_free(w->w_digest);
 	dd_free(w->w_vbuf);

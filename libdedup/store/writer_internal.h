@@ -6,6 +6,8 @@
 #ifndef DD_STORE_WRITER_INTERNAL_H
 #define DD_STORE_WRITER_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "store/store_internal.h"
 
 #define DD_WRITER_BATCH_BYTES ((size_t)4 << 20)
@@ -26,12 +28,23 @@ typedef struct dd_slot {
 	uint32_t sl_psize;
 	uint8_t sl_kind;
 	uint8_t sl_codec;
+	bool sl_nodata;         /* its bytes never reached bt_data: read from
+				   a file, the DDT held them already */
 	int sl_rc;
 } dd_slot;
 
 typedef struct dd_batch {
 	uint8_t *bt_data;       /* bt_cap blocks of logical bytes */
 	size_t bt_fill;         /* bytes in bt_data */
+	/* dd_writer_write_file: bytes [bt_src_start, bt_src_end) of bt_data
+	 * are read by the hash stage, on the pool, with pread from bt_src_fd
+	 * at bt_src_off onwards; bt_src_fd is -1 when every byte is in
+	 * bt_data already.  At most one such range per batch. */
+	int bt_src_fd;
+	uint64_t bt_src_off;
+	size_t bt_src_start, bt_src_end;
+	atomic_int bt_read_failed; /* set once by the first failed pread */
+	dd_err bt_read_err;     /* ...which left its message here */
 	dd_slot *bt_slot;
 	uint8_t *bt_out;        /* compressed payloads, one stride per slot */
 	uint32_t *bt_new;       /* slots of new blocks, in order */
@@ -60,6 +73,12 @@ struct dd_writer {
 	bool w_job_running;
 	bool w_pool_held;
 	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
+	/* dd_writer_write_file, per pool worker (dd_hash_from_file): a block
+	 * buffer the bytes are read into, and for the background workers a
+	 * read txn on the DDT, parked at every commit. */
+	unsigned w_nworkers;
+	uint8_t **w_hot;
+	dd_txn **w_probe;
 	dd_digest *w_digest;
 	uint64_t w_size;
 	uint64_t w_blocks;

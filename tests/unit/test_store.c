@@ -320,6 +320,207 @@ static void test_verify_mode_exact(void **state)
 	rm_store(path);
 }
 
+/* ---- dd_writer_write_file ----------------------------------------------*/
+
+/* Writes data to a new file beside the store; returns its descriptor. */
+static int temp_file(const char *store, const uint8_t *data, size_t n)
+{
+	char fpath[4096];
+	int fd;
+
+	snprintf(fpath, sizeof(fpath), "%s.input", store);
+	fd = open(fpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, n), (ssize_t)n);
+	unlink(fpath);
+	return fd;
+}
+
+static int put_file(dd_store *s, const char *name, int fd, uint64_t off,
+		    uint64_t len)
+{
+	dd_writer *w;
+	int rc = dd_writer_begin(&w, s, name);
+
+	if (rc)
+		return rc;
+	rc = dd_writer_write_file(w, fd, off, len);
+	if (!rc)
+		rc = dd_writer_commit(w);
+	dd_writer_free(w);
+	return rc;
+}
+
+/* Ranges read by the workers give the same snapshot as bytes written:
+ * whole files, a second copy (its blocks never copied, dd_writer_probe),
+ * ranges mixed with memory writes and not contiguous, any batch split. */
+static void test_write_file(void **state)
+{
+	const size_t n = 3 * MiB + 5;
+	char *path = tmp_store();
+	dd_store *s = create(path, 16 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	uint8_t *data = malloc(n), *mixed = malloc(n);
+	uint64_t unique;
+	dd_writer *w;
+	int fd;
+
+	(void)state;
+	rng_state = 99;
+	fill_text(data, n);
+	memset(data + 40000, 0, 70000); /* a zero run across blocks */
+	memcpy(data + 2 * MiB, data, 256 * KiB); /* repeats within */
+	fd = temp_file(path, data, n);
+	assert_int_equal(put(s, "mem", data, n, 100000), 0);
+	unique = STAT(s, unique_blocks);
+	assert_int_equal(put_file(s, "file", fd, 0, n), 0);
+	assert_int_equal(put_file(s, "again", fd, 0, n), 0);
+	check_image(s, "file", data, n);
+	check_image(s, "again", data, n);
+	assert_int_equal(STAT(s, unique_blocks), unique);
+
+	/* 1000 bytes from memory, file [1000, 501000), file [700000, n) */
+	memcpy(mixed, data, 1000);
+	memcpy(mixed + 1000, data + 1000, 500000);
+	memcpy(mixed + 501000, data + 700000, n - 700000);
+	assert_int_equal(dd_writer_begin(&w, s, "mixed"), 0);
+	assert_int_equal(dd_writer_write(w, data, 1000), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 1000, 500000), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 700000, n - 700000), 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	dd_writer_free(w);
+	check_image(s, "mixed", mixed, 501000 + n - 700000);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	close(fd);
+	free(data);
+	free(mixed);
+	rm_store(path);
+}
+
+/* The Nth read, allocation or write of a put from a file fails: the read
+ * happens on a pool worker, the error comes back on the writer's thread,
+ * cleanly, and the store keeps what it had.  Walked for a new file and
+ * for a copy of it (whose blocks take the probe path). */
+static void test_write_file_fault_walk(void **state)
+{
+	static const int classes[] = {DD_FAULT_READ, DD_FAULT_ALLOC,
+				      DD_FAULT_WRITE};
+	const size_t n = 384 * KiB;
+	char *path = tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	uint8_t *a = malloc(n);
+	int fd;
+
+	(void)state;
+	for (size_t c = 0; c < 3; c++) {
+		rng_state = 17 + c; /* new bytes for each class */
+		fill_text(a, n);
+		fd = temp_file(path, a, n);
+		for (int copy = 0; copy < 2; copy++) {
+			int failures = 0, rc = -1;
+			char name[16];
+
+			snprintf(name, sizeof(name), "f%zu.%d", c, copy);
+			for (uint64_t k = 1; rc != 0 && k < 5000; k++) {
+				dd_snapshot_info info;
+
+				dd_fault_arm(classes[c], k, k % 2 ? EIO : ENOMEM,
+					     0);
+				rc = put_file(s, name, fd, 0, n);
+				dd_fault_disarm_all();
+				if (rc == 0)
+					break;
+				failures++;
+				assert_true(rc == DD_EIO || rc == DD_ENOMEM);
+				assert_int_equal(dd_snapshot_stat(s, name, &info),
+						 DD_ENOENT);
+			}
+			assert_int_equal(rc, 0);
+			/* a copy writes nothing to packs */
+			if (!(classes[c] == DD_FAULT_WRITE && copy))
+				assert_true(failures > 0);
+			check_image(s, name, a, n);
+		}
+		close(fd);
+	}
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	assert_int_equal(STAT(s, unreferenced_blocks), 0);
+	check_image(s, "f2.0", a, n);
+	dd_store_close(s);
+	free(a);
+	rm_store(path);
+}
+
+/* Verify mode keeps every block's bytes for the comparison: files read by
+ * the workers read back exact under forced collisions. */
+static void test_write_file_verify(void **state)
+{
+	char *path = tmp_store();
+	dd_store *s = create(path, 4 * KiB, 1, DD_COMPRESS_ZSTD,
+			     DD_HASH_TEST_WEAK16);
+	uint8_t *img = collision_image();
+	size_t n = (size_t)VBLOCKS * 4 * KiB;
+	int fd = temp_file(path, img, n);
+
+	(void)state;
+	assert_true(count_collisions(img) > 20);
+	assert_int_equal(put_file(s, "one", fd, 0, n), 0);
+	assert_int_equal(put_file(s, "two", fd, 0, n), 0);
+	check_image(s, "one", img, n);
+	check_image(s, "two", img, n);
+	assert_int_equal(STAT(s, unique_blocks), VBLOCKS);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	close(fd);
+	free(img);
+	rm_store(path);
+}
+
+/* A range past the end of the file (it shrank) fails the snapshot with
+ * DD_EIO; the store keeps what it had. */
+static void test_write_file_short(void **state)
+{
+	const size_t n = 1 * MiB;
+	char *path = tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	uint8_t *data = malloc(n);
+	dd_snapshot_info si;
+	dd_writer *w;
+	int fd, rc;
+
+	(void)state;
+	rng_state = 5;
+	fill_random(data, n);
+	fd = temp_file(path, data, n);
+	assert_int_equal(put_file(s, "whole", fd, 0, n), 0);
+	assert_int_equal(put_file(s, "short", fd, 0, n + 10000), DD_EIO);
+	assert_non_null(strstr(dd_store_errmsg(s), "shrink"));
+	assert_int_equal(dd_snapshot_stat(s, "short", &si), DD_ENOENT);
+	/* the same, with the error found by a later write */
+	assert_int_equal(dd_writer_begin(&w, s, "later"), 0);
+	rc = dd_writer_write_file(w, fd, n / 2, n);
+	for (int i = 0; !rc && i < 8; i++)
+		rc = dd_writer_write(w, data, n);
+	if (!rc)
+		rc = dd_writer_commit(w);
+	assert_int_equal(rc, DD_EIO);
+	dd_writer_free(w);
+	assert_int_equal(dd_writer_write_file(NULL, fd, 0, 1), DD_EINVAL);
+	assert_int_equal(dd_writer_begin(&w, s, "bad"), 0);
+	assert_int_equal(dd_writer_write_file(w, -1, 0, 1), DD_EINVAL);
+	dd_writer_free(w);
+	check_image(s, "whole", data, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	close(fd);
+	free(data);
+	rm_store(path);
+}
+
 /* Without verify a hash match is trusted: with a weak hash, colliding
  * blocks read back as the first block of their hash -- the documented
  * risk of dedup without verify, shown here; SHA-256 makes it negligible. */
@@ -693,6 +894,10 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_shapes),
 		cmocka_unit_test(test_random_reads),
 		cmocka_unit_test(test_dedup_accounting),
+		cmocka_unit_test(test_write_file),
+		cmocka_unit_test(test_write_file_short),
+		cmocka_unit_test(test_write_file_verify),
+		cmocka_unit_test(test_write_file_fault_walk),
 		cmocka_unit_test(test_verify_mode_exact),
 		cmocka_unit_test(test_no_verify_shows_risk),
 		cmocka_unit_test(test_abort_leaves_nothing),
