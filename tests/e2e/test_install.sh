@@ -107,6 +107,17 @@ hdr_version=$(awk '/^#define DD_VERSION_(MAJOR|MINOR|PATCH) / {printf "%s%s", se
 if [ "$pc_version" = "$hdr_version" ]; then ok "pkg-config version $pc_version"
 else fail "libdedup.pc says $pc_version, dedup.h says $hdr_version"; fi
 
+# The same tree installed elsewhere at install time finds itself there.
+cmake --install "$T/build" --prefix "$T/moved" >"$T/install2.log" 2>&1 ||
+	{ cat "$T/install2.log" >&2; fail "cmake --install --prefix"; }
+moved_pc=$(find "$T/moved" -name libdedup.pc | head -n 1)
+moved_inc=$(PKG_CONFIG_PATH=${moved_pc%/*} pkg-config --variable=includedir libdedup)
+if [ -e "$moved_inc/dedup.h" ] && [ "$(readlink -f "$moved_inc")" = "$(readlink -f "$T/moved/include")" ]; then
+	ok "libdedup.pc is relocatable (includedir $moved_inc)"
+else
+	fail "libdedup.pc installed under $T/moved names includedir '$moved_inc'"
+fi
+
 cat >"$T/prog.c" <<'C'
 #include <dedup.h>
 #include <stdio.h>
