@@ -19,7 +19,13 @@
  *
  * One pool job compresses batch k-1 and hashes batch k while the caller
  * reads batch k+1, so both cores are busy whether the data is new
- * (compression bound) or known (hash bound).  Tables change shape (spill
+ * (compression bound) or known (hash bound).  A regular file is not read
+ * by the caller at all: it hands the batch a byte range, and the hash
+ * stage reads it region by region (a region: the largest block size),
+ * where it hashes it -- the copy out of the page cache is spread over the
+ * cores, and with --compress none it goes to a per-worker buffer that
+ * stays in cache, since no later stage needs the bytes.  Blocks are cut
+ * region by region so that a region's blocks of every size are one run.  Tables change shape (spill
  * in exact mode, subsample in sample mode) only between stage 4 of one
  * batch and stage 2 of the next, when no entry waits for its size.
  *
@@ -33,7 +39,9 @@
  * Sample mode and its bound: see dd_scan_bounds() below.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +86,19 @@ typedef struct dd_sbatch {
 	uint32_t *sb_new;         /* blocks to compress */
 	size_t sb_nnew;
 	size_t sb_nper[DD_SCAN_MAX_BLOCK_SIZES];
+	size_t *sb_reg_first;     /* region r's blocks: [first[r], first[r+1]) */
+	size_t sb_nreg;           /* regions cut so far */
+	/* Bytes [sb_src_start, sb_src_end) come from a regular file, read by
+	 * the hash stage (dd_hash_region) from sb_src_fd -- a dup, closed
+	 * once read -- at sb_src_off onwards.  At most one range a batch. */
+	int sb_src_fd;            /* -1: every byte is in sb_data */
+	uint64_t sb_src_off;
+	size_t sb_src_start, sb_src_end;
+	uint64_t sb_src_image;    /* s_images of the file, for one warning */
+	char *sb_src_label;
+	atomic_uint_least64_t sb_src_missing; /* bytes not read: zeros */
+	atomic_int sb_src_failed; /* the first failed read left sb_src_err */
+	dd_err sb_src_err;
 } dd_sbatch;
 
 /* Everything about one block size. */
@@ -95,6 +116,7 @@ typedef struct dd_worker {
 	dd_hasher *wk_hasher;
 	dd_codec_ctx *wk_codec;
 	uint8_t *wk_out;          /* compressed bytes, thrown away */
+	uint8_t *wk_hot;          /* one region, read where it is hashed */
 } dd_worker;
 
 struct dd_scan {
@@ -118,6 +140,7 @@ struct dd_scan {
 	dd_worker *s_wk;
 	unsigned s_nwk;
 	uint64_t s_images, s_bytes, s_skipped, s_special;
+	uint64_t s_short_warned;  /* the last image warned of missing bytes */
 };
 
 /* ---- errors and warnings -----------------------------------------------*/
@@ -155,10 +178,14 @@ static int dd_scan_fail(dd_scan *s, int rc)
 
 /* ---- stage 1: hash (pool) ----------------------------------------------*/
 
-static void dd_hash_blk(dd_scan *s, dd_sbatch *b, size_t i, unsigned worker)
+/* The block's bytes are at buf + (bk_off - buf_off): the batch itself
+ * (buf_off 0) or a worker's buffer holding a region from batch byte
+ * buf_off. */
+static void dd_hash_blk(dd_scan *s, dd_sbatch *b, size_t i, unsigned worker,
+			const uint8_t *buf, size_t buf_off)
 {
 	dd_blk *bk = &b->sb_blk[i];
-	const uint8_t *data = b->sb_data + bk->bk_off;
+	const uint8_t *data = buf + (bk->bk_off - buf_off);
 
 	if (dd_is_zero(data, bk->bk_len)) {
 		bk->bk_kind = DD_BK_ZERO;
@@ -167,6 +194,61 @@ static void dd_hash_blk(dd_scan *s, dd_sbatch *b, size_t i, unsigned worker)
 	bk->bk_kind = DD_BK_DATA;
 	dd_hasher_sum(s->s_wk[worker].wk_hasher, data, bk->bk_len,
 		      bk->bk_hash);
+}
+
+/* Reads batch bytes [beg, end) of the file range into dst.  What the file
+ * no longer has (it shrank) or what fails to read becomes zeros, counted
+ * in sb_src_missing and reported once by the lookup stage: the scan goes
+ * on, as it does for a read error of a sequential read. */
+static void dd_read_range(dd_sbatch *b, uint8_t *dst, size_t beg, size_t end)
+{
+	size_t got = 0;
+	dd_err err;
+	int rc = dd_io_pread(&err, b->sb_src_fd, dst, end - beg,
+			     b->sb_src_off + (beg - b->sb_src_start), &got,
+			     "the file");
+
+	if (got == end - beg)
+		return;
+	memset(dst + got, 0, end - beg - got);
+	atomic_fetch_add(&b->sb_src_missing, end - beg - got);
+	if (!rc)
+		rc = dd_err_set(&err, DD_EIO, "the file shrank while read");
+	if (atomic_exchange(&b->sb_src_failed, 1) == 0)
+		dd_err_copy(&b->sb_src_err, &err);
+}
+
+/* Stage 1 for region r: read its part of the file range, if any, then
+ * hash its blocks of every size.  Without compression no later stage
+ * needs the bytes, so when the range covers all of the region's blocks
+ * they go to the worker's own buffer, which stays in its cache. */
+static void dd_hash_region(dd_scan *s, dd_sbatch *b, size_t r,
+			   unsigned worker)
+{
+	size_t beg = r * s->s_maxbs, end = beg + s->s_maxbs;
+	size_t first = b->sb_reg_first[r], last = b->sb_reg_first[r + 1];
+	const uint8_t *buf = b->sb_data;
+	size_t buf_off = 0;
+
+	if (b->sb_src_fd >= 0 && beg < b->sb_src_end && end > b->sb_src_start) {
+		size_t rb = beg > b->sb_src_start ? beg : b->sb_src_start;
+		size_t re = end < b->sb_src_end ? end : b->sb_src_end;
+		size_t used = beg;
+
+		for (size_t j = first; j < last; j++)
+			if (b->sb_blk[j].bk_off + b->sb_blk[j].bk_len > used)
+				used = b->sb_blk[j].bk_off + b->sb_blk[j].bk_len;
+		if (s->s_opts.compress == DD_COMPRESS_NONE && rb == beg &&
+		    used <= re) {
+			buf = s->s_wk[worker].wk_hot;
+			buf_off = beg;
+			dd_read_range(b, s->s_wk[worker].wk_hot, rb, re);
+		} else {
+			dd_read_range(b, b->sb_data + rb, rb, re);
+		}
+	}
+	for (size_t j = first; j < last; j++)
+		dd_hash_blk(s, b, j, worker, buf, buf_off);
 }
 
 /* ---- stage 3: compress (pool) ------------------------------------------*/
@@ -191,7 +273,7 @@ static void dd_scan_job(void *arg, size_t item, unsigned worker)
 	if (item < s->s_job_ncomp)
 		dd_compress_blk(s, s->s_compressing, item, worker);
 	else
-		dd_hash_blk(s, s->s_hashing, item - s->s_job_ncomp, worker);
+		dd_hash_region(s, s->s_hashing, item - s->s_job_ncomp, worker);
 }
 
 /* ---- stage 2: lookup (serial) ------------------------------------------*/
@@ -255,6 +337,27 @@ static void dd_lookup_blk(dd_scan *s, dd_sbatch *b, size_t i)
 	b->sb_new[b->sb_nnew++] = (uint32_t)i;
 }
 
+/* The hash stage has read the batch's file range: let the file go, and
+ * report bytes it no longer had (once per image). */
+static void dd_scan_end_range(dd_scan *s, dd_sbatch *b)
+{
+	uint64_t missing = atomic_load(&b->sb_src_missing);
+
+	if (b->sb_src_fd < 0)
+		return;
+	if (missing && s->s_short_warned != b->sb_src_image) {
+		s->s_short_warned = b->sb_src_image;
+		dd_scan_warn(s, b->sb_src_label, b->sb_src_err.de_code,
+			     "%llu bytes could not be read (%s); counted as "
+			     "zeros", (unsigned long long)missing,
+			     b->sb_src_err.de_msg);
+	}
+	dd_io_close(b->sb_src_fd);
+	b->sb_src_fd = -1;
+	dd_free(b->sb_src_label);
+	b->sb_src_label = NULL;
+}
+
 static int dd_scan_lookup(dd_scan *s, dd_sbatch *b)
 {
 	int rc = dd_scan_make_room(s, b);
@@ -281,6 +384,7 @@ static int dd_scan_apply(dd_scan *s, dd_sbatch *b)
 	}
 	b->sb_nnew = 0;
 	b->sb_nblk = 0;
+	b->sb_nreg = 0;
 	b->sb_fill = 0;
 	b->sb_seg = 0;
 	memset(b->sb_nper, 0, sizeof(b->sb_nper));
@@ -315,6 +419,7 @@ static int dd_scan_step(dd_scan *s)
 	hashed = s->s_hashing;
 	s->s_hashing = NULL;
 	if (!rc && hashed) {
+		dd_scan_end_range(s, hashed);
 		rc = dd_scan_lookup(s, hashed);
 		s->s_compressing = hashed;
 	}
@@ -326,12 +431,13 @@ static int dd_scan_step(dd_scan *s)
 	} else {
 		fill->sb_fill = 0;
 		fill->sb_seg = 0;
+		fill->sb_nreg = 0;
 	}
 	s->s_job_ncomp = s->s_compressing ? s->s_compressing->sb_nnew : 0;
 	if (s->s_job_ncomp == 0 && !s->s_hashing)
 		return 0;
 	dd_pool_start(s->s_pool, dd_scan_job, s, s->s_job_ncomp +
-		      (s->s_hashing ? s->s_hashing->sb_nblk : 0));
+		      (s->s_hashing ? s->s_hashing->sb_nreg : 0));
 	s->s_job_running = true;
 	return 0;
 }
@@ -353,23 +459,33 @@ static int dd_scan_drain(dd_scan *s)
  * multiple of the largest block size into it. */
 static void dd_batch_cut(dd_scan *s, dd_sbatch *b)
 {
-	size_t end = b->sb_fill;
+	size_t end = b->sb_fill, seg = b->sb_seg;
 
-	for (size_t i = 0; i < s->s_nbz; i++) {
-		dd_bsz *bz = &s->s_bz[i];
-		uint32_t bs = bz->bz_bs;
+	/* regions before the segment (alignment padding) hold no block */
+	while (b->sb_nreg < seg / s->s_maxbs)
+		b->sb_reg_first[b->sb_nreg++] = b->sb_nblk;
+	for (size_t reg = seg; reg < end; reg += s->s_maxbs) {
+		size_t reg_end = end - reg < s->s_maxbs ? end : reg + s->s_maxbs;
 
-		for (size_t off = b->sb_seg; off < end; off += bs) {
-			dd_blk *bk = &b->sb_blk[b->sb_nblk++];
+		b->sb_reg_first[b->sb_nreg++] = b->sb_nblk;
+		for (size_t i = 0; i < s->s_nbz; i++) {
+			dd_bsz *bz = &s->s_bz[i];
+			uint32_t bs = bz->bz_bs;
 
-			bk->bk_off = (uint32_t)off;
-			bk->bk_len = (uint32_t)(end - off < bs ? end - off : bs);
-			bk->bk_bsi = (uint8_t)i;
-			b->sb_nper[i]++;
-			bz->bz_blocks++;
-			bz->bz_logical += bk->bk_len;
+			for (size_t off = reg; off < reg_end; off += bs) {
+				dd_blk *bk = &b->sb_blk[b->sb_nblk++];
+
+				bk->bk_off = (uint32_t)off;
+				bk->bk_len = (uint32_t)(end - off < bs
+							? end - off : bs);
+				bk->bk_bsi = (uint8_t)i;
+				b->sb_nper[i]++;
+				bz->bz_blocks++;
+				bz->bz_logical += bk->bk_len;
+			}
 		}
 	}
+	b->sb_reg_first[b->sb_nreg] = b->sb_nblk; /* the last one's end */
 	b->sb_seg = end;
 }
 
@@ -439,28 +555,99 @@ static int dd_scan_end_image(dd_scan *s)
 	return 0;
 }
 
-/* Reads fd to its end into the batches.  *rerr gets a read error, which
- * is the input's problem (a warning), not the scan's. */
+/* Hands the hash stage bytes [pos, pos + len) of regular file fd as the
+ * batch's next bytes (dd_hash_region reads them).  A batch has one range:
+ * one that does not continue it is read here first.  Returns false when
+ * the range cannot be kept (no descriptor left): the caller reads. */
+static bool dd_scan_add_range(dd_scan *s, dd_sbatch *b, int fd,
+			      const char *label, uint64_t pos, size_t len)
+{
+	if (b->sb_src_fd >= 0 && (b->sb_src_image != s->s_images ||
+				  b->sb_src_end != b->sb_fill ||
+				  b->sb_src_off + (b->sb_src_end -
+						   b->sb_src_start) != pos)) {
+		dd_read_range(b, b->sb_data + b->sb_src_start,
+			      b->sb_src_start, b->sb_src_end);
+		dd_scan_end_range(s, b);
+	}
+	if (b->sb_src_fd < 0) {
+		char *copy = dd_strdup(label);
+		int dup = copy ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+
+		if (dup < 0) {
+			dd_free(copy);
+			return false;
+		}
+		b->sb_src_fd = dup;
+		b->sb_src_label = copy;
+		b->sb_src_image = s->s_images;
+		b->sb_src_off = pos;
+		b->sb_src_start = b->sb_fill;
+		atomic_store(&b->sb_src_missing, 0);
+		atomic_store(&b->sb_src_failed, 0);
+		dd_err_clear(&b->sb_src_err);
+	}
+	b->sb_src_end = b->sb_fill + len;
+	return true;
+}
+
+/* Hands the batch as much of regular file fd as it has room for, up to
+ * the file's current size, as a range (dd_scan_add_range), and moves the
+ * file offset past it.  Returns the bytes handed over: 0 at or past the
+ * file's end (then the caller reads on, for what is appended while it is
+ * scanned) or when no range can be kept. */
+static size_t dd_scan_hand_over(dd_scan *s, dd_sbatch *b, int fd,
+				const char *label, uint64_t pos)
+{
+	size_t len = s->s_cap - b->sb_fill;
+	struct stat st;
+
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size <= pos)
+		return 0;
+	if ((uint64_t)st.st_size - pos < len)
+		len = (size_t)((uint64_t)st.st_size - pos);
+	if (lseek(fd, (off_t)(pos + len), SEEK_SET) < 0)
+		return 0;
+	if (!dd_scan_add_range(s, b, fd, label, pos, len)) {
+		(void)lseek(fd, (off_t)pos, SEEK_SET);
+		return 0;
+	}
+	return len;
+}
+
+/* Reads fd to its end into the batches (a regular file by ranges, then
+ * on to EOF).  *rerr gets a read error, which is the input's problem (a
+ * warning), not the scan's. */
 static int dd_scan_read_image(dd_scan *s, int fd, const char *label,
 			      bool regular, uint64_t *pos, dd_err *rerr)
 {
 	for (;;) {
 		dd_sbatch *b = &s->s_batch[s->s_cur];
-		size_t want = s->s_cap - b->sb_fill, got = 0;
-		int rc;
+		size_t got = 0;
+		bool handed = false;
+		int rc = 0;
 
-		if (regular)
+		if (regular) {
 			dd_scan_skip_hole(s, fd, pos);
-		rc = dd_io_read(rerr, fd, b->sb_data + b->sb_fill, want, &got,
-				label);
+			got = dd_scan_hand_over(s, b, fd, label, *pos);
+			handed = got > 0;
+		}
+		if (!handed)
+			rc = dd_io_read(rerr, fd, b->sb_data + b->sb_fill,
+					s->s_cap - b->sb_fill, &got, label);
 		b->sb_fill += got;
 		*pos += got;
 		s->s_bytes += got;
 		if (rc)
 			return 0;
 		rc = dd_scan_progress(s);
-		if (rc || b->sb_fill < s->s_cap)
+		if (rc)
 			return rc;
+		if (b->sb_fill < s->s_cap) {
+			if (handed)
+				continue; /* up to its size: read on to EOF */
+			return 0;
+		}
 		dd_batch_cut(s, b);
 		rc = dd_scan_step(s);
 		if (rc)
@@ -749,6 +936,8 @@ static int dd_scan_workers(dd_scan *s)
 							    : 1);
 		if (!rc && !(wk->wk_out = dd_malloc(dd_codec_bound(s->s_maxbs))))
 			rc = DD_ENOMEM;
+		if (!rc && !(wk->wk_hot = dd_malloc(s->s_maxbs)))
+			rc = DD_ENOMEM;
 		if (rc)
 			return dd_err_set(&s->s_err, rc, "cannot set up "
 					  "hashing and compression");
@@ -779,7 +968,8 @@ static size_t dd_scan_plan_batches(dd_scan *s, uint64_t mem)
 	s->s_maxblk = 0;
 	for (size_t i = 0; i < s->s_nbz; i++)
 		s->s_maxblk += cap / s->s_bz[i].bz_bs + cap / s->s_maxbs;
-	per = cap + s->s_maxblk * (sizeof(dd_blk) + sizeof(uint32_t));
+	per = cap + s->s_maxblk * (sizeof(dd_blk) + sizeof(uint32_t)) +
+	      (cap / s->s_maxbs + 1) * sizeof(size_t);
 	return DD_SCAN_RING * per;
 }
 
@@ -800,10 +990,13 @@ static int dd_scan_alloc(dd_scan *s)
 	for (int i = 0; i < DD_SCAN_RING; i++) {
 		dd_sbatch *b = &s->s_batch[i];
 
+		b->sb_src_fd = -1;
 		b->sb_data = dd_malloc(s->s_cap);
 		b->sb_blk = dd_calloc(s->s_maxblk, sizeof(dd_blk));
 		b->sb_new = dd_calloc(s->s_maxblk, sizeof(uint32_t));
-		if (!b->sb_data || !b->sb_blk || !b->sb_new)
+		b->sb_reg_first = dd_calloc(s->s_cap / s->s_maxbs + 1,
+					    sizeof(size_t));
+		if (!b->sb_data || !b->sb_blk || !b->sb_new || !b->sb_reg_first)
 			return dd_err_set(&s->s_err, DD_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < s->s_nbz; i++)
@@ -848,10 +1041,17 @@ static int dd_scan_setup(dd_scan *s, const dd_scan_opts *o)
 static void dd_scan_free_batches(dd_scan *s)
 {
 	for (int i = 0; i < DD_SCAN_RING; i++) {
-		dd_free(s->s_batch[i].sb_data);
-		dd_free(s->s_batch[i].sb_blk);
-		dd_free(s->s_batch[i].sb_new);
-		memset(&s->s_batch[i], 0, sizeof(s->s_batch[i]));
+		dd_sbatch *b = &s->s_batch[i];
+
+		if (b->sb_src_fd >= 0) /* a failed scan: no report due */
+			dd_io_close(b->sb_src_fd);
+		dd_free(b->sb_src_label);
+		dd_free(b->sb_data);
+		dd_free(b->sb_blk);
+		dd_free(b->sb_new);
+		dd_free(b->sb_reg_first);
+		memset(b, 0, sizeof(*b));
+		b->sb_src_fd = -1;
 	}
 }
 
@@ -1007,6 +1207,7 @@ void dd_scan_free(dd_scan *s)
 		dd_hasher_free(s->s_wk[i].wk_hasher);
 		dd_codec_free(s->s_wk[i].wk_codec);
 		dd_free(s->s_wk[i].wk_out);
+		dd_free(s->s_wk[i].wk_hot);
 	}
 	dd_free(s->s_wk);
 	dd_pool_free(s->s_pool);

@@ -738,6 +738,64 @@ static void test_shrunk_file(void **state)
 	dd_scan_free(sc);
 }
 
+/* A regular file is handed to the hash stage as a range, read later on
+ * the pool: bytes it no longer has by then (it shrank) or that fail to
+ * read count as zeros, with one warning for the file. */
+static void test_range_read_late(void **state)
+{
+	const size_t n = 3 * 131072 + 100;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_info info = {.version = DD_SCAN_INFO_VERSION};
+	dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+	struct warns w = {0};
+	size_t len;
+	uint8_t *img;
+	char p[128];
+	dd_scan *sc;
+
+	(void)state;
+	make_pieces();
+	rng_state = 77;
+	img = make_image(n / 4096, n % 4096, NPIECES, &len);
+	for (size_t i = 0; i < len; i++) /* no zero block of its own */
+		img[i] |= 1;
+	snprintf(p, sizeof(p), "%s/late", tmpdir);
+	so.warn = warn_cb;
+	so.warn_ctx = &w;
+
+	/* shrinks to one block after it was handed over */
+	write_file(p, img, len);
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	assert_int_equal(truncate(p, 131072), 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	assert_int_equal(w.n, 1);
+	assert_non_null(strstr(w.msg, "shrank"));
+	assert_int_equal(dd_scan_info_get(sc, &info), 0);
+	assert_int_equal(info.skipped, 1);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.blocks, 4);
+	assert_int_equal(r.zero_blocks, 3);
+	assert_int_equal(r.referenced_blocks, 1);
+	dd_scan_free(sc);
+
+	/* every read of the range fails */
+	w.n = 0;
+	write_file(p, img, len);
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	assert_int_equal(dd_scan_add_path(sc, p), 0);
+	dd_fault_arm(DD_FAULT_READ, 1, EIO, 1);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	dd_fault_disarm_all();
+	assert_int_equal(w.n, 1);
+	assert_int_equal(w.code, DD_EIO);
+	assert_int_equal(dd_scan_result_get(sc, 0, &r), 0);
+	assert_int_equal(r.blocks, 4);
+	assert_int_equal(r.zero_blocks, 4);
+	dd_scan_free(sc);
+	free(img);
+}
+
 static void test_read_fault_is_a_warning(void **state)
 {
 	dd_scan_opts so = DD_SCAN_OPTS_INIT;
@@ -905,6 +963,7 @@ int main(void)
 		cmocka_unit_test(test_walk),
 		cmocka_unit_test(test_sparse),
 		cmocka_unit_test(test_shrunk_file),
+		cmocka_unit_test(test_range_read_late),
 		cmocka_unit_test(test_read_fault_is_a_warning),
 		cmocka_unit_test(test_spill_fault_fails_scan),
 		cmocka_unit_test(test_bad_options),
