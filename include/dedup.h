@@ -184,10 +184,11 @@ DD_API int dd_writer_produce(dd_writer *w, size_t n);
  * the image.  The writer's workers read them (pread) where they hash them,
  * so the copy out of the page cache is spread over the cores: the fastest
  * way to store a regular file.  The bytes are read later, as the pipeline
- * reaches them: fd must stay open and its range unchanged until
- * dd_writer_commit or dd_writer_abort returns, and a read error or a file
- * that shrank fails a later call (DD_EIO).  fd's offset is not used or
- * moved.  Calls may mix with dd_writer_write. */
+ * reaches them, through the writer's own duplicate of fd: fd may be closed
+ * when the call returns, but the range should not change until
+ * dd_writer_commit, and a read error or a file that shrank fails a later
+ * call (DD_EIO).  fd's offset is not used or moved.  Calls may mix with
+ * dd_writer_write. */
 DD_API int dd_writer_write_file(dd_writer *w, int fd, uint64_t off,
 				uint64_t len);
 

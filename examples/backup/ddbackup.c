@@ -158,52 +158,26 @@ static int put_header(struct backup *b, int type, uint32_t mode,
 	return 0;
 }
 
-/* Copies the file's `size` bytes straight into the writer's buffer. */
+/* Hands the file's `size` bytes to the writer by range: its workers read
+ * them where they hash them, through their own descriptor, so fd can be
+ * closed at once.  A file that shrinks before they get to it fails the
+ * backup at a later call (DD_EIO). */
 static int put_file(struct backup *b, const struct stat *sb)
 {
-	uint64_t left = (uint64_t)sb->st_size;
+	uint64_t size = (uint64_t)sb->st_size;
 	int fd, rc;
 
 	fd = open(b->path, O_RDONLY | O_NOFOLLOW);
 	if (fd < 0)
 		return fail_errno("cannot open", b->path);
-	if (put_header(b, 'F', (uint32_t)(sb->st_mode & 07777), left) < 0)
-		goto fail;
-	while (left > 0) {
-		void *buf;
-		size_t room;
-		ssize_t n;
-
-		rc = dd_writer_buffer(b->w, &buf, &room);
-		if (rc < 0) {
-			fail_dd("write", rc, dd_writer_errmsg(b->w));
-			goto fail;
-		}
-		if (room > left)
-			room = (size_t)left;
-		n = read(fd, buf, room);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			fail_errno("cannot read", b->path);
-			goto fail;
-		}
-		if (n == 0) {
-			fail(b->path, "file shrank while it was read");
-			goto fail;
-		}
-		rc = dd_writer_produce(b->w, (size_t)n);
-		if (rc < 0) {
-			fail_dd("write", rc, dd_writer_errmsg(b->w));
-			goto fail;
-		}
-		left -= (uint64_t)n;
+	rc = put_header(b, 'F', (uint32_t)(sb->st_mode & 07777), size);
+	if (rc == 0 && size > 0) {
+		rc = dd_writer_write_file(b->w, fd, 0, size);
+		if (rc < 0)
+			fail_dd(b->path, rc, dd_writer_errmsg(b->w));
 	}
 	close(fd);
-	return 0;
-fail:
-	close(fd);
-	return -1;
+	return rc < 0 ? -1 : 0;
 }
 
 static int walk(struct backup *b);

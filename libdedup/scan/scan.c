@@ -990,7 +990,6 @@ static int dd_scan_alloc(dd_scan *s)
 	for (int i = 0; i < DD_SCAN_RING; i++) {
 		dd_sbatch *b = &s->s_batch[i];
 
-		b->sb_src_fd = -1;
 		b->sb_data = dd_malloc(s->s_cap);
 		b->sb_blk = dd_calloc(s->s_maxblk, sizeof(dd_blk));
 		b->sb_new = dd_calloc(s->s_maxblk, sizeof(uint32_t));
@@ -1074,6 +1073,12 @@ int dd_scan_new(dd_scan **out, const dd_scan_opts *opts)
 	s = dd_calloc(1, sizeof(*s));
 	if (!s)
 		return dd_err_set(terr, DD_ENOMEM, "out of memory");
+	/* dd_scan_free closes what these name, even after a failure half-way
+	 * here: from calloc they would name descriptor 0 */
+	for (int i = 0; i < DD_SCAN_RING; i++)
+		s->s_batch[i].sb_src_fd = -1;
+	for (size_t i = 0; i < DD_SCAN_MAX_BLOCK_SIZES; i++)
+		s->s_bz[i].bz_spill.sp_fd = -1;
 	rc = dd_scan_setup(s, opts);
 	if (!rc)
 		rc = dd_scan_alloc(s);

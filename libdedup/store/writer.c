@@ -34,8 +34,11 @@
  * next writer, store.c).  dd_writer_commit syncs the pack, then commits the
  * transaction that adds the snapshot record: data before metadata.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "chunk/chunk.h"
@@ -260,10 +263,18 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 			  DD_DDT_MAX_VARIANT + 1);
 }
 
+/* The range is read: the batch lets its descriptor go. */
+static void dd_batch_end_range(dd_batch *b)
+{
+	if (b->bt_src_fd >= 0)
+		dd_io_close(b->bt_src_fd);
+	b->bt_src_fd = -1;
+}
+
 static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 {
 	if (b->bt_src_fd >= 0) {
-		b->bt_src_fd = -1; /* the hash stage has read it */
+		dd_batch_end_range(b); /* the hash stage has read it */
 		if (atomic_load(&b->bt_read_failed))
 			return dd_err_copy(&w->w_err, &b->bt_read_err);
 	}
@@ -548,7 +559,6 @@ static int dd_batch_alloc(dd_writer *w, dd_batch *b)
 	b->bt_slot = dd_calloc(w->w_cap, sizeof(*b->bt_slot));
 	b->bt_out = dd_malloc(w->w_cap * w->w_stride);
 	b->bt_new = dd_calloc(w->w_cap, sizeof(*b->bt_new));
-	b->bt_src_fd = -1;
 	if (!b->bt_data || !b->bt_slot || !b->bt_out || !b->bt_new)
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	return 0;
@@ -579,6 +589,7 @@ static void dd_writer_probe_end(dd_writer *w)
 
 static void dd_batch_free(dd_batch *b)
 {
+	dd_batch_end_range(b);
 	dd_free(b->bt_data);
 	dd_free(b->bt_slot);
 	dd_free(b->bt_out);
@@ -661,6 +672,8 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w = dd_calloc(1, sizeof(*w));
 	if (!w)
 		return dd_store_failf(s, DD_ENOMEM, "out of memory");
+	for (int i = 0; i < DD_WRITER_RING; i++)
+		w->w_batch[i].bt_src_fd = -1; /* 0 would be a descriptor */
 	w->w_store = s;
 	w->w_bs = s->st_block_size;
 	w->w_id = resume_id;
@@ -809,12 +822,33 @@ static int dd_batch_read_now(dd_writer *w, dd_batch *b)
 	bool ok = dd_read_range(b, b->bt_data + b->bt_src_start,
 				b->bt_src_start, b->bt_src_end);
 
-	b->bt_src_fd = -1;
+	dd_batch_end_range(b);
 	return ok ? 0 : dd_err_copy(&w->w_err, &b->bt_read_err);
+}
+
+/* Starts batch b's range at byte bt_fill: the batch keeps a descriptor of
+ * its own, so the caller may close fd at once, and remembers the file by
+ * device and inode, so that only the same file continues the range. */
+static int dd_batch_start_range(dd_writer *w, dd_batch *b, int fd,
+				const struct stat *st, uint64_t off)
+{
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+	if (dup < 0)
+		return dd_err_set_errno(&w->w_err, errno, "dd_writer_write_file:"
+					" cannot keep a descriptor of the file");
+	b->bt_src_fd = dup;
+	b->bt_src_dev = st->st_dev;
+	b->bt_src_ino = st->st_ino;
+	b->bt_src_off = off;
+	b->bt_src_start = b->bt_src_end = b->bt_fill;
+	atomic_store(&b->bt_read_failed, 0);
+	return 0;
 }
 
 int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 {
+	struct stat st;
 	int rc;
 
 	rc = dd_writer_check_open(w);
@@ -823,23 +857,22 @@ int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 	if (fd < 0 || off > INT64_MAX || len > INT64_MAX - off)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"dd_writer_write_file: bad descriptor or range"));
+	if (fstat(fd, &st) != 0)
+		return dd_writer_fail(w, dd_err_set_errno(&w->w_err, errno,
+				"dd_writer_write_file: fstat"));
 	while (len > 0) {
 		dd_batch *b = &w->w_batch[w->w_cur];
 		size_t n = w->w_cap * w->w_bs - b->bt_fill;
 
 		if (b->bt_src_fd >= 0 &&
-		    (b->bt_src_fd != fd || b->bt_src_end != b->bt_fill ||
-		     b->bt_src_off + (b->bt_src_end - b->bt_src_start) != off)) {
+		    (b->bt_src_dev != st.st_dev || b->bt_src_ino != st.st_ino ||
+		     b->bt_src_end != b->bt_fill ||
+		     b->bt_src_off + (b->bt_src_end - b->bt_src_start) != off))
 			rc = dd_batch_read_now(w, b);
-			if (rc)
-				return dd_writer_fail(w, rc);
-		}
-		if (b->bt_src_fd < 0) {
-			b->bt_src_fd = fd;
-			b->bt_src_off = off;
-			b->bt_src_start = b->bt_fill;
-			atomic_store(&b->bt_read_failed, 0);
-		}
+		if (!rc && b->bt_src_fd < 0)
+			rc = dd_batch_start_range(w, b, fd, &st, off);
+		if (rc)
+			return dd_writer_fail(w, rc);
 		if (n > len)
 			n = (size_t)len;
 		b->bt_src_end = b->bt_fill + n;

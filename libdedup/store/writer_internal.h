@@ -7,6 +7,7 @@
 #define DD_STORE_WRITER_INTERNAL_H
 
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "store/store_internal.h"
 
@@ -38,9 +39,12 @@ typedef struct dd_batch {
 	size_t bt_fill;         /* bytes in bt_data */
 	/* dd_writer_write_file: bytes [bt_src_start, bt_src_end) of bt_data
 	 * are read by the hash stage, on the pool, with pread from bt_src_fd
-	 * at bt_src_off onwards; bt_src_fd is -1 when every byte is in
-	 * bt_data already.  At most one such range per batch. */
+	 * (the batch's own dup, closed once read) at bt_src_off onwards;
+	 * bt_src_fd is -1 when every byte is in bt_data already.  At most one
+	 * such range per batch, of the file bt_src_dev/bt_src_ino. */
 	int bt_src_fd;
+	dev_t bt_src_dev;
+	ino_t bt_src_ino;
 	uint64_t bt_src_off;
 	size_t bt_src_start, bt_src_end;
 	atomic_int bt_read_failed; /* set once by the first failed pread */
