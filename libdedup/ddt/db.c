@@ -93,6 +93,41 @@ static int dd_db_open_dbis(dd_db *db, dd_err *err, bool create)
 	return 0;
 }
 
+/*
+ * The data file must hold every page the newest meta page counts (its
+ * last page number).  LMDB maps the file and trusts that: a file cut
+ * short -- a partial copy, a full disk, damage -- makes its first touch
+ * of a missing page a SIGBUS instead of an error.  Writers grow the file
+ * before they write the meta page that counts the new pages, so a healthy
+ * file always passes.  Damage inside pages LMDB keeps no checksum of
+ * cannot be caught here (format/ddt.md, docs/testing.md).
+ */
+static int dd_db_check_size(MDB_env *env, dd_err *err, const char *dir)
+{
+	MDB_envinfo info;
+	MDB_stat ms;
+	struct stat st;
+	int fd, rc;
+
+	rc = mdb_env_info(env, &info);
+	if (!rc)
+		rc = mdb_env_stat(env, &ms);
+	if (!rc)
+		rc = mdb_env_get_fd(env, &fd);
+	if (rc)
+		return dd_mdb_error(err, rc, dir);
+	if (fstat(fd, &st) != 0)
+		return dd_err_set(err, dd_errno_code(errno), "%s/data.mdb: %s",
+				  dir, strerror(errno));
+	if (info.me_last_pgno >= (size_t)st.st_size / ms.ms_psize)
+		return dd_err_set(err, DD_ECORRUPT,
+				  "%s/data.mdb: %lld bytes, too short for the "
+				  "%zu pages its meta page counts (truncated "
+				  "or damaged)", dir, (long long)st.st_size,
+				  info.me_last_pgno + 1);
+	return 0;
+}
+
 static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
 {
 	for (dd_db *d = dd_db_registry; d; d = d->db_next)
@@ -138,7 +173,9 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 		rc = dd_mdb_error(err, rc, dir);
 		goto fail;
 	}
-	rc = dd_db_open_dbis(db, err, create);
+	rc = dd_db_check_size(db->db_env, err, dir);
+	if (!rc)
+		rc = dd_db_open_dbis(db, err, create);
 	if (rc)
 		goto fail;
 	db->db_dev = st.st_dev;

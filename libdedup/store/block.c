@@ -35,6 +35,12 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 				  "psize %u)", ent->de_lsize, ent->de_psize);
 	memcpy(expect.pr_hash, key->dk_hash, DD_HASH_SIZE);
 	rc = dd_store_pack(s, err, ent->de_pack, &p);
+	/* a committed entry names a pack that exists until no reader can
+	 * see the entry (gc dooms, then reaps): a missing one is damage, as
+	 * scrub reports it (dd_scrub_bad.error), not "no such snapshot" */
+	if (rc == DD_ENOENT)
+		return dd_err_set(err, DD_ECORRUPT, "ddt entry names pack %u, "
+				  "which does not exist", ent->de_pack);
 	if (rc)
 		return rc;
 	rc = dd_pack_read_rec(p, err, ent->de_offset, &expect, &rec,

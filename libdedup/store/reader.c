@@ -11,6 +11,16 @@
  * thread has the pool.  Whole blocks decompress straight into the caller's
  * buffer; only partial ones go through scratch.
  *
+ * A reader also checks the block map itself: LMDB keeps no checksums, and
+ * a map entry lost, moved or renamed by damage to the LMDB file would
+ * otherwise read as a hole -- zeros for data, with no error.  While reads
+ * go forward block by block from the image's start (a restore, a copy),
+ * the reader feeds the hashes the map names, holes as zeros, into the
+ * content digest (format/store.md §6); the read that reaches the last
+ * block compares it with the snapshot's own and fails with DD_ECORRUPT on
+ * a mismatch.  Any other read order stops the check: random access costs
+ * nothing.
+ *
  * Blocks are read through the store's caches (block.c).  A reader tells
  * them when it is in a long sequential run -- contiguous preads adding up
  * to DD_READER_SEQ_BYTES -- so that a restore or a copy is not fed to L2
@@ -51,7 +61,11 @@ struct dd_reader {
 	uint64_t r_run;        /* contiguous bytes up to there */
 	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
 	uint64_t r_touched;    /* blocks looked up, for dd_db_trim_map */
+	dd_digest *r_digest;   /* the content digest of blocks read in order */
+	uint64_t r_dig_next;   /* the next block it wants; DD_DIG_OFF: none */
 };
+
+#define DD_DIG_OFF UINT64_MAX
 
 int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
 {
@@ -84,6 +98,8 @@ int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
 				name, r->r_snap.sr_block_size, s->st_block_size);
 	if (!rc)
 		rc = dd_bmap_open(r->r_txn, &r->r_err, r->r_snap.sr_id, &r->r_cur);
+	if (!rc)
+		rc = dd_digest_new(&r->r_digest, &r->r_err);
 	if (rc) {
 		dd_store_fail(s, &r->r_err);
 		dd_reader_close(r);
@@ -119,6 +135,42 @@ static void dd_read_job(void *arg, size_t i, unsigned worker)
 	dd_rblk *rb = &r->r_blk[i];
 
 	rb->rb_rc = dd_rblk_read(r->r_store, &r->r_store->st_scratch[worker], rb);
+}
+
+/* Feeds the digest with the holes before block idx and idx itself (key,
+ * or NULL for a hole), when idx is the block it wants next or later. */
+static void dd_reader_digest(dd_reader *r, uint64_t idx, const dd_ddt_key *key)
+{
+	if (r->r_dig_next == DD_DIG_OFF || idx < r->r_dig_next)
+		return;
+	for (; r->r_dig_next < idx; r->r_dig_next++)
+		dd_digest_block(r->r_digest, NULL);
+	dd_digest_block(r->r_digest, key ? key->dk_hash : NULL);
+	r->r_dig_next = idx + 1;
+}
+
+/* After a read of blocks up to last: at the image's end, the digest of
+ * what the map named must be the snapshot's (a damaged map otherwise
+ * reads as holes or other blocks, never as an error). */
+static int dd_reader_digest_check(dd_reader *r, uint64_t last)
+{
+	uint8_t got[DD_HASH_SIZE];
+
+	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next > last + 1)
+		return 0;
+	for (; r->r_dig_next <= last; r->r_dig_next++)
+		dd_digest_block(r->r_digest, NULL);
+	if (r->r_dig_next < r->r_snap.sr_blocks)
+		return 0;
+	r->r_dig_next = DD_DIG_OFF;
+	dd_digest_final(r->r_digest, r->r_snap.sr_size,
+			r->r_snap.sr_block_size, got);
+	if (memcmp(got, r->r_snap.sr_digest, DD_HASH_SIZE) != 0)
+		return dd_err_set(&r->r_err, DD_ECORRUPT,
+				  "the block map of the snapshot does not match "
+				  "its content digest (damaged metadata; run "
+				  "scrub)");
+	return 0;
 }
 
 /* Reads the r_nblk blocks collected for this round. */
@@ -199,6 +251,9 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 	r->r_flags = r->r_run >= DD_READER_SEQ_BYTES ? DD_CACHE_SEQ : 0;
 	first = off / bs;
 	last = (end - 1) / bs;
+	/* the digest follows reads that go on where the last one ended */
+	if (r->r_dig_next != DD_DIG_OFF && first > r->r_dig_next)
+		r->r_dig_next = DD_DIG_OFF;
 	/* Holes are whatever the map does not name: zero the range, then
 	 * overwrite with the blocks it does name. */
 	memset(buf, 0, (size_t)(end - off));
@@ -209,9 +264,12 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 		rc = dd_reader_queue(r, &key, idx, off, end, buf);
 		if (rc)
 			break;
+		dd_reader_digest(r, idx, &key);
 	}
-	if (rc < 0 || (rc = dd_reader_round(r)) != 0) {
+	if (rc < 0 || (rc = dd_reader_round(r)) != 0 ||
+	    (rc = dd_reader_digest_check(r, last)) != 0) {
 		r->r_nblk = 0;
+		r->r_dig_next = DD_DIG_OFF;
 		memset(buf, 0, (size_t)(end - off)); /* no partial data */
 		return rc;
 	}
@@ -226,6 +284,7 @@ void dd_reader_close(dd_reader *r)
 	dd_bmap_close(r->r_cur);
 	dd_txn_abort(r->r_txn);
 	dd_scratch_fini(&r->r_sc);
+	dd_digest_free(r->r_digest);
 	dd_free(r->r_blk);
 	dd_free(r);
 }

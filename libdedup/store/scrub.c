@@ -6,7 +6,9 @@
  * Bad blocks are kept in a sorted array.  Pass 2, only when something is
  * bad, walks every block map once and reports each use of a bad block with
  * the snapshot's name and the byte offset; a bad block nothing uses is
- * reported once with no snapshot.
+ * reported once with no snapshot.  Pass 3 checks every snapshot's block
+ * map against the DDT and the snapshot's content digest: LMDB keeps no
+ * checksums, and a map damaged in the LMDB file reads as holes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,22 @@ static int dd_key_cmp(const void *a, const void *b)
 	return memcmp(a, b, sizeof(dd_ddt_key));
 }
 
+/* A block must lie within its pack's committed end (the packs table):
+ * the next writer's recovery cuts every pack back to that end (format/
+ * store.md §5), so an end damaged in the LMDB file would destroy live
+ * blocks -- scrub names them first. */
+static int dd_scrub_pack_end(dd_scrub *sc, const dd_sblk *b)
+{
+	uint64_t end;
+	dd_err e;
+	int rc = dd_packs_get(sc->sc_txn, &e, b->sb_ent.de_pack, &end);
+
+	if (rc == DD_ENOENT || (rc == 0 && b->sb_ent.de_offset +
+				DD_PACK_REC_HDR_SIZE + b->sb_ent.de_psize > end))
+		return DD_ECORRUPT;
+	return rc;
+}
+
 static int dd_scrub_round(dd_scrub *sc)
 {
 	dd_store *s = sc->sc_store;
@@ -69,6 +87,8 @@ static int dd_scrub_round(dd_scrub *sc)
 
 		sc->sc_res.blocks_checked++;
 		sc->sc_res.bytes_checked += b->sb_ent.de_lsize;
+		if (b->sb_rc == 0)
+			b->sb_rc = dd_scrub_pack_end(sc, b);
 		if (b->sb_rc == 0)
 			continue;
 		if (b->sb_rc == DD_ENOMEM)
@@ -164,14 +184,86 @@ static int dd_scrub_use(void *arg, uint64_t id, uint64_t idx,
 	return 0; /* a writer's pending map: not a snapshot yet */
 }
 
-static int dd_scrub_run(dd_scrub *sc)
+/* Pass 3, for one snapshot: each block its map names is in the DDT,
+ * referenced, of the size the image needs there, and the map hashes to
+ * the snapshot's content digest (format/store.md §6). */
+static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
+			      const dd_snap_rec *r)
 {
-	int rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
+	uint64_t idx, next = 0, bs = r->sr_block_size;
+	uint8_t got[DD_HASH_SIZE];
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	int rc;
 
-	if (!rc && sc->sc_n)
-		rc = dd_scrub_round(sc);
-	if (rc || sc->sc_nbad == 0)
+	for (rc = dd_bmap_seek(cur, sc->sc_err, 0, &idx, &key); rc == 1;
+	     rc = dd_bmap_next(cur, sc->sc_err, &idx, &key)) {
+		if (idx < next || idx >= r->sr_blocks)
+			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block map "
+					  "entry %llu out of order or past the "
+					  "image", (unsigned long long)idx);
+		rc = dd_ddt_get(sc->sc_txn, sc->sc_err, &key, &ent);
+		if (rc == DD_ENOENT)
+			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu "
+					  "is not in the ddt",
+					  (unsigned long long)idx);
+		if (rc)
+			return rc;
+		if (ent.de_refcnt == 0 ||
+		    ent.de_lsize != (idx + 1 < r->sr_blocks ? bs
+				     : r->sr_size - idx * bs))
+			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu: "
+					  "ddt entry of %u bytes, refcount "
+					  "%llu", (unsigned long long)idx,
+					  ent.de_lsize,
+					  (unsigned long long)ent.de_refcnt);
+		for (; next < idx; next++)
+			dd_digest_block(dg, NULL);
+		dd_digest_block(dg, key.dk_hash);
+		next = idx + 1;
+	}
+	if (rc < 0)
 		return rc;
+	for (; next < r->sr_blocks; next++)
+		dd_digest_block(dg, NULL);
+	dd_digest_final(dg, r->sr_size, r->sr_block_size, got);
+	if (memcmp(got, r->sr_digest, DD_HASH_SIZE) != 0)
+		return dd_err_set(sc->sc_err, DD_ECORRUPT, "its block map does "
+				  "not match its content digest");
+	return 0;
+}
+
+static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
+{
+	dd_scrub *sc = arg;
+	dd_bmap_cur *cur = NULL;
+	dd_digest *dg = NULL;
+	int rc = dd_digest_new(&dg, sc->sc_err);
+
+	if (!rc)
+		rc = dd_bmap_open(sc->sc_txn, sc->sc_err, r->sr_id, &cur);
+	if (!rc) {
+		rc = dd_scrub_map_check(sc, dg, cur, r);
+		if (rc == DD_ECORRUPT) {
+			const char *m = sc->sc_err->de_msg;
+			size_t n = strlen(dd_err_symbol(rc));
+
+			if (!strncmp(m, dd_err_symbol(rc), n) && m[n] == ':')
+				m += n + 2;
+			dd_err_set(sc->sc_err, rc, "snapshot '%s': %s (damaged "
+				   "metadata)", name, m);
+		}
+	}
+	dd_bmap_close(cur);
+	dd_digest_free(dg);
+	return rc;
+}
+
+/* Pass 2: reports each use of a bad block (sorted first, then searched). */
+static int dd_scrub_report_bad(dd_scrub *sc)
+{
+	int rc;
+
 	/* sb_key is the first member: sort and search by key */
 	qsort(sc->sc_bad, sc->sc_nbad, sizeof(*sc->sc_bad), dd_key_cmp);
 	rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_snap, sc);
@@ -181,7 +273,20 @@ static int dd_scrub_run(dd_scrub *sc)
 		if (!sc->sc_bad[i].sb_used)
 			rc = dd_scrub_report(sc, &sc->sc_bad[i], NULL, 0);
 	sc->sc_res.bad_blocks = sc->sc_nbad;
+	return rc;
+}
+
+static int dd_scrub_run(dd_scrub *sc)
+{
+	int rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
+
+	if (!rc && sc->sc_n)
+		rc = dd_scrub_round(sc);
+	if (!rc && sc->sc_nbad)
+		rc = dd_scrub_report_bad(sc);
 	if (!rc)
+		rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_map, sc);
+	if (!rc && sc->sc_nbad)
 		rc = dd_err_set(sc->sc_err, DD_ECHECKSUM,
 				"scrub found %zu bad block%s", sc->sc_nbad,
 				sc->sc_nbad == 1 ? "" : "s");

@@ -544,14 +544,25 @@ int dd_store_info_get(dd_store *s, dd_store_info *out)
 
 int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out)
 {
+	dd_pack *p = NULL;
 	int rc = 0;
 
 	pthread_mutex_lock(&s->st_lock);
-	if (id >= s->st_npacks) {
+	if (id < s->st_npacks && s->st_packs[id]) {
+		*out = s->st_packs[id];
+		goto out;
+	}
+	/* Open first, grow the table after: the id comes from a DDT value,
+	 * which damage to the LMDB file can turn into any 32-bit number, and
+	 * the table is indexed by id -- only a pack that exists may size it
+	 * (a damaged id once made scrub allocate and clear 18 GB). */
+	rc = dd_pack_open(&p, err, s->st_packdir, id, 0);
+	if (!rc && id >= s->st_npacks) {
 		uint32_t n = id + 16;
 		dd_pack **np = dd_realloc(s->st_packs, n * sizeof(*np));
 
 		if (!np) {
+			dd_pack_close(p);
 			rc = dd_err_set(err, DD_ENOMEM, "out of memory");
 			goto out;
 		}
@@ -560,10 +571,10 @@ int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out)
 		s->st_packs = np;
 		s->st_npacks = n;
 	}
-	if (!s->st_packs[id])
-		rc = dd_pack_open(&s->st_packs[id], err, s->st_packdir, id, 0);
-	if (!rc)
-		*out = s->st_packs[id];
+	if (!rc) {
+		s->st_packs[id] = p;
+		*out = p;
+	}
 out:
 	pthread_mutex_unlock(&s->st_lock);
 	return rc;
