@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "dedup.h"
+#include "helpers.h"
+#include "common/faults.h"
 #include "cache/cache_internal.h"
 #include "hash/hash.h"
 #include "store/store_internal.h"
@@ -139,23 +141,36 @@ static dd_cache_stats stats(dd_store *s)
 	return st;
 }
 
-/* Reads block idx with one pread and checks its bytes. */
-static void read_block(fx *f, dd_reader *r, size_t idx)
+/* Reads block idx with one pread: its exact bytes, or -- only while
+ * faults are injected -- a clean error, returned. */
+static int read_block_rc(fx *f, dd_reader *r, size_t idx)
 {
 	uint8_t buf[BS];
 	size_t got;
+	int rc = dd_reader_pread(r, buf, BS, (uint64_t)idx * BS, &got);
 
-	assert_int_equal(dd_reader_pread(r, buf, BS, (uint64_t)idx * BS, &got), 0);
+	if (rc)
+		return rc;
 	assert_int_equal(got, BS);
 	assert_memory_equal(buf, f->img + idx * BS, BS);
+	return 0;
+}
+
+static void read_block(fx *f, dd_reader *r, size_t idx)
+{
+	assert_int_equal(read_block_rc(f, r, idx), 0);
 }
 
 /* Reads every block once in a random order (never sequential); with
- * flush_every, drains the feed that often so batches stay small. */
-static void read_all(fx *f, dd_store *s, unsigned seed, size_t flush_every)
+ * flush_every, drains the feed that often so batches stay small.  With
+ * first_err (faults injected), a read may fail with a clean error: the
+ * first one goes to *first_err; without it every read must succeed. */
+static void read_all_ex(fx *f, dd_store *s, unsigned seed, size_t flush_every,
+			int *first_err)
 {
 	size_t nb = f->n / BS, *perm = malloc(nb * sizeof(*perm));
 	dd_reader *r;
+	int rc;
 
 	for (size_t i = 0; i < nb; i++)
 		perm[i] = i;
@@ -166,14 +181,32 @@ static void read_all(fx *f, dd_store *s, unsigned seed, size_t flush_every)
 		perm[i - 1] = perm[j];
 		perm[j] = t;
 	}
-	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
+	rc = dd_reader_open(&r, s, "a");
+	if (rc && first_err && th_fault_code(rc)) {
+		th_check_errmsg(dd_store_errmsg(s), rc);
+		*first_err = rc;
+		free(perm);
+		return;
+	}
+	assert_int_equal(rc, 0);
 	for (size_t i = 0; i < nb; i++) {
-		read_block(f, r, perm[i]);
+		rc = read_block_rc(f, r, perm[i]);
+		if (rc && first_err && th_fault_code(rc)) {
+			th_check_errmsg(dd_reader_errmsg(r), rc);
+			*first_err = *first_err ? *first_err : rc;
+		} else {
+			assert_int_equal(rc, 0);
+		}
 		if (flush_every && (i + 1) % flush_every == 0)
 			assert_int_equal(dd_cache_flush(s), 0);
 	}
 	dd_reader_close(r);
 	free(perm);
+}
+
+static void read_all(fx *f, dd_store *s, unsigned seed, size_t flush_every)
+{
+	read_all_ex(f, s, seed, flush_every, NULL);
 }
 
 static dd_cache_dev dev_info(dd_store *s, size_t i)
@@ -1022,6 +1055,89 @@ static void test_concurrent_cache(void **state)
 	rmdir(base);
 }
 
+/* ---- the feed under injected faults ---------------------------------------------*/
+
+/* Each step starts from an empty formatted device (the header area saved
+ * after dd_cache_add, the ring zeroed) and a store handle whose devices
+ * are not open yet; then, with one fault armed: the device opens (at the
+ * first read) and rebuilds, every block is read in a random order with
+ * the feed flushed every 16 blocks (L1 evicts into the feed, which writes
+ * batches), read again (L2 hits), and the handle closes (the feed drains).
+ * Reads return exact bytes or a clean error.  After each step, faults off,
+ * a new handle finds the device online and every read through the caches
+ * is exact. */
+typedef struct cache_walk {
+	fx *f;
+	uint8_t area[DD_L2_DATA_START];   /* the device's empty header area */
+	dd_store *s;
+} cache_walk;
+
+static void cache_walk_reset(void *ctx)
+{
+	cache_walk *cw = ctx;
+	int fd = open(cw->f->dev[0], O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 0), 0);
+	assert_int_equal(pwrite(fd, cw->area, sizeof(cw->area), 0),
+			 sizeof(cw->area));
+	assert_int_equal(ftruncate(fd, DEV_BYTES), 0);
+	close(fd);
+	cw->s = fx_open_small(cw->f);
+}
+
+static int cache_walk_op(void *ctx)
+{
+	cache_walk *cw = ctx;
+	int rc = 0;
+
+	read_all_ex(cw->f, cw->s, 1, 16, &rc);
+	assert_int_equal(dd_cache_flush(cw->s), 0);
+	read_all_ex(cw->f, cw->s, 2, 16, &rc);
+	dd_store_close(cw->s);
+	cw->s = NULL;
+	return rc;
+}
+
+static void cache_walk_after(void *ctx, int rc)
+{
+	cache_walk *cw = ctx;
+	dd_store *s = fx_open_small(cw->f);
+	dd_cache_dev d = dev_info(s, 0);   /* waits for the rebuild */
+
+	(void)rc;
+	if (d.state != DD_CACHE_ONLINE)
+		fail_msg("device %s after the step: %s", dd_cache_state_name(d.state),
+			 d.message);
+	read_all(cw->f, s, 3, 0);
+	read_all(cw->f, s, 4, 0);
+	dd_store_close(s);
+}
+
+static void test_fault_walk_feed(void **state)
+{
+	static const int classes[] = {DD_FAULT_ALLOC, DD_FAULT_READ,
+				      DD_FAULT_WRITE, DD_FAULT_SYNC,
+				      DD_FAULT_RENAME, DD_FAULT_OPEN};
+	cache_walk cw = {.f = fx_new(128 * KiB)};   /* 32 blocks */
+	th_walk w = {.what = "cache feed", .classes = classes,
+		     .nclasses = sizeof(classes) / sizeof(classes[0]),
+		     .max_steps = 5000, .ctx = &cw, .reset = cache_walk_reset,
+		     .reset_every_step = true, .op = cache_walk_op,
+		     .after = cache_walk_after};
+	int fd;
+
+	(void)state;
+	fx_add(cw.f, 0, DEV_BYTES);
+	fd = open(cw.f->dev[0], O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, cw.area, sizeof(cw.area), 0),
+			 sizeof(cw.area));
+	close(fd);
+	assert_true(th_fault_walk(&w) > 0);
+	fx_free(cw.f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1040,6 +1156,7 @@ int main(void)
 		cmocka_unit_test(test_no_cache_and_opts),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_concurrent_cache),
+		cmocka_unit_test(test_fault_walk_feed),
 	};
 
 	if (getenv("TEST_FILTER"))      /* e.g. TEST_FILTER='test_ring*' */

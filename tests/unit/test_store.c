@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dedup.h"
+#include "helpers.h"
 #include "common/faults.h"
 #include "hash/hash.h"
 #include "store/store_internal.h"
@@ -28,35 +29,6 @@
 #define MiB (1024u * 1024u)
 
 /* ---- helpers ------------------------------------------------------------*/
-
-static char *tmp_store(void)
-{
-	static char base[64];
-	char *path;
-
-	strcpy(base, "/tmp/dd-test-store-XXXXXX");
-	assert_non_null(mkdtemp(base));
-	path = malloc(strlen(base) + 8);
-	sprintf(path, "%s/s", base);
-	return path;
-}
-
-static void rm_rf(const char *path)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-	assert_int_equal(system(cmd), 0);
-}
-
-static void rm_store(char *path)
-{
-	char *slash = strrchr(path, '/');
-
-	*slash = 0; /* the mkdtemp base */
-	rm_rf(path);
-	free(path);
-}
 
 static uint64_t rng_state;
 static uint64_t rng(void)
@@ -100,38 +72,6 @@ static dd_store *create(const char *path, uint32_t bs, int verify, int comp,
 	return s;
 }
 
-static int put(dd_store *s, const char *name, const uint8_t *data, size_t n,
-	       size_t chunk)
-{
-	dd_writer *w;
-	int rc = dd_writer_begin(&w, s, name);
-
-	if (rc)
-		return rc;
-	for (size_t off = 0; off < n && !rc; off += chunk)
-		rc = dd_writer_write(w, data + off, n - off < chunk ? n - off : chunk);
-	if (!rc)
-		rc = dd_writer_commit(w);
-	dd_writer_free(w);
-	return rc;
-}
-
-static void check_image(dd_store *s, const char *name, const uint8_t *data,
-			size_t n)
-{
-	dd_reader *r;
-	uint8_t *buf = malloc(n + 1);
-	size_t got;
-
-	assert_int_equal(dd_reader_open(&r, s, name), 0);
-	assert_int_equal(dd_reader_size(r), n);
-	assert_int_equal(dd_reader_pread(r, buf, n + 1, 0, &got), 0);
-	assert_int_equal(got, n);
-	assert_memory_equal(buf, data, n);
-	dd_reader_close(r);
-	free(buf);
-}
-
 static uint64_t stat_field(dd_store *s, size_t offset)
 {
 	dd_stat st = {.version = DD_STAT_VERSION};
@@ -147,7 +87,7 @@ static void test_roundtrip_shapes(void **state)
 {
 	static const uint32_t sizes[] = {0, 1, 4095, 4096, 4097, 65536 + 17,
 					 3 * MiB + 5};
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(3 * MiB + 5);
@@ -164,22 +104,22 @@ static void test_roundtrip_shapes(void **state)
 			memset(data + sizes[i] - 5000, 0, 5000);
 		}
 		snprintf(name, sizeof(name), "img%zu", i);
-		assert_int_equal(put(s, name, data, sizes[i], 1000 + i * 777), 0);
-		check_image(s, name, data, sizes[i]);
+		assert_int_equal(th_put(s, name, data, sizes[i], 1000 + i * 777), 0);
+		th_check_image(s, name, data, sizes[i]);
 	}
 	dd_store_close(s);
 	/* reopen: everything still there */
 	assert_int_equal(dd_store_open(&s, path, NULL), 0);
-	check_image(s, "img6", data, sizes[6]);
+	th_check_image(s, "img6", data, sizes[6]);
 	dd_store_close(s);
 	free(data);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 static void test_random_reads(void **state)
 {
 	const size_t n = 5 * MiB + 333;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 16 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(n), *buf = malloc(n);
@@ -189,7 +129,7 @@ static void test_random_reads(void **state)
 	rng_state = 7;
 	fill_text(data, n);
 	memset(data + 100000, 0, 300000);
-	assert_int_equal(put(s, "x", data, n, 1 << 20), 0);
+	assert_int_equal(th_put(s, "x", data, n, 1 << 20), 0);
 	assert_int_equal(dd_reader_open(&r, s, "x"), 0);
 	for (int i = 0; i < 300; i++) {
 		uint64_t off = rng() % (n + 100);
@@ -207,14 +147,14 @@ static void test_random_reads(void **state)
 	dd_store_close(s);
 	free(data);
 	free(buf);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* Dedup ratio equals what the test computes from its block pattern. */
 static void test_dedup_accounting(void **state)
 {
 	const uint32_t bs = 4 * KiB;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, bs, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	uint8_t *pool = malloc(10 * bs), *img = malloc(100 * bs);
 	uint64_t refs = 0, zeros = 0;
@@ -233,8 +173,8 @@ static void test_dedup_accounting(void **state)
 			refs++;
 		}
 	}
-	assert_int_equal(put(s, "a", img, 100 * bs, 12345), 0);
-	assert_int_equal(put(s, "b", img, 100 * bs, 100 * bs), 0);
+	assert_int_equal(th_put(s, "a", img, 100 * bs, 12345), 0);
+	assert_int_equal(th_put(s, "b", img, 100 * bs, 100 * bs), 0);
 	/* every pool block appears with this seed; checked, not assumed */
 	uint8_t seen[10] = {0};
 	for (int i = 0; i < 100; i++)
@@ -254,7 +194,7 @@ static void test_dedup_accounting(void **state)
 	dd_store_close(s);
 	free(pool);
 	free(img);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* ---- verify mode --------------------------------------------------------*/
@@ -292,7 +232,7 @@ static size_t count_collisions(const uint8_t *img)
 
 static void test_verify_mode_exact(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 1, DD_COMPRESS_ZSTD,
 			     DD_HASH_TEST_WEAK16);
 	uint8_t *img = collision_image();
@@ -301,15 +241,15 @@ static void test_verify_mode_exact(void **state)
 	(void)state;
 	assert_true(coll > 20);
 	/* two images: the second repeats the first half then reverses */
-	assert_int_equal(put(s, "one", img, n, 64 * KiB), 0);
+	assert_int_equal(th_put(s, "one", img, n, 64 * KiB), 0);
 	uint8_t *img2 = malloc(n);
 	for (size_t i = 0; i < VBLOCKS; i++)
 		memcpy(img2 + i * 4 * KiB,
 		       img + (i < VBLOCKS / 2 ? i : VBLOCKS - 1 - i) * 4 * KiB,
 		       4 * KiB);
-	assert_int_equal(put(s, "two", img2, n, 1 * MiB), 0);
-	check_image(s, "one", img, n);
-	check_image(s, "two", img2, n);
+	assert_int_equal(th_put(s, "two", img2, n, 1 * MiB), 0);
+	th_check_image(s, "one", img, n);
+	th_check_image(s, "two", img2, n);
 	/* every distinct block stored once, colliding ones as variants */
 	assert_int_equal(STAT(s, unique_blocks), VBLOCKS);
 	assert_int_equal(STAT(s, referenced_blocks), 2 * VBLOCKS);
@@ -317,7 +257,7 @@ static void test_verify_mode_exact(void **state)
 	dd_store_close(s);
 	free(img);
 	free(img2);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* ---- dd_writer_write_file ----------------------------------------------*/
@@ -357,7 +297,7 @@ static int put_file(dd_store *s, const char *name, int fd, uint64_t off,
 static void test_write_file(void **state)
 {
 	const size_t n = 3 * MiB + 5;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 16 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(n), *mixed = malloc(n);
@@ -371,12 +311,12 @@ static void test_write_file(void **state)
 	memset(data + 40000, 0, 70000); /* a zero run across blocks */
 	memcpy(data + 2 * MiB, data, 256 * KiB); /* repeats within */
 	fd = temp_file(path, data, n);
-	assert_int_equal(put(s, "mem", data, n, 100000), 0);
+	assert_int_equal(th_put(s, "mem", data, n, 100000), 0);
 	unique = STAT(s, unique_blocks);
 	assert_int_equal(put_file(s, "file", fd, 0, n), 0);
 	assert_int_equal(put_file(s, "again", fd, 0, n), 0);
-	check_image(s, "file", data, n);
-	check_image(s, "again", data, n);
+	th_check_image(s, "file", data, n);
+	th_check_image(s, "again", data, n);
 	assert_int_equal(STAT(s, unique_blocks), unique);
 
 	/* 1000 bytes from memory, file [1000, 501000), file [700000, n) */
@@ -389,13 +329,13 @@ static void test_write_file(void **state)
 	assert_int_equal(dd_writer_write_file(w, fd, 700000, n - 700000), 0);
 	assert_int_equal(dd_writer_commit(w), 0);
 	dd_writer_free(w);
-	check_image(s, "mixed", mixed, 501000 + n - 700000);
+	th_check_image(s, "mixed", mixed, 501000 + n - 700000);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_store_close(s);
 	close(fd);
 	free(data);
 	free(mixed);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* The Nth read, allocation or write of a put from a file fails: the read
@@ -407,7 +347,7 @@ static void test_write_file_fault_walk(void **state)
 	static const int classes[] = {DD_FAULT_READ, DD_FAULT_ALLOC,
 				      DD_FAULT_WRITE};
 	const size_t n = 384 * KiB;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_SHA256);
 	uint8_t *a = malloc(n);
@@ -445,24 +385,24 @@ static void test_write_file_fault_walk(void **state)
 			/* a copy writes nothing to packs */
 			if (!(classes[c] == DD_FAULT_WRITE && copy))
 				assert_true(failures > 0);
-			check_image(s, name, a, n);
+			th_check_image(s, name, a, n);
 		}
 		close(fd);
 	}
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
 	assert_int_equal(STAT(s, unreferenced_blocks), 0);
-	check_image(s, "f2.0", a, n);
+	th_check_image(s, "f2.0", a, n);
 	dd_store_close(s);
 	free(a);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* Verify mode keeps every block's bytes for the comparison: files read by
  * the workers read back exact under forced collisions. */
 static void test_write_file_verify(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 1, DD_COMPRESS_ZSTD,
 			     DD_HASH_TEST_WEAK16);
 	uint8_t *img = collision_image();
@@ -473,14 +413,14 @@ static void test_write_file_verify(void **state)
 	assert_true(count_collisions(img) > 20);
 	assert_int_equal(put_file(s, "one", fd, 0, n), 0);
 	assert_int_equal(put_file(s, "two", fd, 0, n), 0);
-	check_image(s, "one", img, n);
-	check_image(s, "two", img, n);
+	th_check_image(s, "one", img, n);
+	th_check_image(s, "two", img, n);
 	assert_int_equal(STAT(s, unique_blocks), VBLOCKS);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_store_close(s);
 	close(fd);
 	free(img);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* A range past the end of the file (it shrank) fails the snapshot with
@@ -488,7 +428,7 @@ static void test_write_file_verify(void **state)
 static void test_write_file_short(void **state)
 {
 	const size_t n = 1 * MiB;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(n);
@@ -517,12 +457,12 @@ static void test_write_file_short(void **state)
 	assert_int_equal(dd_writer_begin(&w, s, "bad"), 0);
 	assert_int_equal(dd_writer_write_file(w, -1, 0, 1), DD_EINVAL);
 	dd_writer_free(w);
-	check_image(s, "whole", data, n);
+	th_check_image(s, "whole", data, n);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_store_close(s);
 	close(fd);
 	free(data);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* Without verify a hash match is trusted: with a weak hash, colliding
@@ -530,7 +470,7 @@ static void test_write_file_short(void **state)
  * risk of dedup without verify, shown here; SHA-256 makes it negligible. */
 static void test_no_verify_shows_risk(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
 			     DD_HASH_TEST_WEAK16);
 	uint8_t *img = collision_image(), *buf;
@@ -539,7 +479,7 @@ static void test_no_verify_shows_risk(void **state)
 	dd_reader *r;
 
 	(void)state;
-	assert_int_equal(put(s, "one", img, n, 64 * KiB), 0);
+	assert_int_equal(th_put(s, "one", img, n, 64 * KiB), 0);
 	assert_int_equal(STAT(s, unique_blocks), VBLOCKS - coll);
 	buf = malloc(n);
 	assert_int_equal(dd_reader_open(&r, s, "one"), 0);
@@ -551,14 +491,14 @@ static void test_no_verify_shows_risk(void **state)
 	dd_store_close(s);
 	free(img);
 	free(buf);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* ---- lifecycle: abort, crash rollback, lock -----------------------------*/
 
 static void test_abort_leaves_nothing(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	uint8_t *data = malloc(4 * MiB);
 	dd_writer *w;
@@ -568,7 +508,7 @@ static void test_abort_leaves_nothing(void **state)
 	(void)state;
 	rng_state = 5;
 	fill_random(data, 4 * MiB);
-	assert_int_equal(put(s, "keep", data, MiB, MiB), 0);
+	assert_int_equal(th_put(s, "keep", data, MiB, MiB), 0);
 	packs_before = STAT(s, pack_bytes);
 	dd_writer_commit_bytes = MiB; /* make it commit part of the image */
 	assert_int_equal(dd_writer_begin(&w, s, "gone"), 0);
@@ -582,17 +522,17 @@ static void test_abort_leaves_nothing(void **state)
 	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
 	assert_int_equal(STAT(s, unreferenced_blocks), 0);
 	assert_true(STAT(s, pack_bytes) <= packs_before);
-	check_image(s, "keep", data, MiB);
+	th_check_image(s, "keep", data, MiB);
 	dd_store_close(s);
 	free(data);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* A writer killed after intermediate commits: the next writer rolls it
  * back; gc then reclaims its blocks. */
 static void test_killed_writer_rolled_back(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	uint8_t *data = malloc(6 * MiB);
 	dd_snapshot_info info;
@@ -602,7 +542,7 @@ static void test_killed_writer_rolled_back(void **state)
 	(void)state;
 	rng_state = 6;
 	fill_random(data, 6 * MiB);
-	assert_int_equal(put(s, "keep", data, MiB, MiB), 0);
+	assert_int_equal(th_put(s, "keep", data, MiB, MiB), 0);
 	dd_store_close(s);
 	pid = fork();
 	assert_true(pid >= 0);
@@ -629,16 +569,16 @@ static void test_killed_writer_rolled_back(void **state)
 	assert_int_equal(STAT(s, referenced_blocks), 256);
 	assert_int_equal(STAT(s, unique_blocks), 256);
 	assert_int_equal(STAT(s, unreferenced_blocks), 0);
-	check_image(s, "keep", data, MiB);
+	th_check_image(s, "keep", data, MiB);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_store_close(s);
 	free(data);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 static void test_writer_lock(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
 	dd_store *s2;
 	dd_writer *w, *w2;
@@ -656,17 +596,17 @@ static void test_writer_lock(void **state)
 	assert_int_equal(dd_writer_commit(w), 0);
 	dd_writer_free(w);
 	/* lock released: the other handle may write now */
-	assert_int_equal(put(s2, "b", data, sizeof(data), 100), 0);
-	assert_int_equal(put(s2, "b", data, sizeof(data), 100), DD_EEXIST);
-	check_image(s, "b", data, sizeof(data));
+	assert_int_equal(th_put(s2, "b", data, sizeof(data), 100), 0);
+	assert_int_equal(th_put(s2, "b", data, sizeof(data), 100), DD_EEXIST);
+	th_check_image(s, "b", data, sizeof(data));
 	dd_store_close(s2);
 	dd_store_close(s);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 static void test_names_and_misuse(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	char longname[300];
 	dd_writer *w;
@@ -692,7 +632,7 @@ static void test_names_and_misuse(void **state)
 	assert_int_equal(dd_writer_write(w, NULL, 5), DD_EINVAL);
 	assert_int_equal(dd_writer_write(w, b, 5), DD_ESTATE);
 	dd_writer_free(w);
-	assert_int_equal(put(s, "ok", b, 0, 1), 0);
+	assert_int_equal(th_put(s, "ok", b, 0, 1), 0);
 	assert_int_equal(dd_reader_open(&r, s, "ok"), 0);
 	assert_int_equal(dd_reader_pread(r, b, 10, 0, &got), 0);
 	assert_int_equal(got, 0);
@@ -706,17 +646,17 @@ static void test_names_and_misuse(void **state)
 	assert_non_null(strstr(dd_store_errmsg(NULL), "not a libdedup store"));
 	dd_create_opts o = DD_CREATE_OPTS_INIT;
 	o.block_size = 3000;
-	char *p2 = tmp_store();
+	char *p2 = th_tmp_store();
 	assert_int_equal(dd_store_create(&s, p2, &o, NULL), DD_EINVAL);
 	o.block_size = 2 * MiB;
 	assert_int_equal(dd_store_create(&s, p2, &o, NULL), DD_EINVAL);
-	rm_store(p2);
-	rm_store(path);
+	th_rm_store(p2);
+	th_rm_store(path);
 }
 
 static void test_newer_format_refused(void **state)
 {
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	char f[512];
 	FILE *fp;
@@ -729,7 +669,7 @@ static void test_newer_format_refused(void **state)
 	fclose(fp);
 	assert_int_equal(dd_store_open(&s, path, NULL), DD_EVERSION);
 	assert_non_null(strstr(dd_store_errmsg(NULL), "newer"));
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* ---- gc and scrub -------------------------------------------------------*/
@@ -737,7 +677,7 @@ static void test_newer_format_refused(void **state)
 static void test_gc_reclaims_and_compacts(void **state)
 {
 	const size_t n = 8 * MiB;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
 	uint8_t *a = malloc(n), *b = malloc(n);
 	dd_gc_result res;
@@ -747,8 +687,8 @@ static void test_gc_reclaims_and_compacts(void **state)
 	fill_random(a, n);
 	memcpy(b, a, n);
 	fill_random(b, n / 2); /* b shares its second half with a */
-	assert_int_equal(put(s, "a", a, n, MiB), 0);
-	assert_int_equal(put(s, "b", b, n, MiB), 0);
+	assert_int_equal(th_put(s, "a", a, n, MiB), 0);
+	assert_int_equal(th_put(s, "b", b, n, MiB), 0);
 	uint64_t before = STAT(s, pack_bytes);
 	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
 	assert_int_equal(STAT(s, unreferenced_blocks), n / 2 / (4 * KiB));
@@ -760,15 +700,15 @@ static void test_gc_reclaims_and_compacts(void **state)
 	assert_int_equal(STAT(s, ddt_entries), n / (4 * KiB));
 	/* compacted: well under 100 bytes per entry */
 	assert_true(STAT(s, ddt_bytes) / STAT(s, ddt_entries) <= 100);
-	check_image(s, "b", b, n);
+	th_check_image(s, "b", b, n);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	/* new writes after gc append fine */
-	assert_int_equal(put(s, "a2", a, n, MiB), 0);
-	check_image(s, "a2", a, n);
+	assert_int_equal(th_put(s, "a2", a, n, MiB), 0);
+	th_check_image(s, "a2", a, n);
 	dd_store_close(s);
 	free(a);
 	free(b);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 struct bad_seen {
@@ -792,7 +732,7 @@ static int scrub_cb(const dd_scrub_bad *bad, void *ctx)
 static void test_damage_detected(void **state)
 {
 	const size_t n = 64 * KiB;
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
 	uint8_t *a = malloc(n), buf[64 * KiB];
 	struct bad_seen seen = {0};
@@ -804,7 +744,7 @@ static void test_damage_detected(void **state)
 	(void)state;
 	rng_state = 3;
 	fill_random(a, n);
-	assert_int_equal(put(s, "a", a, n, n), 0);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
 	dd_store_close(s);
 	/* block 5's payload: header 64 + 5 * (64 + 4096) + 64 + 100 */
 	snprintf(pf, sizeof(pf), "%s/packs/00000001.pack", path);
@@ -831,7 +771,7 @@ static void test_damage_detected(void **state)
 	assert_int_equal(seen.offset, 5 * 4096);
 	dd_store_close(s);
 	free(a);
-	rm_store(path);
+	th_rm_store(path);
 }
 
 /* ---- injected faults -----------------------------------------------------*/
@@ -844,7 +784,7 @@ static void test_fault_walk(void **state)
 	const size_t n = 512 * KiB;
 	static const int classes[] = {DD_FAULT_WRITE, DD_FAULT_SYNC,
 				      DD_FAULT_ALLOC};
-	char *path = tmp_store();
+	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	uint8_t *a = malloc(n), *b = malloc(n);
 
@@ -852,7 +792,7 @@ static void test_fault_walk(void **state)
 	rng_state = 11;
 	fill_text(a, n);
 	fill_random(b, n);
-	assert_int_equal(put(s, "a", a, n, 100000), 0);
+	assert_int_equal(th_put(s, "a", a, n, 100000), 0);
 	for (size_t c = 0; c < 3; c++) {
 		int failures = 0;
 		char name[16];
@@ -864,7 +804,7 @@ static void test_fault_walk(void **state)
 			dd_fault_arm(classes[c], k,
 				     classes[c] == DD_FAULT_ALLOC ? ENOMEM
 				     : k % 2 ? ENOSPC : EIO, 0);
-			rc = put(s, name, b, n, 100000);
+			rc = th_put(s, name, b, n, 100000);
 			dd_fault_disarm_all();
 			if (rc == 0)
 				break;
@@ -874,22 +814,178 @@ static void test_fault_walk(void **state)
 			dd_snapshot_info info;
 			assert_int_equal(dd_snapshot_stat(s, name, &info),
 					 DD_ENOENT);
-			check_image(s, "a", a, n);
+			th_check_image(s, "a", a, n);
 		}
 		assert_true(failures > 0);
-		check_image(s, name, b, n);
+		th_check_image(s, name, b, n);
 		assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	}
 	dd_store_close(s);
 	assert_int_equal(dd_store_open(&s, path, NULL), 0);
 	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
 	assert_int_equal(STAT(s, unreferenced_blocks), 0);
-	check_image(s, "a", a, n);
-	check_image(s, "b2", b, n);
+	th_check_image(s, "a", a, n);
+	th_check_image(s, "b2", b, n);
 	dd_store_close(s);
 	free(a);
 	free(b);
-	rm_store(path);
+	th_rm_store(path);
+}
+
+/* The fault classes every walk below goes through. */
+static const int all_faults[] = {DD_FAULT_ALLOC, DD_FAULT_READ,
+				 DD_FAULT_WRITE, DD_FAULT_SYNC,
+				 DD_FAULT_RENAME, DD_FAULT_OPEN};
+
+/* gc under injected faults: a store whose pack is partly dead (snapshot
+ * "a" deleted, "b" and "c" kept) is copied from a template before the
+ * walk; each step runs gc with rewrite_below = 1, so the pack is rewritten
+ * and the DDT compacted.  After a failure: a clean error, the store opens,
+ * scrub passes, "b" and "c" read back exact, and nothing was reclaimed
+ * (gc is all or nothing).  The last step's gc must reclaim everything. */
+typedef struct gc_walk {
+	th_tmpl st;               /* first: th_tmpl_walk_reset */
+	th_image imgs[2];
+	uint64_t unref;            /* unreferenced blocks before gc */
+	dd_gc_result res;
+} gc_walk;
+
+static int gc_walk_op(void *ctx)
+{
+	gc_walk *g = ctx;
+	dd_gc_opts o = DD_GC_OPTS_INIT;
+
+	o.rewrite_below = 1.0;
+	memset(&g->res, 0, sizeof(g->res));
+	return dd_store_gc(g->st.s, &o, &g->res);
+}
+
+static void gc_walk_after(void *ctx, int rc)
+{
+	gc_walk *g = ctx;
+
+	if (rc)
+		th_check_errmsg(dd_store_errmsg(g->st.s), rc);
+	th_tmpl_check(&g->st, g->imgs, 2);
+	if (rc) {
+		assert_int_equal(STAT(g->st.s, unreferenced_blocks), g->unref);
+		return;
+	}
+	assert_int_equal(STAT(g->st.s, unreferenced_blocks), 0);
+	assert_int_equal(g->res.ddt_entries_removed, g->unref);
+	assert_int_equal(g->res.packs_rewritten, 1);
+	assert_true(g->res.blocks_moved > 0);
+}
+
+static void test_fault_walk_gc(void **state)
+{
+	const size_t n = 256 * KiB;
+	uint8_t *a = malloc(n), *b = malloc(n), *c = malloc(n / 4);
+	char *tmpl = th_tmp_store();
+	dd_store *s = create(tmpl, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	gc_walk g = {.imgs = {{"b", b, n}, {"c", c, n / 4}}};
+	th_walk w = {.what = "gc", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &g, .reset = th_tmpl_walk_reset,
+		     .op = gc_walk_op, .after = gc_walk_after};
+
+	(void)state;
+	rng_state = 21;
+	fill_random(a, n / 2);
+	fill_text(a + n / 2, n / 2);
+	memcpy(b, a, n);
+	fill_random(b, n / 4);       /* b shares its last 3/4 with a */
+	memset(b + n / 4, 0, 8 * KiB);
+	fill_random(c, n / 4);
+	assert_int_equal(th_put(s, "a", a, n, 50000), 0);
+	assert_int_equal(th_put(s, "b", b, n, 50000), 0);
+	assert_int_equal(th_put(s, "c", c, n / 4, 50000), 0);
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	g.unref = STAT(s, unreferenced_blocks);
+	/* a's blocks that b overwrote: n / 4 random, then two zero blocks */
+	assert_int_equal(g.unref, n / 4 / (4 * KiB) + 2);
+	dd_store_close(s);
+	th_tmpl_init(&g.st, tmpl);
+	assert_true(th_fault_walk(&w) > 0);
+	th_tmpl_fini(&g.st);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/* put under injected faults of every class, in verify mode (a hash match
+ * reads the stored block to compare) and with intermediate commits: a
+ * failure is a clean error, leaves no snapshot, the store opens, scrub
+ * passes and "a" reads back exact. */
+typedef struct put_walk {
+	char *path;
+	dd_store *s;
+	th_image imgs[2];
+} put_walk;
+
+static int put_walk_op(void *ctx)
+{
+	put_walk *p = ctx;
+
+	return th_put(p->s, p->imgs[1].name, p->imgs[1].data, p->imgs[1].size,
+		      100000);
+}
+
+/* Back to "a" alone, its blocks only in the DDT. */
+static void put_walk_reset(void *ctx)
+{
+	put_walk *p = ctx;
+	int rc = dd_snapshot_delete(p->s, p->imgs[1].name);
+
+	assert_true(rc == 0 || rc == DD_ENOENT);
+	assert_int_equal(dd_store_gc(p->s, NULL, NULL), 0);
+	assert_int_equal(STAT(p->s, unreferenced_blocks), 0);
+	dd_store_close(p->s);   /* a fresh handle: no pack handles cached */
+	assert_int_equal(dd_store_open(&p->s, p->path, NULL), 0);
+}
+
+static void put_walk_after(void *ctx, int rc)
+{
+	put_walk *p = ctx;
+	dd_snapshot_info info;
+
+	if (rc) {
+		th_check_errmsg(dd_store_errmsg(p->s), rc);
+		assert_int_equal(dd_snapshot_stat(p->s, p->imgs[1].name, &info),
+				 DD_ENOENT);
+	}
+	dd_store_close(p->s);
+	th_check_store(p->path, p->imgs, rc ? 1 : 2);
+	assert_int_equal(dd_store_open(&p->s, p->path, NULL), 0);
+}
+
+static void test_fault_walk_put_verify(void **state)
+{
+	const size_t n = 128 * KiB;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	put_walk p = {.path = th_tmp_store()};
+	th_walk w = {.what = "put verify", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &p, .reset = put_walk_reset,
+		     .op = put_walk_op, .after = put_walk_after};
+
+	(void)state;
+	p.s = create(p.path, 4 * KiB, 1, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	rng_state = 31;
+	fill_random(a, n);
+	memcpy(b, a, n);
+	fill_text(b, n / 2);          /* b: new text, then a's second half */
+	assert_int_equal(th_put(p.s, "a", a, n, 100000), 0);
+	p.imgs[0] = (th_image){"a", a, n};
+	p.imgs[1] = (th_image){"b", b, n};
+	dd_writer_commit_bytes = 64 * KiB;
+	assert_true(th_fault_walk(&w) > 0);
+	dd_writer_commit_bytes = (uint64_t)512 << 20;
+	dd_store_close(p.s);
+	free(a);
+	free(b);
+	th_rm_store(p.path);
 }
 
 int main(void)
@@ -912,6 +1008,8 @@ int main(void)
 		cmocka_unit_test(test_gc_reclaims_and_compacts),
 		cmocka_unit_test(test_damage_detected),
 		cmocka_unit_test(test_fault_walk),
+		cmocka_unit_test(test_fault_walk_gc),
+		cmocka_unit_test(test_fault_walk_put_verify),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,8 @@
 #include <cmocka.h>
 
 #include "dedup.h"
+#include "helpers.h"
+#include "common/faults.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/err.h"
@@ -979,6 +981,260 @@ static void test_send_fd_refuses_pipe(void **state)
 	close(p[1]);
 }
 
+/* ---- receiving under injected faults ------------------------------------------*/
+
+static const int recv_faults[] = {DD_FAULT_ALLOC, DD_FAULT_READ,
+				  DD_FAULT_WRITE, DD_FAULT_SYNC,
+				  DD_FAULT_RENAME, DD_FAULT_OPEN};
+
+#define FW_BLOCKS 48
+#define FW_SIZE (FW_BLOCKS * BS + 777)
+
+/* 4 KiB blocks of every kind a stream carries: random (DATA), compressible
+ * (DATA, zstd), zero (ZERO), repeats (REF), and a short tail. */
+static void fw_image(uint8_t *img, uint64_t seed)
+{
+	memset(img, 0, FW_SIZE);
+	for (size_t i = 0; i < FW_BLOCKS; i++) {
+		uint8_t *b = img + i * BS;
+
+		switch (i % 5) {
+		case 0:
+		case 4:
+			fill_random(b, BS, seed * 1000 + i);
+			break;
+		case 1:
+			for (size_t k = 0; k < BS; k += 64)
+				memset(b + k, (int)('a' + (i + k / 64) % 26), 40);
+			break;
+		case 3:
+			memcpy(b, b - 3 * BS, BS);
+			break;
+		}
+	}
+	fill_random(img + FW_BLOCKS * BS, 777, seed);
+}
+
+/* One receive walk: a stream read from a file into a copy of store
+ * `tmpl`, which
+ * holds the first `nbefore` of imgs; a success adds imgs[nbefore].  With
+ * `src` the receive is resumable: a failure may keep what arrived, which
+ * a stream from src resuming at the token must then complete. */
+typedef struct recv_walk {
+	th_tmpl st;               /* first: th_tmpl_walk_reset */
+	int stream_fd;             /* read with dd_fd_read: faults hit it */
+	th_image imgs[2];
+	size_t nbefore;
+	dd_store *src;
+	uint64_t resumed;          /* failures whose receive was resumed */
+} recv_walk;
+
+static int recv_walk_op(void *ctx)
+{
+	recv_walk *rw = ctx;
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+
+	ro.resumable = rw->src != NULL;
+	assert_int_equal(lseek(rw->stream_fd, 0, SEEK_SET), 0);
+	return dd_recv(rw->st.s, &ro, dd_fd_read, &rw->stream_fd, NULL);
+}
+
+/* A kept partial receive, completed by a stream that resumes it. */
+static void recv_walk_resume(recv_walk *rw, const char *token)
+{
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	const th_image *img = &rw->imgs[rw->nbefore];
+	struct mem rest = {0};
+	int rc;
+
+	so.resume_token = token;
+	if (rw->nbefore)
+		so.base = rw->imgs[0].name;
+	assert_int_equal(dd_send(rw->src, img->name, &so, mem_write, &rest), 0);
+	rc = dd_recv(rw->st.s, NULL, mem_read, &rest, NULL);
+	if (rc)
+		fail_msg("resuming at %s: %s", token, dd_store_errmsg(rw->st.s));
+	th_check_image(rw->st.s, img->name, img->data, img->size);
+	free(rest.p);
+	rw->resumed++;
+}
+
+static void recv_walk_after(void *ctx, int rc)
+{
+	recv_walk *rw = ctx;
+	dd_snapshot_info si;
+	char token[128];
+	bool done = rc == 0;
+
+	if (rc) {
+		th_check_errmsg(dd_store_errmsg(rw->st.s), rc);
+		/* nothing visible, and nothing kept unless resumable */
+		assert_int_equal(dd_snapshot_stat(rw->st.s,
+						  rw->imgs[rw->nbefore].name,
+						  &si), DD_ENOENT);
+		rc = dd_recv_resume_token(rw->st.s, token, sizeof(token));
+		assert_true(rc == DD_ENOENT || (rc == 0 && rw->src));
+		if (rc == 0) {
+			recv_walk_resume(rw, token);
+			done = true;
+		}
+	}
+	th_tmpl_check(&rw->st, rw->imgs, rw->nbefore + done);
+}
+
+/* An empty store or one holding `base` (received from full): a new
+ * th_tmp_store path. */
+static char *recv_walk_store(const struct mem *full)
+{
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	char *path = th_tmp_store();
+	dd_store *s;
+
+	co.block_size = BS;
+	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
+	if (full) {
+		struct mem m = *full;
+
+		m.pos = 0;
+		assert_int_equal(dd_recv(s, NULL, mem_read, &m, NULL), 0);
+	}
+	dd_store_close(s);
+	return path;
+}
+
+/* A temporary file holding the stream m. */
+static void stream_file(struct tmpfile *t, const struct mem *m)
+{
+	tmp_open(t);
+	assert_int_equal(write(t->fd, m->p, m->len), (ssize_t)m->len);
+}
+
+static uint64_t recv_walk_run(recv_walk *rw, char *tmpl, const char *what)
+{
+	th_walk w = {.what = what, .classes = recv_faults,
+		     .nclasses = sizeof(recv_faults) / sizeof(recv_faults[0]),
+		     .max_steps = 5000, .ctx = rw, .reset = th_tmpl_walk_reset,
+		     /* a resumed receive changed the store */
+		     .reset_every_step = rw->src != NULL,
+		     .op = recv_walk_op, .after = recv_walk_after};
+	uint64_t failures;
+
+	th_tmpl_init(&rw->st, tmpl);
+	failures = th_fault_walk(&w);
+	th_tmpl_fini(&rw->st);
+	return failures;
+}
+
+/* dd_recv under injected faults, a full stream into an empty store and an
+ * incremental one into a store holding its base: every failure is a clean
+ * error that leaves no snapshot and no partial receive behind, the store
+ * opens, scrub passes and what it held reads back exact.  Then both again,
+ * resumable: what a failure keeps is completed by a resuming stream. */
+static void test_fault_walk_recv(void **state)
+{
+	uint8_t *mon = malloc(FW_SIZE), *tue = malloc(FW_SIZE);
+	struct mem full = {0}, incr = {0};
+	struct tmpfile full_f, incr_f;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	char *src = recv_walk_store(NULL);
+	dd_store *s;
+
+	(void)state;
+	fw_image(mon, 1);
+	memcpy(tue, mon, FW_SIZE);
+	for (size_t i = 0; i < FW_BLOCKS; i += 7)  /* a few new blocks */
+		fill_random(tue + i * BS + 100, 200, 50 + i);
+	assert_int_equal(dd_store_open(&s, src, NULL), 0);
+	assert_int_equal(th_put(s, "mon", mon, FW_SIZE, 10000), 0);
+	assert_int_equal(th_put(s, "tue", tue, FW_SIZE, 10000), 0);
+	assert_int_equal(dd_send(s, "mon", NULL, mem_write, &full), 0);
+	so.base = "mon";
+	assert_int_equal(dd_send(s, "tue", &so, mem_write, &incr), 0);
+	stream_file(&full_f, &full);
+	stream_file(&incr_f, &incr);
+
+	for (int resumable = 0; resumable < 2; resumable++) {
+		recv_walk rw = {.stream_fd = full_f.fd,
+				.imgs = {{"mon", mon, FW_SIZE}}, .nbefore = 0,
+				.src = resumable ? s : NULL};
+
+		assert_true(recv_walk_run(&rw, recv_walk_store(NULL),
+					  resumable ? "recv full resumable"
+						    : "recv full") > 0);
+		assert_true(!resumable || rw.resumed > 0);
+		rw = (recv_walk){.stream_fd = incr_f.fd,
+				 .imgs = {{"mon", mon, FW_SIZE},
+					  {"tue", tue, FW_SIZE}},
+				 .nbefore = 1, .src = resumable ? s : NULL};
+		assert_true(recv_walk_run(&rw, recv_walk_store(&full),
+					  resumable ? "recv incremental resumable"
+						    : "recv incremental") > 0);
+		assert_true(!resumable || rw.resumed > 0);
+	}
+	dd_store_close(s);
+	th_rm_store(src);
+	tmp_close(&full_f);
+	tmp_close(&incr_f);
+	free(full.p);
+	free(incr.p);
+	free(mon);
+	free(tue);
+}
+
+/* dd_recv_fd (a raw file, no store) under injected faults: each failure is
+ * a clean error in dd_last_errmsg(); the last step rebuilds exact bytes. */
+typedef struct recv_fd_walk {
+	int stream_fd;
+	int fd;
+} recv_fd_walk;
+
+static int recv_fd_walk_op(void *ctx)
+{
+	recv_fd_walk *fw = ctx;
+
+	assert_int_equal(lseek(fw->stream_fd, 0, SEEK_SET), 0);
+	return dd_recv_fd(fw->fd, NULL, dd_fd_read, &fw->stream_fd, NULL);
+}
+
+static void recv_fd_walk_after(void *ctx, int rc)
+{
+	if (rc)
+		th_check_errmsg(dd_last_errmsg(), rc);
+	(void)ctx;
+}
+
+static void test_fault_walk_recv_fd(void **state)
+{
+	uint8_t *img = malloc(FW_SIZE), *back = malloc(FW_SIZE + 1);
+	struct mem s = {0};
+	struct tmpfile in, out, sf;
+	recv_fd_walk fw = {0};
+	th_walk w = {.what = "recv_fd", .classes = recv_faults,
+		     .nclasses = sizeof(recv_faults) / sizeof(recv_faults[0]),
+		     .max_steps = 5000, .ctx = &fw, .op = recv_fd_walk_op,
+		     .after = recv_fd_walk_after};
+
+	(void)state;
+	fw_image(img, 2);
+	tmp_open(&in);
+	assert_int_equal(write(in.fd, img, FW_SIZE), FW_SIZE);
+	assert_int_equal(dd_send_fd(in.fd, "img", BS, 0, NULL, mem_write, &s),
+			 0);
+	tmp_close(&in);
+	stream_file(&sf, &s);
+	tmp_open(&out);
+	fw.stream_fd = sf.fd;
+	fw.fd = out.fd;
+	assert_true(th_fault_walk(&w) > 0);
+	assert_int_equal(pread(out.fd, back, FW_SIZE + 1, 0), FW_SIZE);
+	assert_memory_equal(back, img, FW_SIZE);
+	tmp_close(&out);
+	tmp_close(&sf);
+	free(s.p);
+	free(img);
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -999,6 +1255,8 @@ int main(void)
 		cmocka_unit_test(test_recv_fd_refuses_damage),
 		cmocka_unit_test(test_check_incremental_base_refs),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
+		cmocka_unit_test(test_fault_walk_recv),
+		cmocka_unit_test(test_fault_walk_recv_fd),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
