@@ -28,6 +28,7 @@
  */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <errno.h>
@@ -430,8 +431,25 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 	return 0;
 }
 
+static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t limit,
+			    bool payloads, dd_pack_walk_fn fn, void *ctx,
+			    uint64_t *end);
+
 int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
 		 void *ctx, uint64_t *end)
+{
+	return dd_pack_walk_any(p, err, limit, true, fn, ctx, end);
+}
+
+int dd_pack_walk_headers(dd_pack *p, dd_err *err, dd_pack_walk_fn fn,
+			 void *ctx, uint64_t *end)
+{
+	return dd_pack_walk_any(p, err, 0, false, fn, ctx, end);
+}
+
+static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t limit,
+			    bool payloads, dd_pack_walk_fn fn, void *ctx,
+			    uint64_t *end)
 {
 	const size_t buflen = DD_PACK_REC_HDR_SIZE + DD_BLOCK_SIZE_MAX;
 	uint64_t size, bound, off = DD_PACK_FILE_HDR_SIZE;
@@ -485,9 +503,11 @@ int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
 					bound);
 			goto out;
 		}
-		rc = dd_io_pread(err, p->pk_fd, buf + DD_PACK_REC_HDR_SIZE,
-				 rec.pr_psize, off + DD_PACK_REC_HDR_SIZE, &got,
-				 p->pk_name);
+		got = rec.pr_psize;
+		if (payloads)
+			rc = dd_io_pread(err, p->pk_fd, buf + DD_PACK_REC_HDR_SIZE,
+					 rec.pr_psize, off + DD_PACK_REC_HDR_SIZE,
+					 &got, p->pk_name);
 		if (rc)
 			goto out;
 		if (got < rec.pr_psize) {
@@ -496,7 +516,8 @@ int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
 					p->pk_name, off);
 			goto out;
 		}
-		rc = fn(ctx, off, &rec, buf + DD_PACK_REC_HDR_SIZE);
+		rc = fn(ctx, off, &rec,
+			payloads ? buf + DD_PACK_REC_HDR_SIZE : NULL);
 		if (rc)
 			goto out;
 		off += DD_PACK_REC_HDR_SIZE + rec.pr_psize;

@@ -142,5 +142,10 @@ typedef int (*dd_pack_walk_fn)(void *ctx, uint64_t offset,
 			       const dd_pack_rec *rec, const void *payload);
 int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
 		 void *ctx, uint64_t *end);
+/* The same over headers only, to the end of file: fn gets NULL for the
+ * payload (its bytes are not read; a payload cut short by the end of file
+ * still stops the walk). */
+int dd_pack_walk_headers(dd_pack *p, dd_err *err, dd_pack_walk_fn fn,
+			 void *ctx, uint64_t *end);
 
 #endif

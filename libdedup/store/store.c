@@ -759,8 +759,76 @@ static bool dd_is_doomed(const struct dd_doomed *dm, uint32_t id)
 	return false;
 }
 
+struct dd_live_probe {
+	dd_txn *lp_txn;
+	uint32_t lp_pack;
+	uint64_t lp_from;
+	bool lp_live;
+	uint64_t lp_offset;
+};
+
+static int dd_live_probe_rec(void *ctx, uint64_t offset,
+			     const dd_pack_rec *rec, const void *payload)
+{
+	struct dd_live_probe *lp = ctx;
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	dd_err e;
+
+	(void)payload;
+	if (offset + DD_PACK_REC_HDR_SIZE + rec->pr_psize <= lp->lp_from)
+		return 0; /* wholly before the cut */
+	memcpy(key.dk_hash, rec->pr_hash, DD_HASH_SIZE);
+	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+		key.dk_variant = (uint8_t)v;
+		if (dd_ddt_get(lp->lp_txn, &e, &key, &ent) != 0)
+			return 0; /* no (more) entries with this hash */
+		if (ent.de_pack == lp->lp_pack && ent.de_offset == offset &&
+		    !(ent.de_flags & DD_DDE_PENDING)) {
+			lp->lp_live = true;
+			lp->lp_offset = offset;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* May recovery cut pack p back to `from` (remove it: from 0)?  Only if
+ * no DDT entry names a record that reaches past it.  A writer or gc that
+ * died before committing left nothing a committed entry names; a
+ * committed end or a packs entry damaged in the LMDB file would, and
+ * destroying live blocks on its word is what recovery must never do:
+ * DD_ECORRUPT then.  The walk reads headers from the pack's start (a
+ * damaged end need not fall on a record) and stops at a torn record (a
+ * killed writer's last one): nothing past it can be named either. */
+static int dd_pack_tail_is_dead(dd_txn *txn, dd_err *err, dd_pack *p,
+				uint64_t from)
+{
+	struct dd_live_probe lp = {.lp_txn = txn, .lp_pack = dd_pack_id(p),
+				   .lp_from = from};
+	dd_err walk_err;
+	char name[16];           /* dd_pack_name's size */
+	int rc = dd_pack_walk_headers(p, &walk_err, dd_live_probe_rec, &lp,
+				      NULL);
+
+	if (lp.lp_live) {
+		dd_pack_name(name, sizeof(name), lp.lp_pack);
+		return dd_err_set(err, DD_ECORRUPT, "pack %s: the store's "
+				  "metadata says it ends at %llu, but a live "
+				  "block is at %llu (damaged metadata: not "
+				  "cutting it; run scrub)", name,
+				  (unsigned long long)from,
+				  (unsigned long long)lp.lp_offset);
+	}
+	if (rc == DD_EIO || rc == DD_ENOMEM)
+		return dd_err_copy(err, &walk_err);
+	return 0;
+}
+
 /* Truncates pack tails past their committed end; removes pack files that
- * no commit recorded (created by a writer that died before committing). */
+ * no commit recorded (created by a writer that died before committing).
+ * Neither happens to a pack holding a block the DDT names (metadata
+ * damage): dd_pack_tail_is_dead. */
 static int dd_recover_packs(dd_store *s, dd_err *err)
 {
 	int dfd = dup(s->st_packdir);
@@ -802,8 +870,17 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 			continue; /* a reader may still need it */
 		rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
 		if (rc == DD_ENOENT) {
-			rc = 0;
-			if (unlinkat(s->st_packdir, de->d_name, 0) != 0)
+			dd_pack *p;
+
+			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id,
+					  0);
+			if (!rc) {
+				rc = dd_pack_tail_is_dead(txn, err, p, 0);
+				dd_pack_close(p);
+			} else if (rc == DD_ECORRUPT) {
+				rc = 0; /* not even a pack header: nothing live */
+			}
+			if (!rc && unlinkat(s->st_packdir, de->d_name, 0) != 0)
 				rc = dd_err_set(err, dd_errno_code(errno),
 						"remove %s: %s", de->d_name,
 						strerror(errno));
@@ -823,13 +900,14 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 					(long long)st.st_size,
 					(unsigned long long)committed);
 		} else if ((uint64_t)st.st_size > committed) {
-			dd_pack *p;
+			dd_pack *p = NULL;
 
 			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id, 1);
-			if (!rc) {
+			if (!rc)
+				rc = dd_pack_tail_is_dead(txn, err, p, committed);
+			if (!rc)
 				rc = dd_pack_truncate(p, err, committed);
-				dd_pack_close(p);
-			}
+			dd_pack_close(p);
 		}
 	}
 	dd_txn_abort(txn);

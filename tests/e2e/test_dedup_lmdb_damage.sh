@@ -225,7 +225,8 @@ leaf_cases('snap-leaf', 'snap', [], [])
 for k in ('block_size', 'ddt.live', 'hash', 'compress', 'snap.next'):
     leaf_cases('meta-' + k, 'meta', [], [(0, 0x01)], key=k.encode())
 # packs: pack id; version, committed end (a bit of it set: made smaller,
-# the end would let the next writer cut live blocks off; scrub names them)
+# scrub names the blocks past it, and the next writer's recovery refuses
+# to cut them off -- test_store.c, test_recovery_keeps_live_blocks)
 leaf_cases('packs-leaf', 'packs', [3], [(0, 0x02), (10, 0x01)])
 p, pg = first('packs', 'leaf')
 off, ksize = node_at(pg)

@@ -1113,6 +1113,13 @@ static int golden_walk_cb(void *ctx, uint64_t offset, const dd_pack_rec *rec,
 	return 0;
 }
 
+static int headers_walk_cb(void *ctx, uint64_t offset, const dd_pack_rec *rec,
+			   const void *payload)
+{
+	assert_null(payload);
+	return golden_walk_cb(ctx, offset, rec, payload);
+}
+
 static void test_golden(void **state)
 {
 	const char *path = DD_GOLDEN_DIR "/pack_v1.pack";
@@ -1183,6 +1190,12 @@ static void test_golden(void **state)
 	close(fd);
 	assert_int_equal(dd_pack_open(&p, &err, t.td_fd, GOLDEN_ID, 0), 0);
 	assert_int_equal(dd_pack_walk(p, &err, 0, golden_walk_cb, &n, &end), 0);
+	assert_int_equal(n, GOLDEN_NRECS);
+	assert_int_equal(end, glen);
+	/* headers only: the same records, no payloads */
+	n = 0;
+	assert_int_equal(dd_pack_walk_headers(p, &err, headers_walk_cb, &n,
+					      &end), 0);
 	assert_int_equal(n, GOLDEN_NRECS);
 	assert_int_equal(end, glen);
 	dd_pack_close(p);

@@ -576,6 +576,66 @@ static void test_killed_writer_rolled_back(void **state)
 	th_rm_store(path);
 }
 
+/* Sets pack 1's committed end (or removes its packs entry: end 0) in the
+ * LMDB file, as damage to it would. */
+static void damage_pack_end(dd_store *s, uint64_t end)
+{
+	dd_txn *txn;
+	dd_err err;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	if (end)
+		assert_int_equal(dd_packs_put(txn, &err, 1, end), 0);
+	else
+		assert_int_equal(dd_packs_del(txn, &err, 1), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+}
+
+/* Recovery cuts pack tails back to the committed end and removes packs no
+ * commit names -- but never on the word of damaged metadata: a pack whose
+ * "dead" part holds a block the DDT names is left alone, and the writer
+ * refuses with DD_ECORRUPT. */
+static void test_recovery_keeps_live_blocks(void **state)
+{
+	const size_t n = 512 * KiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	uint8_t *data = malloc(n);
+	char pack[4096];
+	struct stat st;
+	dd_writer *w;
+	off_t size;
+
+	(void)state;
+	rng_state = 8;
+	fill_random(data, n);
+	assert_int_equal(th_put(s, "keep", data, n, n), 0);
+	snprintf(pack, sizeof(pack), "%s/packs/00000001.pack", path);
+	assert_int_equal(stat(pack, &st), 0);
+	size = st.st_size;
+
+	damage_pack_end(s, (uint64_t)size / 2);
+	assert_int_equal(dd_writer_begin(&w, s, "next"), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "live block"));
+	assert_int_equal(stat(pack, &st), 0);
+	assert_int_equal(st.st_size, size);
+
+	damage_pack_end(s, 0);
+	assert_int_equal(dd_writer_begin(&w, s, "next"), DD_ECORRUPT);
+	assert_int_equal(stat(pack, &st), 0);
+	assert_int_equal(st.st_size, size);
+
+	/* repaired, everything is there and writing goes on */
+	damage_pack_end(s, (uint64_t)size);
+	th_check_image(s, "keep", data, n);
+	assert_int_equal(th_put(s, "next", data, n, n), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(data);
+	th_rm_store(path);
+}
+
 static void test_writer_lock(void **state)
 {
 	char *path = th_tmp_store();
@@ -1002,6 +1062,7 @@ int main(void)
 		cmocka_unit_test(test_no_verify_shows_risk),
 		cmocka_unit_test(test_abort_leaves_nothing),
 		cmocka_unit_test(test_killed_writer_rolled_back),
+		cmocka_unit_test(test_recovery_keeps_live_blocks),
 		cmocka_unit_test(test_writer_lock),
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
