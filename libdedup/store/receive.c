@@ -17,13 +17,12 @@
  * crash; recovery leaves such an entry alone, and dd_recv_resume continues
  * it from its next block.
  */
-#include <string.h>
-
-#include "store/replica.h"
 #include <stdio.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/endian.h"
+#include "store/replica.h"
 #include "store/writer_internal.h"
 
 int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
@@ -91,9 +90,8 @@ static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
 	w->w_blocks++;
 	w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
 	w->w_uncommitted += lsize;
-	/* lookups touch random DDT pages: keep RSS bounded (ddt/db.h) */
-	if ((++w->w_uncommitted_blocks & 511) == 0)
-		dd_db_trim_map(w->w_store->st_db);
+	/* lookups touch random DDT pages: keep RSS bounded (replica.h) */
+	dd_replica_trim_map(w->w_store, ++w->w_uncommitted_blocks);
 	if (dd_writer_commit_due(w, 0, 0))
 		return dd_writer_sync_commit(w, true);
 	return 0;

@@ -39,6 +39,18 @@ int dd_store_fail(dd_store *s, const dd_err *err);
 int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Keeps the RSS of a long walk or receive bounded: call once per block
+ * with the count of blocks so far.  LMDB reads its map through page
+ * faults, and the kernel maps up to 16 pages of the page cache around
+ * each fault (fault-around, which MADV_RANDOM does not turn off), so one
+ * random DDT lookup can add 64 KiB of file-backed RSS: trimming every 512
+ * blocks let 4 KiB-block sends and receives keep 30-40 MiB of the map.
+ * Every 16th call reads the calling thread's page-fault count (getrusage)
+ * and, once 128 faults have happened since this thread last trimmed,
+ * drops the map's pages (dd_db_trim_map): about 8 MiB of the map stay
+ * mapped at most, and lookups that do not fault cost nothing more. */
+void dd_replica_trim_map(dd_store *s, uint64_t n);
+
 /* ---- sending ------------------------------------------------------------*/
 
 typedef struct dd_snap_iter dd_snap_iter;
@@ -48,10 +60,15 @@ typedef struct dd_snap_iter dd_snap_iter;
 int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
 		      const char *name, dd_replica_snap *info);
 /* The next stored (non-hole) block at index >= from (first call) or after
- * the last one: 1 with *idx and *blk, 0 at the end.  with_payload = false
- * skips reading the pack (hash and sizes only). */
+ * the last one: 1 with *idx, and blk's hash and lsize (from the block map
+ * and the snapshot's size: no DDT lookup), 0 at the end. */
 int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
-		      bool with_payload, uint64_t *idx, dd_replica_blk *blk);
+		      uint64_t *idx, dd_replica_blk *blk);
+/* Completes blk for the block dd_snap_iter_next gave last: codec, psize
+ * and the stored payload (valid until the next call), after checking its
+ * DDT entry (DD_ECORRUPT if missing or of another size) and its record's
+ * header. */
+int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk);
 void dd_snap_iter_close(dd_snap_iter *it);
 
 /* ---- receiving ----------------------------------------------------------*/

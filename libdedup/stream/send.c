@@ -7,6 +7,8 @@
  * pack stores it (never recompressed).  "Carried already" is a dd_hmap of
  * hashes with a memory cap beyond which it spills to disk, so the sender's
  * memory does not grow with the image (ZFS send -D kept its table in RAM).
+ * The table is asked first, from the block map's hash alone: only DATA
+ * blocks are looked up in the DDT and read from their pack.
  *
  * A resume token (format/stream.md §10.3) names the snapshot's content
  * digest and the first block the receiver lacks; the stream then starts
@@ -79,7 +81,7 @@ static int dd_send_seed_base(dd_sender *sd, const char *base)
 	if (binfo.rs_block_size != sd->sd_hdr.sh_block_size)
 		rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 				"base '%s' has another block size", base);
-	while (!rc && (rc = dd_snap_iter_next(bit, &sd->sd_err, 0, false, &idx,
+	while (!rc && (rc = dd_snap_iter_next(bit, &sd->sd_err, 0, &idx,
 					      &blk)) == 1)
 		rc = dd_hmap_put(sd->sd_sent, &sd->sd_err, blk.rb_hash, idx);
 	dd_snap_iter_close(bit);
@@ -113,7 +115,7 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 	dd_err *err = &sd->sd_err;
 	int rc;
 
-	while ((rc = dd_snap_iter_next(sd->sd_it, err, from, true, &idx,
+	while ((rc = dd_snap_iter_next(sd->sd_it, err, from, &idx,
 				       &blk)) == 1) {
 		rc = idx > next ? dd_senc_zero(sd->sd_enc, err, next, idx - next)
 				: 0;
@@ -124,9 +126,13 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 			rc = dd_senc_ref(sd->sd_enc, err, idx, blk.rb_hash,
 					 blk.rb_lsize);
 		} else if (rc == DD_ENOENT) {
-			rc = dd_senc_data(sd->sd_enc, err, idx, blk.rb_hash,
-					  blk.rb_codec, blk.rb_lsize,
-					  blk.rb_psize, blk.rb_payload);
+			/* only now the DDT and the pack: a REF needs neither */
+			rc = dd_snap_iter_load(sd->sd_it, err, &blk);
+			if (!rc)
+				rc = dd_senc_data(sd->sd_enc, err, idx,
+						  blk.rb_hash, blk.rb_codec,
+						  blk.rb_lsize, blk.rb_psize,
+						  blk.rb_payload);
 			if (!rc)
 				rc = dd_hmap_put(sd->sd_sent, err, blk.rb_hash,
 						 idx);
