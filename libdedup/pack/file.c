@@ -49,8 +49,26 @@ struct dd_pack {
 	int pk_writable;
 	int pk_broken;          /* a sync failed: no more appends (see top) */
 	uint64_t pk_end;        /* where the next record goes */
+	uint64_t pk_flushed;    /* writeback started up to here */
 	char pk_name[DD_PACK_NAME_LEN];
 };
+
+/* Appended bytes that start writing back, without waiting, once this many
+ * have gathered: the fdatasync a commit makes (data before metadata) then
+ * finds little left to write, instead of all of it at once while the
+ * writer waits -- the disk works while the cores hash and compress. */
+#define DD_PACK_FLUSH_BYTES ((uint64_t)8 << 20)
+
+static void pack_start_writeback(dd_pack *p)
+{
+	if (p->pk_end < p->pk_flushed + DD_PACK_FLUSH_BYTES)
+		return;
+	/* a hint: its failure changes nothing, fdatasync reports errors */
+	(void)sync_file_range(p->pk_fd, (off64_t)p->pk_flushed,
+			      (off64_t)(p->pk_end - p->pk_flushed),
+			      SYNC_FILE_RANGE_WRITE);
+	p->pk_flushed = p->pk_end;
+}
 
 void dd_pack_name(char *buf, size_t len, uint32_t id)
 {
@@ -165,6 +183,7 @@ int dd_pack_create(dd_pack **out, dd_err *err, int dirfd, uint32_t id)
 		goto fail;
 	}
 	p->pk_end = DD_PACK_FILE_HDR_SIZE;
+	p->pk_flushed = p->pk_end;
 	*out = p;
 	return 0;
 fail:
@@ -221,6 +240,7 @@ int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
 	}
 	/* The store truncates to its committed length before appending. */
 	p->pk_end = size;
+	p->pk_flushed = p->pk_end;
 	*out = p;
 	return 0;
 fail:
@@ -279,6 +299,7 @@ int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
 			return rc;
 	}
 	p->pk_end = end;
+	p->pk_flushed = p->pk_end;
 	return 0;
 }
 
@@ -317,6 +338,7 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 	}
 	p->pk_end = off + DD_PACK_REC_HDR_SIZE + rec->pr_psize;
 	*offset = off;
+	pack_start_writeback(p);
 	return 0;
 }
 
