@@ -1048,6 +1048,92 @@ static void test_fault_walk_put_verify(void **state)
 	th_rm_store(p.path);
 }
 
+/* ---- get under faults ----------------------------------------------------*/
+
+typedef struct get_walk {
+	char *path;
+	th_image imgs[2];
+	uint8_t *buf;
+} get_walk;
+
+/* What `dedup get` does: open the store, read each snapshot whole.  A read
+ * that fails returns no bytes (the buffer is zeroed); one that succeeds
+ * returns the image exactly. */
+static int get_walk_op(void *ctx)
+{
+	get_walk *g = ctx;
+	dd_store *s;
+	int rc = dd_store_open(&s, g->path, NULL);
+
+	if (rc) {
+		th_check_errmsg(dd_store_errmsg(NULL), rc);
+		return rc;
+	}
+	for (size_t i = 0; !rc && i < 2; i++) {
+		const th_image *im = &g->imgs[i];
+		dd_reader *r;
+		size_t got = 0;
+
+		rc = dd_reader_open(&r, s, im->name);
+		if (rc) {
+			th_check_errmsg(dd_store_errmsg(s), rc);
+			break;
+		}
+		memset(g->buf, 0xa5, im->size);
+		rc = dd_reader_pread(r, g->buf, im->size, 0, &got);
+		if (rc) {
+			th_check_errmsg(dd_reader_errmsg(r), rc);
+			for (size_t k = 0; k < im->size; k++)
+				assert_int_equal(g->buf[k], 0);
+		} else {
+			assert_int_equal(got, im->size);
+			assert_memory_equal(g->buf, im->data, im->size);
+		}
+		dd_reader_close(r);
+	}
+	dd_store_close(s);
+	return rc;
+}
+
+/* A get changes nothing: the store stays as it was. */
+static void get_walk_after(void *ctx, int rc)
+{
+	get_walk *g = ctx;
+
+	(void)rc;
+	th_check_store(g->path, g->imgs, 2);
+}
+
+static void test_fault_walk_get(void **state)
+{
+	const size_t n = 256 * KiB;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	get_walk g = {.path = th_tmp_store(), .buf = malloc(n)};
+	th_walk w = {.what = "get", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &g, .op = get_walk_op,
+		     .after = get_walk_after};
+	dd_store *s = create(g.path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+
+	(void)state;
+	rng_state = 41;
+	fill_text(a, n);
+	memcpy(b, a, n);
+	fill_random(b + n / 2, n / 4);
+	memset(b, 0, 3 * 4 * KiB);          /* holes too */
+	assert_int_equal(th_put(s, "a", a, n, 100000), 0);
+	assert_int_equal(th_put(s, "b", b, n, 100000), 0);
+	dd_store_close(s);
+	g.imgs[0] = (th_image){"a", a, n};
+	g.imgs[1] = (th_image){"b", b, n};
+	assert_true(th_fault_walk(&w) > 0);
+	free(a);
+	free(b);
+	free(g.buf);
+	th_rm_store(g.path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1071,6 +1157,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk),
 		cmocka_unit_test(test_fault_walk_gc),
 		cmocka_unit_test(test_fault_walk_put_verify),
+		cmocka_unit_test(test_fault_walk_get),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
