@@ -21,13 +21,16 @@
  * reads batch k+1, so both cores are busy whether the data is new
  * (compression bound) or known (hash bound).  A regular file is not read
  * by the caller at all: it hands the batch a byte range, and the hash
- * stage reads it region by region (a region: the largest block size),
- * where it hashes it -- the copy out of the page cache is spread over the
- * cores, and with --compress none it goes to a per-worker buffer that
- * stays in cache, since no later stage needs the bytes.  Blocks are cut
- * region by region so that a region's blocks of every size are one run.  Tables change shape (spill
- * in exact mode, subsample in sample mode) only between stage 4 of one
- * batch and stage 2 of the next, when no entry waits for its size.
+ * stage reads it region by region (a multiple of the largest block size,
+ * 128 KiB at least) where it hashes it -- the copy out of the page cache
+ * is spread over the cores, and with --compress none it goes to a
+ * per-worker buffer that stays in cache, since no later stage needs the
+ * bytes.  Blocks are cut region by region so that a region's blocks of
+ * every size are one run.
+ *
+ * Tables change shape (spill in exact mode, subsample in sample mode)
+ * only between stage 4 of one batch and stage 2 of the next, when no
+ * entry waits for its size.
  *
  * Exactness: a table entry is what the store's DDT entry would be -- key
  * the full SHA-256, refcount the number of non-zero blocks with those
@@ -60,6 +63,7 @@
 #define DD_SCAN_BATCH_MAX ((size_t)8 << 20)
 #define DD_SCAN_BATCH_MIN ((size_t)64 << 10)
 #define DD_SCAN_RING 3
+#define DD_SCAN_REGION_MIN ((size_t)128 << 10)
 #define DD_SCAN_CONFIDENCE 0.99
 
 enum { DD_BK_ZERO, DD_BK_DATA, DD_BK_NEW, DD_BK_SKIP };
@@ -127,6 +131,7 @@ struct dd_scan {
 	dd_bsz s_bz[DD_SCAN_MAX_BLOCK_SIZES];
 	size_t s_nbz;
 	uint32_t s_maxbs;
+	size_t s_region;          /* hash-stage unit: a multiple of s_maxbs */
 	size_t s_cap;             /* batch buffer bytes */
 	size_t s_maxblk;          /* dd_blk slots per batch */
 	size_t s_table_budget;    /* bytes for all tables */
@@ -225,7 +230,7 @@ static void dd_read_range(dd_sbatch *b, uint8_t *dst, size_t beg, size_t end)
 static void dd_hash_region(dd_scan *s, dd_sbatch *b, size_t r,
 			   unsigned worker)
 {
-	size_t beg = r * s->s_maxbs, end = beg + s->s_maxbs;
+	size_t beg = r * s->s_region, end = beg + s->s_region;
 	size_t first = b->sb_reg_first[r], last = b->sb_reg_first[r + 1];
 	const uint8_t *buf = b->sb_data;
 	size_t buf_off = 0;
@@ -461,18 +466,20 @@ static void dd_batch_cut(dd_scan *s, dd_sbatch *b)
 {
 	size_t end = b->sb_fill, seg = b->sb_seg;
 
-	/* regions before the segment (alignment padding) hold no block */
-	while (b->sb_nreg < seg / s->s_maxbs)
-		b->sb_reg_first[b->sb_nreg++] = b->sb_nblk;
-	for (size_t reg = seg; reg < end; reg += s->s_maxbs) {
-		size_t reg_end = end - reg < s->s_maxbs ? end : reg + s->s_maxbs;
+	/* Window by window of the largest block size (segments start on
+	 * one, so no block crosses a window, nor a region: a multiple of
+	 * it); a region's first window opens its run, regions before it --
+	 * alignment padding -- hold no block. */
+	for (size_t win = seg; win < end; win += s->s_maxbs) {
+		size_t win_end = end - win < s->s_maxbs ? end : win + s->s_maxbs;
 
-		b->sb_reg_first[b->sb_nreg++] = b->sb_nblk;
+		while (b->sb_nreg <= win / s->s_region)
+			b->sb_reg_first[b->sb_nreg++] = b->sb_nblk;
 		for (size_t i = 0; i < s->s_nbz; i++) {
 			dd_bsz *bz = &s->s_bz[i];
 			uint32_t bs = bz->bz_bs;
 
-			for (size_t off = reg; off < reg_end; off += bs) {
+			for (size_t off = win; off < win_end; off += bs) {
 				dd_blk *bk = &b->sb_blk[b->sb_nblk++];
 
 				bk->bk_off = (uint32_t)off;
@@ -936,7 +943,7 @@ static int dd_scan_workers(dd_scan *s)
 							    : 1);
 		if (!rc && !(wk->wk_out = dd_malloc(dd_codec_bound(s->s_maxbs))))
 			rc = DD_ENOMEM;
-		if (!rc && !(wk->wk_hot = dd_malloc(s->s_maxbs)))
+		if (!rc && !(wk->wk_hot = dd_malloc(s->s_region)))
 			rc = DD_ENOMEM;
 		if (rc)
 			return dd_err_set(&s->s_err, rc, "cannot set up "
@@ -965,11 +972,17 @@ static size_t dd_scan_plan_batches(dd_scan *s, uint64_t mem)
 	if (cap < 4 * (size_t)s->s_maxbs)
 		cap = 4 * (size_t)s->s_maxbs;
 	s->s_cap = cap;
+	/* the hash stage reads and hashes a region at a time: 128 KiB at
+	 * least, so that small blocks do not cost a pread and a job item
+	 * each (both powers of two: a region divides the batch) */
+	s->s_region = s->s_maxbs;
+	while (s->s_region < DD_SCAN_REGION_MIN && s->s_region < cap)
+		s->s_region *= 2;
 	s->s_maxblk = 0;
 	for (size_t i = 0; i < s->s_nbz; i++)
 		s->s_maxblk += cap / s->s_bz[i].bz_bs + cap / s->s_maxbs;
 	per = cap + s->s_maxblk * (sizeof(dd_blk) + sizeof(uint32_t)) +
-	      (cap / s->s_maxbs + 1) * sizeof(size_t);
+	      (cap / s->s_region + 1) * sizeof(size_t);
 	return DD_SCAN_RING * per;
 }
 
@@ -993,7 +1006,7 @@ static int dd_scan_alloc(dd_scan *s)
 		b->sb_data = dd_malloc(s->s_cap);
 		b->sb_blk = dd_calloc(s->s_maxblk, sizeof(dd_blk));
 		b->sb_new = dd_calloc(s->s_maxblk, sizeof(uint32_t));
-		b->sb_reg_first = dd_calloc(s->s_cap / s->s_maxbs + 1,
+		b->sb_reg_first = dd_calloc(s->s_cap / s->s_region + 1,
 					    sizeof(size_t));
 		if (!b->sb_data || !b->sb_blk || !b->sb_new || !b->sb_reg_first)
 			return dd_err_set(&s->s_err, DD_ENOMEM, "out of memory");

@@ -475,6 +475,50 @@ static void test_exact_equals_store(void **state)
 	free_images(img, NIMG);
 }
 
+/* --compress none reads small-block regions into each worker's own
+ * buffer (several windows of the largest size a region): the dedup
+ * figures are those of the zstd scan, which equal the store's. */
+static void test_none_equals_zstd(void **state)
+{
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	dd_scan_result rz = {.version = DD_SCAN_RESULT_VERSION};
+	dd_scan_result rn = {.version = DD_SCAN_RESULT_VERSION};
+	dd_scan *sz, *sn;
+	uint8_t *img[NIMG];
+	size_t len[NIMG];
+	char path[128];
+
+	(void)state;
+	make_images(img, len);
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 2;       /* 4K and 16K: a region holds 8 windows */
+	assert_int_equal(dd_scan_new(&sz, &so), 0);
+	so.compress = DD_COMPRESS_NONE;
+	assert_int_equal(dd_scan_new(&sn, &so), 0);
+	for (int i = 0; i < NIMG; i++) {
+		snprintf(path, sizeof(path), "%s/img%d", tmpdir, i);
+		write_file(path, img[i], len[i]);
+		assert_int_equal(dd_scan_add_path(sz, path), 0);
+		assert_int_equal(dd_scan_add_path(sn, path), 0);
+	}
+	assert_int_equal(dd_scan_finish(sz), 0);
+	assert_int_equal(dd_scan_finish(sn), 0);
+	for (size_t b = 0; b < 2; b++) {
+		assert_int_equal(dd_scan_result_get(sz, b, &rz), 0);
+		assert_int_equal(dd_scan_result_get(sn, b, &rn), 0);
+		assert_int_equal(rn.blocks, rz.blocks);
+		assert_int_equal(rn.zero_blocks, rz.zero_blocks);
+		assert_int_equal(rn.referenced_bytes, rz.referenced_bytes);
+		assert_int_equal(rn.unique_blocks, rz.unique_blocks);
+		assert_int_equal(rn.unique_bytes, rz.unique_bytes);
+		assert_int_equal(rn.stored_bytes, rn.unique_bytes);
+		assert_true(rn.dedup_ratio == rz.dedup_ratio);
+	}
+	dd_scan_free(sz);
+	dd_scan_free(sn);
+	free_images(img, NIMG);
+}
+
 /* 256 KiB: tables of a few hundred entries, so the scan spills many
  * runs; the merged figures are still the store's, exactly. */
 static void test_exact_spill_equals_store(void **state)
@@ -960,6 +1004,7 @@ int main(void)
 		cmocka_unit_test(test_spill_merge),
 		cmocka_unit_test(test_spill_write_fault),
 		cmocka_unit_test(test_exact_equals_store),
+		cmocka_unit_test(test_none_equals_zstd),
 		cmocka_unit_test(test_exact_spill_equals_store),
 		cmocka_unit_test(test_sample_rate1_exact),
 		cmocka_unit_test(test_sample_bounds),
