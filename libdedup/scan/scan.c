@@ -293,6 +293,10 @@ static int dd_scan_make_room(dd_scan *s, const dd_sbatch *b)
 		dd_scan_table *t = &bz->bz_tab;
 		int rc;
 
+		rc = dd_scan_table_reserve(t, b->sb_nper[i]);
+		if (rc)
+			return dd_err_set(&s->s_err, rc, "out of memory for the "
+					  "%u-byte block table", bz->bz_bs);
 		if (t->tb_count + b->sb_nper[i] <= t->tb_max)
 			continue;
 		if (s->s_opts.mode == DD_SCAN_SAMPLE) {
@@ -304,7 +308,10 @@ static int dd_scan_make_room(dd_scan *s, const dd_sbatch *b)
 		rc = dd_scan_spill_run(&bz->bz_spill, &s->s_err, t);
 		if (rc)
 			return rc;
-		dd_scan_table_clear(t);
+		rc = dd_scan_table_clear(t);
+		if (rc)
+			return dd_err_set(&s->s_err, rc, "out of memory for the "
+					  "%u-byte block table", bz->bz_bs);
 	}
 	return 0;
 }

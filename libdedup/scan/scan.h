@@ -49,13 +49,18 @@ typedef struct dd_scan_table {
 	size_t tb_cap;        /* slots */
 	size_t tb_count;      /* used slots */
 	size_t tb_max;        /* used slots allowed (load factor 3/4) */
+	size_t tb_limit;      /* slots the budget allows */
 } dd_scan_table;
 
-/* Sizes the table for `budget` bytes, at least `min_entries` usable
- * entries.  Memory is calloc'd: pages are touched only as they fill. */
+/* A table of at most `budget` bytes (but room for at least `min_entries`
+ * entries), starting small. */
 int dd_scan_table_init(dd_scan_table *t, size_t budget, size_t min_entries);
 void dd_scan_table_fini(dd_scan_table *t);
-void dd_scan_table_clear(dd_scan_table *t);
+/* Grows the table, within its budget, until `more` entries fit or it can
+ * grow no more (the caller then spills or subsamples).  DD_ENOMEM. */
+int dd_scan_table_reserve(dd_scan_table *t, size_t more);
+/* Empties the table; at full budget from then on.  DD_ENOMEM. */
+int dd_scan_table_clear(dd_scan_table *t);
 
 /* Finds hash or inserts it with refcount 0 (the caller then counts it);
  * *slot gets its index, *found whether it was there.  The caller keeps

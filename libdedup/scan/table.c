@@ -8,7 +8,10 @@
  * mode keeps only hashes whose *first* bits are zero, and a slot taken from
  * those would crowd the table's low end.  The slot is a multiply-shift
  * ("fastrange") of those bytes, so the capacity need not be a power of two
- * and the whole budget is usable.  The load stays at or under 3/4: at that
+ * and the whole budget is usable.  A table starts at 64 Ki slots and
+ * doubles (dd_scan_table_reserve) while the old and the new array fit the
+ * budget together, so a small scan touches little memory; once a spill
+ * has emptied it, it takes its whole budget.  The load stays at or under 3/4: at that
  * load a miss probes ~8.5 slots on average (Knuth 6.4), all in one or two
  * cache lines per slot.
  */
@@ -31,19 +34,73 @@ static size_t dd_tb_next(const dd_scan_table *t, size_t i)
 	return i + 1 == t->tb_cap ? 0 : i + 1;
 }
 
-int dd_scan_table_init(dd_scan_table *t, size_t budget, size_t min_entries)
-{
-	size_t cap = budget / sizeof(dd_scan_ent);
-	size_t need = min_entries + min_entries / 3 + 2;
+/* Slots a table starts with (3 MiB); it doubles up to its budget. */
+#define DD_TB_START_SLOTS ((size_t)64 << 10)
 
-	memset(t, 0, sizeof(*t));
-	if (cap < need)
-		cap = need;
+static int dd_tb_alloc(dd_scan_table *t, size_t cap)
+{
 	t->tb_ent = dd_calloc(cap, sizeof(dd_scan_ent));
 	if (!t->tb_ent)
 		return DD_ENOMEM;
 	t->tb_cap = cap;
 	t->tb_max = cap / 4 * 3 + (cap % 4) * 3 / 4;
+	t->tb_count = 0;
+	return 0;
+}
+
+int dd_scan_table_init(dd_scan_table *t, size_t budget, size_t min_entries)
+{
+	size_t need = min_entries + min_entries / 3 + 2;
+
+	memset(t, 0, sizeof(*t));
+	t->tb_limit = budget / sizeof(dd_scan_ent);
+	if (t->tb_limit < need)
+		t->tb_limit = need;
+	return dd_tb_alloc(t, t->tb_limit < DD_TB_START_SLOTS ? t->tb_limit
+				: need > DD_TB_START_SLOTS ? need
+				: DD_TB_START_SLOTS);
+}
+
+/* Moves every entry into a fresh array of cap slots. */
+static int dd_tb_rehash(dd_scan_table *t, size_t cap)
+{
+	dd_scan_table old = *t;
+	int rc = dd_tb_alloc(t, cap);
+
+	if (rc) {
+		*t = old;
+		return rc;
+	}
+	for (size_t i = 0; i < old.tb_cap; i++) {
+		const dd_scan_ent *e = &old.tb_ent[i];
+		size_t k;
+
+		if (e->se_refcnt == 0)
+			continue;
+		for (k = dd_tb_home(t, e->se_hash); t->tb_ent[k].se_refcnt;
+		     k = dd_tb_next(t, k))
+			;
+		t->tb_ent[k] = *e;
+		t->tb_count++;
+	}
+	dd_free(old.tb_ent);
+	return 0;
+}
+
+int dd_scan_table_reserve(dd_scan_table *t, size_t more)
+{
+	while (t->tb_count + more > t->tb_max && t->tb_cap < t->tb_limit) {
+		/* old and new arrays together stay within the budget */
+		size_t cap = t->tb_cap * 2 < t->tb_limit - t->tb_cap
+				     ? t->tb_cap * 2 : t->tb_limit - t->tb_cap;
+		int rc;
+
+		if (cap <= t->tb_cap)
+			break;
+		rc = dd_tb_rehash(t, cap);
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -53,10 +110,16 @@ void dd_scan_table_fini(dd_scan_table *t)
 	memset(t, 0, sizeof(*t));
 }
 
-void dd_scan_table_clear(dd_scan_table *t)
+int dd_scan_table_clear(dd_scan_table *t)
 {
-	memset(t->tb_ent, 0, t->tb_cap * sizeof(dd_scan_ent));
-	t->tb_count = 0;
+	if (t->tb_cap == t->tb_limit) {
+		memset(t->tb_ent, 0, t->tb_cap * sizeof(dd_scan_ent));
+		t->tb_count = 0;
+		return 0;
+	}
+	/* emptied after a spill: now the whole budget is free for one array */
+	dd_free(t->tb_ent);
+	return dd_tb_alloc(t, t->tb_limit);
 }
 
 void dd_scan_table_upsert(dd_scan_table *t, const uint8_t *hash,
