@@ -192,6 +192,51 @@ static void test_table_upsert(void **state)
 	dd_scan_table_fini(&t);
 }
 
+/* A table starts small and grows by rehashing while the old and the new
+ * array fit its budget together; every entry survives every growth, and
+ * once emptied it takes the whole budget. */
+static void test_table_grows(void **state)
+{
+	const size_t budget = 48 * 400000;   /* 400 K slots */
+	dd_scan_table t;
+	uint8_t h[DD_HASH_SIZE];
+	size_t slot, caps = 0, last = 0;
+	bool found;
+
+	(void)state;
+	assert_int_equal(dd_scan_table_init(&t, budget, 16), 0);
+	assert_int_equal(t.tb_cap, 65536);
+	assert_int_equal(t.tb_limit, 400000);
+	for (uint64_t i = 0; i < 250000; i++) {
+		if (i % 1000 == 0)
+			assert_int_equal(dd_scan_table_reserve(&t, 1000), 0);
+		if (t.tb_count + 1 > t.tb_max)
+			break;
+		if (t.tb_cap != last) {
+			caps++;
+			last = t.tb_cap;
+		}
+		hash_of(i, h);
+		dd_scan_table_upsert(&t, h, &slot, &found);
+		assert_false(found);
+		t.tb_ent[slot].se_refcnt = i + 1;
+	}
+	/* 64 Ki -> 128 Ki -> 256 Ki slots; 512 Ki would not fit beside
+	 * 256 Ki, and 400 K - 256 Ki = 137856 is less than 256 Ki */
+	assert_int_equal(t.tb_cap, 262144);
+	assert_int_equal(caps, 3);
+	for (uint64_t i = 0; i < t.tb_count; i++) {
+		hash_of(i, h);
+		dd_scan_table_upsert(&t, h, &slot, &found);
+		assert_true(found);
+		assert_int_equal(t.tb_ent[slot].se_refcnt, i + 1);
+	}
+	assert_int_equal(dd_scan_table_clear(&t), 0);
+	assert_int_equal(t.tb_cap, 400000);
+	assert_int_equal(t.tb_count, 0);
+	dd_scan_table_fini(&t);
+}
+
 static void test_sampled_bits(void **state)
 {
 	uint8_t h[DD_HASH_SIZE] = {0};
@@ -998,6 +1043,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table_upsert),
+		cmocka_unit_test(test_table_grows),
 		cmocka_unit_test(test_sampled_bits),
 		cmocka_unit_test(test_table_subsample),
 		cmocka_unit_test(test_rec_encoding),
