@@ -29,6 +29,7 @@
 #include "hash/hash.h"
 #include "pack/pack.h"
 #include "stream/stream.h"
+#include "store/store_internal.h"
 
 #ifndef DD_GOLDEN_DIR
 #define DD_GOLDEN_DIR "tests/golden"
@@ -981,6 +982,47 @@ static void test_send_fd_refuses_pipe(void **state)
 	close(p[1]);
 }
 
+/* The sender checks each DATA block's DDT entry against the snapshot
+ * before it reads the pack: an entry whose size was damaged stops the
+ * stream with DD_ECORRUPT -- no block of the wrong size is ever sent. */
+static void test_send_refuses_damaged_ddt_entry(void **state)
+{
+	const size_t n = 8 * BS;
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	char *path = th_tmp_store();
+	uint8_t *img = malloc(n);
+	struct mem out = {0};
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent ent;
+	dd_store *s;
+	dd_txn *txn;
+	dd_err err;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++)
+		img[i] = (uint8_t)(i * 2654435761u >> 13);
+	co.block_size = BS;
+	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
+	assert_int_equal(th_put(s, "a", img, n, n), 0);
+	assert_int_equal(dd_send(s, "a", NULL, mem_write, &out), 0);
+
+	/* block 3's entry now claims half a block */
+	dd_sha256_sw(img + 3 * BS, BS, key.dk_hash);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
+	ent.de_lsize = BS / 2;
+	assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+	free(out.p);
+	memset(&out, 0, sizeof(out));
+	assert_int_equal(dd_send(s, "a", NULL, mem_write, &out), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "ddt size"));
+	dd_store_close(s);
+	free(out.p);
+	free(img);
+	th_rm_store(path);
+}
+
 /* ---- receiving under injected faults ------------------------------------------*/
 
 static const int recv_faults[] = {DD_FAULT_ALLOC, DD_FAULT_READ,
@@ -1255,6 +1297,7 @@ int main(void)
 		cmocka_unit_test(test_recv_fd_refuses_damage),
 		cmocka_unit_test(test_check_incremental_base_refs),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
+		cmocka_unit_test(test_send_refuses_damaged_ddt_entry),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
 	};
