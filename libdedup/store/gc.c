@@ -2,6 +2,7 @@
  * gc.c -- reclaiming the space of blocks no snapshot references.
  *
  * Under the writer lock, in one write transaction:
+ *   0. every block a map names must have a refcount (dd_gc_check_map);
  *   1. live bytes per pack are summed from the DDT (refcount > 0);
  *   2. packs with nothing live are dropped; packs whose live fraction is
  *      below the threshold have their live records read (and verified),
@@ -55,6 +56,27 @@ static int dd_gc_sum_live(void *arg, const dd_ddt_key *key,
 				  e->de_pack);
 	gc->gc_live[e->de_pack] += DD_PACK_REC_HDR_SIZE + e->de_psize;
 	return 0;
+}
+
+/* Every block a map names must have a reference counted.  gc drops what
+ * has none, so a refcount that damage to the LMDB file lowered to 0 would
+ * make it destroy a live block: it stops instead (scrub names the
+ * snapshot).  One DDT lookup per map entry, before anything is chosen. */
+static int dd_gc_check_map(void *arg, uint64_t id, uint64_t idx,
+			   const dd_ddt_key *key)
+{
+	dd_gc *gc = arg;
+	dd_ddt_ent ent;
+	int rc = dd_ddt_get(gc->gc_txn, gc->gc_err, key, &ent);
+
+	if (rc == DD_ENOENT || (rc == 0 && ent.de_refcnt == 0))
+		return dd_err_set(gc->gc_err, DD_ECORRUPT, "block %llu of map "
+				  "%llu is in use but its ddt entry counts no "
+				  "reference (damaged metadata: nothing "
+				  "collected; run scrub)",
+				  (unsigned long long)idx,
+				  (unsigned long long)id);
+	return rc;
 }
 
 static int dd_gc_note_pack(void *arg, uint32_t id, uint64_t end)
@@ -192,7 +214,9 @@ static int dd_gc_run(dd_gc *gc, double below)
 	gc->gc_fate = dd_calloc(gc->gc_npacks, 1);
 	if (!gc->gc_live || !gc->gc_end || !gc->gc_fate)
 		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
-	rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_sum_live, gc);
+	rc = dd_bmap_walk_all(gc->gc_txn, gc->gc_err, dd_gc_check_map, gc);
+	if (!rc)
+		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_sum_live, gc);
 	if (!rc)
 		rc = dd_packs_walk(gc->gc_txn, gc->gc_err, dd_gc_note_pack, gc);
 	if (rc)

@@ -636,6 +636,43 @@ static void test_recovery_keeps_live_blocks(void **state)
 	th_rm_store(path);
 }
 
+/* gc drops what no reference counts: a refcount lowered to 0 by damage
+ * to the LMDB file must stop it, not cost a live block. */
+static void test_gc_refuses_lost_refcount(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	uint8_t *data = malloc(n);
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent ent;
+	uint64_t before;
+	dd_txn *txn;
+	dd_err err;
+
+	(void)state;
+	rng_state = 9;
+	fill_random(data, n);
+	assert_int_equal(th_put(s, "keep", data, n, n), 0);
+	before = STAT(s, ddt_entries);
+	dd_sha256_sw(data + 5 * 4 * KiB, 4 * KiB, key.dk_hash);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
+	ent.de_refcnt = 0;
+	assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+
+	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "counts no reference"));
+	assert_int_equal(STAT(s, ddt_entries), before);   /* none dropped */
+	th_check_image(s, "keep", data, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECORRUPT);
+	dd_store_close(s);
+	free(data);
+	th_rm_store(path);
+}
+
 static void test_writer_lock(void **state)
 {
 	char *path = th_tmp_store();
@@ -1149,6 +1186,7 @@ int main(void)
 		cmocka_unit_test(test_abort_leaves_nothing),
 		cmocka_unit_test(test_killed_writer_rolled_back),
 		cmocka_unit_test(test_recovery_keeps_live_blocks),
+		cmocka_unit_test(test_gc_refuses_lost_refcount),
 		cmocka_unit_test(test_writer_lock),
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
