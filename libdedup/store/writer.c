@@ -44,6 +44,7 @@
 #include "chunk/chunk.h"
 #include "common/alloc.h"
 #include "common/io.h"
+#include "store/replica.h"
 #include "store/writer_internal.h"
 
 /* Bytes between intermediate commits; a variable so tests can make a
@@ -91,11 +92,14 @@ static bool dd_read_range(dd_batch *b, uint8_t *dst, size_t beg, size_t end)
  * (pool.h): it asks the write transaction; the others ask their own read
  * transaction.  Any failure answers no, which only costs a copy. */
 static bool dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
-			    unsigned worker)
+			    unsigned worker, uint64_t idx)
 {
 	dd_txn *txn = w->w_txn;
 	dd_ddt_ent ent;
 	dd_err err;
+
+	/* the probes fault DDT pages in too, on their own threads */
+	dd_replica_trim_map(w->w_store, idx + 1);
 
 	if (worker > 0) {
 		dd_txn **t = &w->w_probe[worker];
@@ -140,7 +144,8 @@ static void dd_hash_from_file(dd_writer *w, dd_batch *b, size_t i,
 	sl->sl_kind = DD_SLOT_DUP;
 	dd_hasher_sum(w->w_store->st_scratch[worker].sc_hasher, hot,
 		      sl->sl_lsize, sl->sl_key.dk_hash);
-	if (!w->w_store->st_verify && dd_writer_probe(w, &sl->sl_key, worker))
+	if (!w->w_store->st_verify &&
+	    dd_writer_probe(w, &sl->sl_key, worker, b->bt_first + i))
 		sl->sl_nodata = true;
 	else
 		memcpy(b->bt_data + beg, hot, sl->sl_lsize);
@@ -278,9 +283,6 @@ static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 		if (atomic_load(&b->bt_read_failed))
 			return dd_err_copy(&w->w_err, &b->bt_read_err);
 	}
-	/* lookups touch random DDT pages: keep RSS bounded (ddt/db.h) */
-	if (b->bt_nblk >= 512)
-		dd_db_trim_map(w->w_store->st_db);
 	b->bt_nnew = 0;
 	for (size_t i = 0; i < b->bt_nblk; i++) {
 		dd_slot *sl = &b->bt_slot[i];
@@ -291,6 +293,9 @@ static int dd_lookup_batch(dd_writer *w, dd_batch *b)
 			dd_digest_block(w->w_digest, NULL);
 			continue;
 		}
+		/* lookups touch random DDT pages: keep RSS bounded
+		 * (store/replica.h) */
+		dd_replica_trim_map(w->w_store, b->bt_first + i + 1);
 		rc = dd_lookup_slot(w, b, i);
 		if (!rc)
 			rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id,
