@@ -30,7 +30,6 @@
 
 #include "chunk/chunk.h"
 #include "common/alloc.h"
-#include "store/replica.h"
 #include "store/store_internal.h"
 
 /* Blocks looked up and read per round: bounds the reader's memory. */
@@ -61,7 +60,7 @@ struct dd_reader {
 	uint64_t r_next_off;   /* where the last pread ended */
 	uint64_t r_run;        /* contiguous bytes up to there */
 	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
-	uint64_t r_touched;    /* blocks looked up, for dd_replica_trim_map */
+	uint64_t r_touched;    /* blocks looked up, for dd_db_trim_map */
 	dd_digest *r_digest;   /* the content digest of blocks read in order */
 	uint64_t r_dig_next;   /* the next block it wants; DD_DIG_OFF: none */
 };
@@ -215,8 +214,9 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
 				  "block %llu: ddt size %u is shorter than the "
 				  "snapshot needs", (unsigned long long)idx,
 				  rb->rb_ent.de_lsize);
-	/* a long read touches the whole DDT: keep RSS bounded (replica.h) */
-	dd_replica_trim_map(r->r_store, ++r->r_touched);
+	/* a long read touches the whole DDT: keep RSS bounded (db.h) */
+	if ((++r->r_touched & 511) == 0)
+		dd_db_trim_map(r->r_store->st_db);
 	rb->rb_key = *key;
 	rb->rb_dst = buf + (from - off);
 	rb->rb_skip = (uint32_t)(from - bstart);
