@@ -98,7 +98,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: print_tool_version("ddrecv");
-		default: die_bad_option(c, argv);
+		default: die_bad_option(NULL, c, argv);
 		}
 	}
 	if (a->json && a->mode != MODE_CHECK)

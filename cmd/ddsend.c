@@ -116,7 +116,7 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: print_tool_version("ddsend");
-		default: die_bad_option(c, argv);
+		default: die_bad_option(NULL, c, argv);
 		}
 	}
 	if (a->file) {

@@ -87,22 +87,6 @@ static _Noreturn void usage_exit(void)
 	exit(0);
 }
 
-/* One line for an option getopt_long refused (opterr is 0). */
-static _Noreturn void bad_option(int c, char **argv)
-{
-	const char *arg = argv[optind - 1];
-	char shortopt[3] = {'-', 0, 0};
-
-	/* For a short option, argv[optind - 1] may be a group like "-vx". */
-	if (optopt > 0 && optopt < 256 && arg[1] != '-') {
-		shortopt[1] = (char)optopt;
-		arg = shortopt;
-	}
-	if (c == ':')
-		die_usage("%s: option '%s' needs an argument", subcmd, arg);
-	die_usage("%s: unknown option '%s'", subcmd, arg);
-}
-
 /* Positionals left after options: between min and max of them. */
 static void want_args(int argc, char **argv, int min, int max)
 {
@@ -144,7 +128,7 @@ static void parse_common(int argc, char **argv, const int *allow,
 		if (c == OPT_HELP)
 			usage_exit();
 		if (c == '?' || c == ':')
-			bad_option(c, argv);
+			die_bad_option(subcmd, c, argv);
 		for (a = allow; *a && *a != c; a++)
 			;
 		if (!*a)
@@ -266,7 +250,7 @@ static int cmd_init(int argc, char **argv)
 			parse_compress(optarg, &co);
 			break;
 		default:
-			bad_option(c, argv);
+			die_bad_option(subcmd, c, argv);
 		}
 	}
 	want_args(argc, argv, 1, 1);
@@ -729,6 +713,17 @@ static void print_hist_header(void)
 	printf("------   ------   -----   -----   ------   -----   -----\n");
 }
 
+/* Adds a histogram row into the table's "Total" row. */
+static void hist_add(dd_hist_row *tot, const dd_hist_row *h)
+{
+	tot->blocks += h->blocks;
+	tot->lsize += h->lsize;
+	tot->psize += h->psize;
+	tot->ref_blocks += h->ref_blocks;
+	tot->ref_lsize += h->ref_lsize;
+	tot->ref_psize += h->ref_psize;
+}
+
 /* The refcount histogram as a JSON member "histogram": [...] (rows with
  * blocks only), indented by `ind`; shared by stat and scan. */
 static void print_hist_json(const dd_hist_row *hist, const char *ind)
@@ -816,12 +811,7 @@ static void stat_histogram(const dd_stat *st)
 		if (!h->blocks && !h->ref_blocks)
 			continue;
 		hist_row(nicenum(label, sizeof(label), 1ull << i), h);
-		tot.blocks += h->blocks;
-		tot.lsize += h->lsize;
-		tot.psize += h->psize;
-		tot.ref_blocks += h->ref_blocks;
-		tot.ref_lsize += h->ref_lsize;
-		tot.ref_psize += h->ref_psize;
+		hist_add(&tot, h);
 	}
 	hist_row("Total", &tot);
 }
@@ -1130,12 +1120,7 @@ static void scan_histogram(const dd_scan_result *r)
 			continue;
 		scan_bar(bar, h->ref_lsize, max);
 		scan_hist_row(nicenum(label, sizeof(label), 1ull << i), h, bar);
-		tot.blocks += h->blocks;
-		tot.lsize += h->lsize;
-		tot.psize += h->psize;
-		tot.ref_blocks += h->ref_blocks;
-		tot.ref_lsize += h->ref_lsize;
-		tot.ref_psize += h->ref_psize;
+		hist_add(&tot, h);
 	}
 	scan_hist_row("Total", &tot, "");
 }
@@ -1367,7 +1352,7 @@ static void scan_parse(int argc, char **argv, dd_scan_opts *so,
 			so->tmpdir = optarg;
 			break;
 		default:
-			bad_option(c, argv);
+			die_bad_option(subcmd, c, argv);
 		}
 	}
 	if (optind >= argc)

@@ -512,19 +512,22 @@ int progress_lib_cb(void *ctx, uint64_t done, uint64_t total)
 	return 0;
 }
 
-void die_bad_option(int c, char **argv)
+void die_bad_option(const char *subcmd, int c, char **argv)
 {
 	const char *arg = argv[optind - 1];
+	const char *sep = subcmd ? ": " : "";
 	char shortopt[3] = {'-', 0, 0};
 
+	if (!subcmd)
+		subcmd = "";
 	/* For a short option, argv[optind - 1] may be a group like "-vx". */
 	if (optopt > 0 && optopt < 256 && arg[1] != '-') {
 		shortopt[1] = (char)optopt;
 		arg = shortopt;
 	}
 	if (c == ':')
-		die_usage("option '%s' needs an argument", arg);
-	die_usage("unknown option '%s'", arg);
+		die_usage("%s%soption '%s' needs an argument", subcmd, sep, arg);
+	die_usage("%s%sunknown option '%s'", subcmd, sep, arg);
 }
 
 const char *best_errmsg(const char *handle_msg, int rc)

@@ -108,8 +108,9 @@ int progress_lib_cb(void *ctx, uint64_t done, uint64_t total);
 
 /* The usage of getopt-based commands: one line for an option getopt
  * refused (opterr must be 0), as "unknown option '-x'" or "option '-i'
- * needs an argument"; exits EXIT_USAGE. */
-_Noreturn void die_bad_option(int c, char **argv);
+ * needs an argument", after "SUBCMD: " when subcmd is not NULL (dedup's
+ * subcommands); exits EXIT_USAGE. */
+_Noreturn void die_bad_option(const char *subcmd, int c, char **argv);
 
 /*
  * Parses a comma-separated list of sizes ("4K,16K,131072") with parse_size
