@@ -19,6 +19,18 @@
 #include "common/err.h"
 #include "common/faults.h"
 
+/* ---- deterministic bytes ---------------------------------------------------*/
+
+uint64_t th_rng_state;
+
+uint64_t th_rng(void)
+{
+	th_rng_state ^= th_rng_state << 13;
+	th_rng_state ^= th_rng_state >> 7;
+	th_rng_state ^= th_rng_state << 17;
+	return th_rng_state;
+}
+
 /* ---- temporary stores ------------------------------------------------------*/
 
 char *th_tmp_store(void)

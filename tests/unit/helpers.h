@@ -65,6 +65,11 @@ void th_tmpl_check(th_tmpl *t, const th_image *imgs, size_t nimgs);
 /* Closes s and removes both stores. */
 void th_tmpl_fini(th_tmpl *t);
 
+/* xorshift64: deterministic bytes, so a failure reproduces.  Set
+ * th_rng_state (non-zero) to seed it. */
+extern uint64_t th_rng_state;
+uint64_t th_rng(void);
+
 /* ---- fault walks ---------------------------------------------------------------*/
 
 /*

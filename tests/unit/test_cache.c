@@ -42,15 +42,6 @@ typedef struct fx {
 	size_t n;                  /* image bytes: n / BS blocks */
 } fx;
 
-static uint64_t rng_state;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
 static void put_image(const char *store, const char *name, const uint8_t *d,
 		      size_t n)
 {
@@ -84,9 +75,9 @@ static fx *fx_new(size_t n)
 	dd_store_close(s);
 	f->n = n;
 	f->img = malloc(n);
-	rng_state = 0x5eed;
+	th_rng_state = 0x5eed;
 	for (size_t i = 0; i < n; i += 8) {
-		uint64_t v = rng();
+		uint64_t v = th_rng();
 
 		memcpy(f->img + i, &v, 8);
 	}
@@ -174,9 +165,9 @@ static void read_all_ex(fx *f, dd_store *s, unsigned seed, size_t flush_every,
 
 	for (size_t i = 0; i < nb; i++)
 		perm[i] = i;
-	rng_state = seed;
+	th_rng_state = seed;
 	for (size_t i = nb; i > 1; i--) {
-		size_t j = rng() % i, t = perm[i - 1];
+		size_t j = th_rng() % i, t = perm[i - 1];
 
 		perm[i - 1] = perm[j];
 		perm[j] = t;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dedup.h"
+#include "helpers.h"
 #include "common/faults.h"
 #include "hash/hash.h"
 #include "scan/scan.h"
@@ -31,15 +32,6 @@
 #define MiB (1024u * 1024u)
 
 /* ---- helpers ------------------------------------------------------------*/
-
-static uint64_t rng_state;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 static char tmpdir[64];
 
@@ -68,11 +60,11 @@ static uint8_t pieces[NPIECES][4096];
 
 static void make_pieces(void)
 {
-	rng_state = 0x9e3779b97f4a7c15ull;
+	th_rng_state = 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < NPIECES; i++)
 		for (int j = 0; j < 4096; j++)
-			pieces[i][j] = i % 2 ? (uint8_t)(rng() >> 24)
-					     : (uint8_t)"abcdefgh"[rng() % 8];
+			pieces[i][j] = i % 2 ? (uint8_t)(th_rng() >> 24)
+					     : (uint8_t)"abcdefgh"[th_rng() % 8];
 }
 
 /* An image of n 4 KiB pieces drawn from the pool (some all-zero), and a
@@ -83,7 +75,7 @@ static uint8_t *make_image(size_t n, size_t tail, int npool, size_t *len)
 
 	assert_non_null(p);
 	for (size_t i = 0; i < n; i++) {
-		uint64_t r = rng() % (uint64_t)(npool + 4);
+		uint64_t r = th_rng() % (uint64_t)(npool + 4);
 
 		if (r >= (uint64_t)npool)
 			memset(p + i * 4096, 0, 4096);
@@ -91,7 +83,7 @@ static uint8_t *make_image(size_t n, size_t tail, int npool, size_t *len)
 			memcpy(p + i * 4096, pieces[r], 4096);
 	}
 	for (size_t i = 0; i < tail; i++)
-		p[n * 4096 + i] = (uint8_t)(rng() >> 20);
+		p[n * 4096 + i] = (uint8_t)(th_rng() >> 20);
 	*len = n * 4096 + tail;
 	return p;
 }
@@ -484,7 +476,7 @@ static void scan_vs_store(dd_scan_opts *so, uint8_t **img, size_t *len,
 static void make_images(uint8_t **img, size_t *len)
 {
 	make_pieces();
-	rng_state = 12345;
+	th_rng_state = 12345;
 	/* An empty image, a short one, a zero short tail, several sizes. */
 	img[0] = make_image(0, 0, NPIECES, &len[0]);
 	img[1] = make_image(0, 100, NPIECES, &len[1]);
@@ -615,7 +607,7 @@ static void test_sample_bounds(void **state)
 
 	(void)state;
 	assert_non_null(p);
-	rng_state = 42;
+	th_rng_state = 42;
 	/* Block i is distinct for i % 4 != 3, else a copy of block i-1. */
 	for (size_t i = 0; i < n; i++) {
 		if (i % 4 == 3) {
@@ -623,7 +615,7 @@ static void test_sample_bounds(void **state)
 			continue;
 		}
 		for (size_t j = 0; j < 4096; j += 8) {
-			uint64_t v = rng() & 0x0f0f0f0f0f0f0f0full;
+			uint64_t v = th_rng() & 0x0f0f0f0f0f0f0f0full;
 
 			memcpy(p + i * 4096 + j, &v, 8);
 		}
@@ -676,9 +668,9 @@ static void test_sample_adapts(void **state)
 
 	(void)state;
 	assert_non_null(p);
-	rng_state = 7;
+	th_rng_state = 7;
 	for (size_t i = 0; i < len; i += 8) {
-		uint64_t v = rng();
+		uint64_t v = th_rng();
 
 		memcpy(p + i, &v, 8);
 	}
@@ -844,7 +836,7 @@ static void test_range_read_late(void **state)
 
 	(void)state;
 	make_pieces();
-	rng_state = 77;
+	th_rng_state = 77;
 	img = make_image(n / 4096, n % 4096, NPIECES, &len);
 	for (size_t i = 0; i < len; i++) /* no zero block of its own */
 		img[i] |= 1;
@@ -931,7 +923,7 @@ static void test_spill_fault_fails_scan(void **state)
 
 	(void)state;
 	make_pieces();
-	rng_state = 99;
+	th_rng_state = 99;
 	img = make_image(3000, 0, NPIECES, &len);
 	for (size_t i = 0; i < len; i += 4096)   /* all distinct */
 		memcpy(img + i, &i, sizeof(i));

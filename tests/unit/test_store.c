@@ -30,19 +30,10 @@
 
 /* ---- helpers ------------------------------------------------------------*/
 
-static uint64_t rng_state;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
 static void fill_random(uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(rng() >> 24);
+		p[i] = (uint8_t)(th_rng() >> 24);
 }
 
 /* Text-like compressible bytes. */
@@ -52,7 +43,7 @@ static void fill_text(uint8_t *p, size_t n)
 					"hash ", "zstd ", "lmdb ", "snap "};
 
 	for (size_t i = 0; i < n;) {
-		const char *w = words[rng() % 8];
+		const char *w = words[th_rng() % 8];
 
 		for (size_t k = 0; w[k] && i < n; k++)
 			p[i++] = (uint8_t)w[k];
@@ -93,7 +84,7 @@ static void test_roundtrip_shapes(void **state)
 	uint8_t *data = malloc(3 * MiB + 5);
 
 	(void)state;
-	rng_state = 42;
+	th_rng_state = 42;
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		char name[32];
 
@@ -126,14 +117,14 @@ static void test_random_reads(void **state)
 	dd_reader *r;
 
 	(void)state;
-	rng_state = 7;
+	th_rng_state = 7;
 	fill_text(data, n);
 	memset(data + 100000, 0, 300000);
 	assert_int_equal(th_put(s, "x", data, n, 1 << 20), 0);
 	assert_int_equal(dd_reader_open(&r, s, "x"), 0);
 	for (int i = 0; i < 300; i++) {
-		uint64_t off = rng() % (n + 100);
-		size_t len = (size_t)(rng() % (i % 3 ? 70000 : 2 * MiB)), got;
+		uint64_t off = th_rng() % (n + 100);
+		size_t len = (size_t)(th_rng() % (i % 3 ? 70000 : 2 * MiB)), got;
 
 		assert_int_equal(dd_reader_pread(r, buf, len, off, &got), 0);
 		if (off >= n)
@@ -160,10 +151,10 @@ static void test_dedup_accounting(void **state)
 	uint64_t refs = 0, zeros = 0;
 
 	(void)state;
-	rng_state = 99;
+	th_rng_state = 99;
 	fill_random(pool, 10 * bs);
 	for (int i = 0; i < 100; i++) {
-		int k = (int)(rng() % 12); /* 10, 11: zero blocks */
+		int k = (int)(th_rng() % 12); /* 10, 11: zero blocks */
 
 		if (k >= 10) {
 			memset(img + (size_t)i * bs, 0, bs);
@@ -207,7 +198,7 @@ static uint8_t *collision_image(void)
 {
 	uint8_t *img = malloc((size_t)VBLOCKS * 4 * KiB);
 
-	rng_state = 1234;
+	th_rng_state = 1234;
 	fill_random(img, (size_t)VBLOCKS * 4 * KiB);
 	return img;
 }
@@ -306,7 +297,7 @@ static void test_write_file(void **state)
 	int fd;
 
 	(void)state;
-	rng_state = 99;
+	th_rng_state = 99;
 	fill_text(data, n);
 	memset(data + 40000, 0, 70000); /* a zero run across blocks */
 	memcpy(data + 2 * MiB, data, 256 * KiB); /* repeats within */
@@ -358,7 +349,7 @@ static void test_write_file_fault_walk(void **state)
 	if (fcntl(0, F_GETFD) < 0)
 		assert_int_equal(open("/dev/null", O_RDONLY), 0);
 	for (size_t c = 0; c < 3; c++) {
-		rng_state = 17 + c; /* new bytes for each class */
+		th_rng_state = 17 + c; /* new bytes for each class */
 		fill_text(a, n);
 		fd = temp_file(path, a, n);
 		for (int copy = 0; copy < 2; copy++) {
@@ -437,7 +428,7 @@ static void test_write_file_short(void **state)
 	int fd, rc;
 
 	(void)state;
-	rng_state = 5;
+	th_rng_state = 5;
 	fill_random(data, n);
 	fd = temp_file(path, data, n);
 	assert_int_equal(put_file(s, "whole", fd, 0, n), 0);
@@ -506,7 +497,7 @@ static void test_abort_leaves_nothing(void **state)
 	uint64_t packs_before;
 
 	(void)state;
-	rng_state = 5;
+	th_rng_state = 5;
 	fill_random(data, 4 * MiB);
 	assert_int_equal(th_put(s, "keep", data, MiB, MiB), 0);
 	packs_before = STAT(s, pack_bytes);
@@ -540,7 +531,7 @@ static void test_killed_writer_rolled_back(void **state)
 	int status;
 
 	(void)state;
-	rng_state = 6;
+	th_rng_state = 6;
 	fill_random(data, 6 * MiB);
 	assert_int_equal(th_put(s, "keep", data, MiB, MiB), 0);
 	dd_store_close(s);
@@ -608,7 +599,7 @@ static void test_recovery_keeps_live_blocks(void **state)
 	off_t size;
 
 	(void)state;
-	rng_state = 8;
+	th_rng_state = 8;
 	fill_random(data, n);
 	assert_int_equal(th_put(s, "keep", data, n, n), 0);
 	snprintf(pack, sizeof(pack), "%s/packs/00000001.pack", path);
@@ -652,7 +643,7 @@ static void test_gc_refuses_lost_refcount(void **state)
 	dd_err err;
 
 	(void)state;
-	rng_state = 9;
+	th_rng_state = 9;
 	fill_random(data, n);
 	assert_int_equal(th_put(s, "keep", data, n, n), 0);
 	before = STAT(s, ddt_entries);
@@ -780,7 +771,7 @@ static void test_gc_reclaims_and_compacts(void **state)
 	dd_gc_result res;
 
 	(void)state;
-	rng_state = 77;
+	th_rng_state = 77;
 	fill_random(a, n);
 	memcpy(b, a, n);
 	fill_random(b, n / 2); /* b shares its second half with a */
@@ -839,7 +830,7 @@ static void test_damage_detected(void **state)
 	int fd;
 
 	(void)state;
-	rng_state = 3;
+	th_rng_state = 3;
 	fill_random(a, n);
 	assert_int_equal(th_put(s, "a", a, n, n), 0);
 	dd_store_close(s);
@@ -886,7 +877,7 @@ static void test_fault_walk(void **state)
 	uint8_t *a = malloc(n), *b = malloc(n);
 
 	(void)state;
-	rng_state = 11;
+	th_rng_state = 11;
 	fill_text(a, n);
 	fill_random(b, n);
 	assert_int_equal(th_put(s, "a", a, n, 100000), 0);
@@ -988,7 +979,7 @@ static void test_fault_walk_gc(void **state)
 		     .op = gc_walk_op, .after = gc_walk_after};
 
 	(void)state;
-	rng_state = 21;
+	th_rng_state = 21;
 	fill_random(a, n / 2);
 	fill_text(a + n / 2, n / 2);
 	memcpy(b, a, n);
@@ -1069,7 +1060,7 @@ static void test_fault_walk_put_verify(void **state)
 
 	(void)state;
 	p.s = create(p.path, 4 * KiB, 1, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
-	rng_state = 31;
+	th_rng_state = 31;
 	fill_random(a, n);
 	memcpy(b, a, n);
 	fill_text(b, n / 2);          /* b: new text, then a's second half */
@@ -1154,7 +1145,7 @@ static void test_fault_walk_get(void **state)
 			     DD_HASH_SHA256);
 
 	(void)state;
-	rng_state = 41;
+	th_rng_state = 41;
 	fill_text(a, n);
 	memcpy(b, a, n);
 	fill_random(b + n / 2, n / 4);
