@@ -74,10 +74,9 @@ static bool dd_read_range(dd_batch *b, uint8_t *dst, size_t beg, size_t end)
 
 	if (!rc && got < end - beg)
 		rc = dd_err_set(&err, DD_EIO, "the input ends at offset %llu, "
-				"before the %zu bytes given to the writer (did "
-				"it shrink while read?)",
-				(unsigned long long)(off + got),
-				b->bt_src_end - b->bt_src_start);
+				"inside the range given to the writer (did it "
+				"shrink while read?)",
+				(unsigned long long)(off + got));
 	if (!rc)
 		return true;
 	if (atomic_exchange(&b->bt_read_failed, 1) == 0)
