@@ -825,6 +825,30 @@ static int dd_pack_tail_is_dead(dd_txn *txn, dd_err *err, dd_pack *p,
 	return 0;
 }
 
+static int dd_names_pack(void *ctx, const dd_ddt_key *key,
+			 const dd_ddt_ent *ent)
+{
+	(void)key;
+	return ent->de_pack == *(const uint32_t *)ctx &&
+	       !(ent->de_flags & DD_DDE_PENDING);
+}
+
+/* Recovery's check for a pack whose header cannot be read: no committed
+ * DDT entry may name it (one DDT walk; only after such a crash). */
+static int dd_pack_unnamed(dd_txn *txn, dd_err *err, uint32_t id)
+{
+	char name[16];           /* dd_pack_name's size */
+	int rc = dd_ddt_walk(txn, err, dd_names_pack, &id);
+
+	if (rc != 1)
+		return rc;
+	dd_pack_name(name, sizeof(name), id);
+	return dd_err_set(err, DD_ECORRUPT, "pack %s holds live blocks but "
+			  "the store's metadata does not list it and its "
+			  "header is unreadable (damage: not removing it; "
+			  "run scrub)", name);
+}
+
 /* Truncates pack tails past their committed end; removes pack files that
  * no commit recorded (created by a writer that died before committing).
  * Neither happens to a pack holding a block the DDT names (metadata
@@ -878,7 +902,10 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 				rc = dd_pack_tail_is_dead(txn, err, p, 0);
 				dd_pack_close(p);
 			} else if (rc == DD_ECORRUPT) {
-				rc = 0; /* not even a pack header: nothing live */
+				/* no readable header (a writer died before it
+				 * was written): no record to walk, so ask the
+				 * DDT whether any entry names the pack */
+				rc = dd_pack_unnamed(txn, err, (uint32_t)id);
 			}
 			if (!rc && unlinkat(s->st_packdir, de->d_name, 0) != 0)
 				rc = dd_err_set(err, dd_errno_code(errno),

@@ -594,9 +594,11 @@ static void test_recovery_keeps_live_blocks(void **state)
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(n);
 	char pack[4096];
+	uint8_t hdr[8];
 	struct stat st;
 	dd_writer *w;
 	off_t size;
+	int fd;
 
 	(void)state;
 	th_rng_state = 8;
@@ -616,6 +618,18 @@ static void test_recovery_keeps_live_blocks(void **state)
 	assert_int_equal(dd_writer_begin(&w, s, "next"), DD_ECORRUPT);
 	assert_int_equal(stat(pack, &st), 0);
 	assert_int_equal(st.st_size, size);
+
+	/* ... and its header unreadable too: the DDT still names it */
+	fd = open(pack, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	assert_int_equal(pwrite(fd, "XXXXXXXX", 8, 0), 8);
+	assert_int_equal(dd_writer_begin(&w, s, "next"), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "not removing"));
+	assert_int_equal(stat(pack, &st), 0);
+	assert_int_equal(st.st_size, size);
+	assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	close(fd);
 
 	/* repaired, everything is there and writing goes on */
 	damage_pack_end(s, (uint64_t)size);
