@@ -9,6 +9,7 @@
 #ifndef DD_HASH_HASH_H
 #define DD_HASH_HASH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,10 @@ int dd_hasher_new(dd_hasher **out, int kind);
 void dd_hasher_free(dd_hasher *h);
 void dd_hasher_sum(dd_hasher *h, const void *buf, size_t len,
 		   uint8_t out[DD_HASH_SIZE]);
+/* Two buffers of the same length: with SHA-NI about 1.8x the bytes per
+ * second of two dd_hasher_sum calls (sha256x2.c). */
+void dd_hasher_sum2(dd_hasher *h, const void *a, const void *b, size_t len,
+		    uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
 
 /* Incremental SHA-256 (always the real one): digests of whole images. */
 typedef struct dd_sha256_ctx dd_sha256_ctx;
@@ -40,6 +45,13 @@ void dd_sha256(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE]);
 /* The same through a portable implementation that needs no library and
  * cannot fail; used when libcrypto does, and by tests. */
 void dd_sha256_sw(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE]);
+
+/* SHA-256 of two buffers of the same length, their rounds interleaved on
+ * the SHA extensions (sha256x2.c); two dd_sha256 calls where those are
+ * missing or failed their self-test.  dd_sha256_x2_ok says which. */
+bool dd_sha256_x2_ok(void);
+void dd_sha256_x2(const void *a, const void *b, size_t len,
+		  uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
 
 /* Lower-case hex of a hash into buf (>= 65 bytes). */
 void dd_hash_hex(const uint8_t hash[DD_HASH_SIZE], char *buf);

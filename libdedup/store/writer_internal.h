@@ -77,8 +77,8 @@ struct dd_writer {
 	bool w_job_running;
 	bool w_pool_held;
 	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
-	/* dd_writer_write_file, per pool worker (dd_hash_from_file): a block
-	 * buffer the bytes are read into, and for the background workers a
+	/* dd_writer_write_file, per pool worker (dd_hash_prepare): a buffer
+	 * for two blocks that the bytes are read into, and for the background workers a
 	 * read txn on the DDT, parked at every commit. */
 	unsigned w_nworkers;
 	uint8_t **w_hot;
