@@ -63,7 +63,7 @@
 #define DD_SCAN_BATCH_MAX ((size_t)8 << 20)
 #define DD_SCAN_BATCH_MIN ((size_t)64 << 10)
 #define DD_SCAN_RING 3
-#define DD_SCAN_REGION_MIN ((size_t)128 << 10)
+#define DD_SCAN_REGION_MIN ((size_t)256 << 10)
 #define DD_SCAN_CONFIDENCE 0.99
 
 enum { DD_BK_ZERO, DD_BK_DATA, DD_BK_NEW, DD_BK_SKIP };
@@ -183,22 +183,43 @@ static int dd_scan_fail(dd_scan *s, int rc)
 
 /* ---- stage 1: hash (pool) ----------------------------------------------*/
 
-/* The block's bytes are at buf + (bk_off - buf_off): the batch itself
+/* Hashes blocks [first, last) of batch b, two of the same size at a time
+ * (dd_hasher_sum2: 1.8 times the speed of one at a time on SHA-NI).  A
+ * block's bytes are at buf + (bk_off - buf_off): the batch itself
  * (buf_off 0) or a worker's buffer holding a region from batch byte
- * buf_off. */
-static void dd_hash_blk(dd_scan *s, dd_sbatch *b, size_t i, unsigned worker,
-			const uint8_t *buf, size_t buf_off)
+ * buf_off.  Zero blocks are marked, not hashed. */
+static void dd_hash_blocks(dd_scan *s, dd_sbatch *b, size_t first,
+			   size_t last, unsigned worker, const uint8_t *buf,
+			   size_t buf_off)
 {
-	dd_blk *bk = &b->sb_blk[i];
-	const uint8_t *data = buf + (bk->bk_off - buf_off);
+	dd_hasher *h = s->s_wk[worker].wk_hasher;
+	/* per block size, a block waiting for a partner of its length */
+	dd_blk *wait[DD_SCAN_MAX_BLOCK_SIZES] = { NULL };
 
-	if (dd_is_zero(data, bk->bk_len)) {
-		bk->bk_kind = DD_BK_ZERO;
-		return;
+	for (size_t j = first; j < last; j++) {
+		dd_blk *bk = &b->sb_blk[j], **w = &wait[bk->bk_bsi];
+		const uint8_t *data = buf + (bk->bk_off - buf_off);
+
+		if (dd_is_zero(data, bk->bk_len)) {
+			bk->bk_kind = DD_BK_ZERO;
+			continue;
+		}
+		bk->bk_kind = DD_BK_DATA;
+		if (*w && (*w)->bk_len == bk->bk_len) {
+			dd_hasher_sum2(h, buf + ((*w)->bk_off - buf_off), data,
+				       bk->bk_len, (*w)->bk_hash, bk->bk_hash);
+			*w = NULL;
+			continue;
+		}
+		if (*w) /* a short last block meets no partner */
+			dd_hasher_sum(h, buf + ((*w)->bk_off - buf_off),
+				      (*w)->bk_len, (*w)->bk_hash);
+		*w = bk;
 	}
-	bk->bk_kind = DD_BK_DATA;
-	dd_hasher_sum(s->s_wk[worker].wk_hasher, data, bk->bk_len,
-		      bk->bk_hash);
+	for (size_t i = 0; i < s->s_nbz; i++)
+		if (wait[i])
+			dd_hasher_sum(h, buf + (wait[i]->bk_off - buf_off),
+				      wait[i]->bk_len, wait[i]->bk_hash);
 }
 
 /* Reads batch bytes [beg, end) of the file range into dst.  What the file
@@ -252,8 +273,7 @@ static void dd_hash_region(dd_scan *s, dd_sbatch *b, size_t r,
 			dd_read_range(b, b->sb_data + rb, rb, re);
 		}
 	}
-	for (size_t j = first; j < last; j++)
-		dd_hash_blk(s, b, j, worker, buf, buf_off);
+	dd_hash_blocks(s, b, first, last, worker, buf, buf_off);
 }
 
 /* ---- stage 3: compress (pool) ------------------------------------------*/
@@ -979,10 +999,12 @@ static size_t dd_scan_plan_batches(dd_scan *s, uint64_t mem)
 	if (cap < 4 * (size_t)s->s_maxbs)
 		cap = 4 * (size_t)s->s_maxbs;
 	s->s_cap = cap;
-	/* the hash stage reads and hashes a region at a time: 128 KiB at
+	/* the hash stage reads and hashes a region at a time: 256 KiB at
 	 * least, so that small blocks do not cost a pread and a job item
-	 * each (both powers of two: a region divides the batch) */
-	s->s_region = s->s_maxbs;
+	 * each, and two of the largest blocks, so that they too are hashed
+	 * in pairs (both powers of two: a region divides the batch, which
+	 * holds four of the largest blocks at least) */
+	s->s_region = 2 * (size_t)s->s_maxbs;
 	while (s->s_region < DD_SCAN_REGION_MIN && s->s_region < cap)
 		s->s_region *= 2;
 	s->s_maxblk = 0;
