@@ -36,6 +36,14 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	       bool readonly);
 void dd_db_close(dd_db *db);
 
+/* Walks every page of data.mdb's newest snapshot through pread and checks
+ * LMDB's own structure (check.c), so that damage LMDB would crash on is
+ * DD_ECORRUPT instead.  dd_db_open does it for files of up to
+ * DD_DB_CHECK_AT_OPEN_MAX bytes (about 25 ms from page cache at the
+ * limit); scrub always. */
+#define DD_DB_CHECK_AT_OPEN_MAX ((uint64_t)64 << 20)
+int dd_db_check(dd_db *db, dd_err *err);
+
 /* A write transaction must stay on the thread that began it. */
 int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out);
 int dd_txn_commit(dd_txn *txn, dd_err *err);

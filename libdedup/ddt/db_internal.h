@@ -42,6 +42,14 @@ struct dd_txn {
 	bool tx_parked;            /* a read txn after dd_txn_reset */
 };
 
+/* check.c: the structural check of data.mdb (fd, page size psize) for
+ * the snapshot whose meta page has this txnid.  DD_DB_CHECK_RETRY when
+ * neither meta page has it any more (a writer committed twice since the
+ * txnid was read). */
+#define DD_DB_CHECK_RETRY 1
+int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
+		     uint64_t txnid);
+
 /* Translates an LMDB return code into a DD_E* code with a message. */
 int dd_mdb_error(dd_err *err, int rc, const char *what);
 

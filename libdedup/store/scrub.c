@@ -1,7 +1,8 @@
 /*
  * scrub.c -- read and verify every stored block; name who uses bad ones.
  *
- * Pass 1 walks the DDT in one read transaction and verifies blocks in
+ * Pass 0 checks LMDB's own page structure (dd_db_check): LMDB would
+ * crash on damage there rather than report it.  Pass 1 walks the DDT in one read transaction and verifies blocks in
  * rounds on the pool (each read is the full checked path of block.c).
  * Bad blocks are kept in a sorted array.  Pass 2, only when something is
  * bad, walks every block map once and reports each use of a bad block with
@@ -309,7 +310,9 @@ int dd_store_scrub(dd_store *s, dd_scrub_cb cb, void *ctx,
 	sc->sc_err = &err;
 	sc->sc_cb = cb;
 	sc->sc_ctx = ctx;
-	rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
+	rc = dd_db_check(s->st_db, &err);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
 	if (!rc) {
 		rc = dd_scrub_run(sc);
 		dd_txn_abort(sc->sc_txn);

@@ -15,12 +15,9 @@
 #
 # LMDB keeps no checksums: damage it cannot see may change what ls and
 # stat print (a flipped time, a rolled-back meta page); the test counts
-# those, they are not failures.  Damage to LMDB's own page structure may
-# make LMDB crash inside its own code, where nothing in libdedup runs
-# first: that is a known limitation, printed as "KNOWN LMDB LIMITATION"
-# with the damage and LMDB's message.  Chosen cases that do it are listed
-# by name in KNOWN_LMDB_CRASHES; a random round may do it only when its
-# damage touches LMDB's own bytes (see "regions" below).  Any other crash
+# those, they are not failures.  Damage to LMDB's own page structure used
+# to crash LMDB inside its own code; libdedup now checks that structure
+# when it opens a store (ddt/check.c) and scrub does too, so any crash
 # fails the test.
 #
 #   DD_LMDB_DAMAGE_ROUNDS  random rounds (default 100)
@@ -59,19 +56,6 @@ images = {n: open(os.path.join(tmp, n + '.img'), 'rb').read() for n in 'ab'}
 # a wild read) before libdedup sees anything: LMDB trusts its page
 # structure, keeps no checksums, and has no call to check a page before
 # it follows it.  name -> what is damaged.
-KNOWN_LMDB_CRASHES = {
-    'meta0-main-root':
-        'the main table root page number in the newest meta page: LMDB '
-        'asserts (root > 1) or follows it to any page',
-    'ddt-branch-child':
-        'a child page number in a DDT branch page: LMDB follows it to a '
-        'page that is not the leaf it expects and asserts (IS_LEAF)',
-    'snap-leaf-lower':
-        'the key count (mp_lower) in the header of the snapshot table leaf: '
-        'LMDB reads node offsets past the page, then past the file (SIGBUS)',
-    'packs-leaf-lower':
-        'the same in the packs table leaf (scrub reads it)',
-}
 
 # ---- regions: LMDB's pages (lmdb 0.9, 64-bit; page header 16 bytes) --------
 #
@@ -290,15 +274,6 @@ def run(args):
         return 'hang', b'', b''
     return p.returncode, p.stdout, p.stderr
 
-def crash_site(text):
-    """(where a crash happened, as its output tells, and whether that is
-    inside LMDB: an LMDB assertion, or a sanitizer's frame #0 in liblmdb;
-    a plain signal tells nothing and counts as inside)"""
-    for line in text.splitlines():
-        if 'Assertion' in line or line.strip().startswith('#0 '):
-            return line.strip()[:160], 'mdb.c:' in line or 'liblmdb' in line
-    return 'signal, no trace', True
-
 def check(cmd, arg):
     """runs one command on the damaged copy: (exit status, problem or None)"""
     outfile = os.path.join(tmp, 'out')
@@ -332,7 +307,7 @@ if only:
                              '+'.join(sorted(touched(cases[0][1])))
                              if cases else '-'))
 base = {c: run([c, work])[1] for c in ('ls', 'stat')}   # undamaged
-problems, lmdb_crashes, silent, crashed_chosen = [], [], {}, set()
+problems, silent = [], {}
 full = 0
 for ci, (name, ops) in enumerate(cases):
     data = bytearray(orig)
@@ -357,12 +332,6 @@ for ci, (name, ops) in enumerate(cases):
         rcs[label], why, text = check(cmd, arg)
         if why == 'changed':
             silent.setdefault(label, []).append(name)
-        elif why and why.startswith('crashed') and 'lmdb' in where and \
-                crash_site(text)[1] and \
-                (ci >= chosen or name in KNOWN_LMDB_CRASHES):
-            lmdb_crashes.append('%s (%s): %s: %s: %s' % (
-                name, where, label, why, crash_site(text)[0]))
-            crashed_chosen.add(name)
         elif why:
             problems.append('%s (damage in %s): %s: %s' % (name, where, label,
                                                            why))
@@ -383,16 +352,9 @@ for ci, (name, ops) in enumerate(cases):
             '%s=%s' % (k.split()[0] + k.split()[1][1:], v)
             for k, v in rcs.items())))
 
-for line in lmdb_crashes:
-    print('KNOWN LMDB LIMITATION: ' + line)
-for name in KNOWN_LMDB_CRASHES:
-    if name not in crashed_chosen and not only:
-        print('NOTE: %s no longer crashes LMDB: take it out of '
-              'KNOWN_LMDB_CRASHES' % name)
 print('%d damage cases (%d chosen, %d random): %d read back fully, %d '
-      'refused by at least one command, %d crash LMDB itself' % (
-          len(cases), chosen, len(cases) - chosen, full, len(cases) - full,
-          len({l.split(' ')[0] for l in lmdb_crashes})))
+      'refused by at least one command' % (
+          len(cases), chosen, len(cases) - chosen, full, len(cases) - full))
 for label, names in sorted(silent.items()):
     print('not detectable (LMDB keeps no checksums), output changed: %s in '
           '%d cases (e.g. %s)' % (label, len(names), ', '.join(names[:4])))

@@ -1661,6 +1661,116 @@ static void test_db_shared(void **state)
 	dir_remove(dir2);
 }
 
+/* Patches n bytes at off of data.mdb (the db must be closed); returns
+ * what was there. */
+static void patch_file(const char *dir, off_t off, const void *bytes,
+		       size_t n, void *old)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	if (old)
+		assert_int_equal(pread(fd, old, n, off), (ssize_t)n);
+	assert_int_equal(pwrite(fd, bytes, n, off), (ssize_t)n);
+	close(fd);
+}
+
+/* The newest meta page's main table root page number. */
+static uint64_t main_root(const char *dir)
+{
+	uint8_t meta[2][4096];
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, meta, sizeof(meta), 0), (ssize_t)sizeof(meta));
+	close(fd);
+	/* txnid at 144, the main table record at 88 (its root at +40) */
+	return dd_get_le64(meta[dd_get_le64(meta[1] + 144) >
+				dd_get_le64(meta[0] + 144)] + 128);
+}
+
+/* dd_db_check walks LMDB's pages: a healthy file passes after many
+ * commits, deletions (a free list) and a compaction (a whole table
+ * freed); a damaged page header or key count is DD_ECORRUPT at open and
+ * in dd_db_check, naming the file and the page. */
+static void test_db_check(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 30000 };
+	dd_ddt_key *keys = calloc(N, sizeof(*keys));
+	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
+	uint8_t bad[8], old[8];
+	uint64_t root;
+	dd_txn *txn;
+	dd_db *db;
+
+	assert_non_null(keys);
+	for (int round = 0; round < 3; round++) {
+		txn = begin(fx, true);
+		for (int i = round * N / 3; i < (round + 1) * N / 3; i++) {
+			fill_random(keys[i].dk_hash, DD_HASH_SIZE);
+			ent.de_offset = (uint64_t)i * 4096;
+			OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+		}
+		commit(fx, txn);
+		OK(dd_db_check(fx->fx_db, &fx->fx_err));
+	}
+	txn = begin(fx, true);
+	for (int i = 0; i < N; i += 3) {
+		ent.de_refcnt = 0;
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	}
+	OK(dd_ddt_compact(txn, &fx->fx_err, NULL));
+	commit(fx, txn);
+	OK(dd_db_check(fx->fx_db, &fx->fx_err));
+	txn = begin(fx, true); /* the next commit reuses freed pages */
+	for (int i = 1; i < N; i += 3)
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	commit(fx, txn);
+	OK(dd_db_check(fx->fx_db, &fx->fx_err));
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+
+	/* the main root's header names another page */
+	root = main_root(fx->fx_dir);
+	dd_put_le64(bad, root + 1);
+	patch_file(fx->fx_dir, (off_t)(root * 4096), bad, 8, old);
+	db = (dd_db *)&db;
+	assert_int_equal(dd_db_open(&db, &fx->fx_err, fx->fx_dir, false, false),
+			 DD_ECORRUPT);
+	assert_ptr_equal(db, (dd_db *)&db);
+	assert_non_null(strstr(fx->fx_err.de_msg, "data.mdb: page"));
+	assert_non_null(strstr(fx->fx_err.de_msg, "(main)"));
+	patch_file(fx->fx_dir, (off_t)(root * 4096), old, 8, NULL);
+
+	/* its key count (mp_lower) runs past its free space */
+	dd_put_le16(bad, 4000);
+	patch_file(fx->fx_dir, (off_t)(root * 4096 + 12), bad, 2, old);
+	assert_int_equal(dd_db_open(&db, &fx->fx_err, fx->fx_dir, false, false),
+			 DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, "key count"));
+	patch_file(fx->fx_dir, (off_t)(root * 4096 + 12), old, 2, NULL);
+
+	/* repaired: it opens and checks clean, every entry there */
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	OK(dd_db_check(fx->fx_db, &fx->fx_err));
+	txn = begin(fx, false);
+	for (int i = 1; i < N; i += 3) {
+		dd_ddt_ent got;
+
+		OK(dd_ddt_get(txn, &fx->fx_err, &keys[i], &got));
+		assert_true(got.de_refcnt == 0);
+	}
+	dd_txn_abort(txn);
+	free(keys);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1683,6 +1793,7 @@ int main(void)
 		T(test_meta),
 		T(test_txn_abort),
 		T(test_db_shared),
+		T(test_db_check),
 #undef T
 	};
 

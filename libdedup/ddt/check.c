@@ -1,0 +1,435 @@
+/*
+ * check.c -- a structural check of LMDB's data file, read with pread.
+ *
+ * Why: LMDB keeps no checksums and trusts every page it maps.  A damaged
+ * page number, key count or node offset makes it follow a pointer out of
+ * its page or its file: an assertion, a SIGSEGV or a SIGBUS, not an error
+ * (docs/testing.md, "damaged LMDB file").  This walks every tree of the
+ * newest snapshot through pread and bounds-checked decoding, so damage
+ * becomes one DD_ECORRUPT line naming the page, before LMDB touches it.
+ *
+ * What is checked, for the free list, the main table and every named
+ * table: each page's number is its own, its kind is the one its depth
+ * calls for, its key count and free-space bounds fit the page, each node
+ * lies inside the page, branch children and overflow runs lie inside the
+ * file and are reached once, no tree reaches a page the free list names,
+ * and the page and entry counts of the table's record agree with what
+ * the walk found.  Keys and values themselves are libdedup's own bytes,
+ * checked where they are decoded (ddt.c, maps.c).
+ *
+ * The layout is LMDB 0.9's data format 1 on a 64-bit host (lmdb.h,
+ * mdb.c of liblmdb 0.9.24, Debian 12): a meta page's page number is 0 or
+ * 1; which one is newest is the one whose txnid the read transaction
+ * holding the snapshot reports.  The read transaction keeps LMDB from
+ * reusing the snapshot's pages while they are read, so a writer in
+ * another process cannot make a healthy file look damaged.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "common/alloc.h"
+#include "common/endian.h"
+#include "common/io.h"
+#include "ddt/db_internal.h"
+
+/* ---- LMDB 0.9, data format 1, 64-bit ----------------------------------*/
+#define LM_MAGIC 0xBEEFC0DEu
+#define LM_DATA_VERSION 1u
+#define LM_PAGEHDR 16           /* pgno 8, pad 2, flags 2, lower 2, upper 2 */
+#define LM_NODEHDR 8            /* lo 2, hi 2, flags 2, ksize 2 */
+#define LM_META_DBS 24          /* offset of mm_dbs[2] after the header */
+#define LM_DB_SIZE 48           /* pad 4, flags 2, depth 2, 4 counts, root */
+#define LM_META_LAST_PG 120
+#define LM_META_TXNID 128
+#define LM_P_BRANCH 0x01
+#define LM_P_LEAF 0x02
+#define LM_P_OVERFLOW 0x04
+#define LM_P_META 0x08
+#define LM_P_LEAF2 0x20
+#define LM_P_SUBP 0x40
+#define LM_P_KINDS (LM_P_BRANCH | LM_P_LEAF | LM_P_OVERFLOW | LM_P_META | \
+		    LM_P_LEAF2 | LM_P_SUBP)
+#define LM_F_BIGDATA 0x01
+#define LM_F_SUBDATA 0x02
+#define LM_F_DUPDATA 0x04
+#define LM_P_INVALID UINT64_MAX
+#define LM_MAXKEY 511           /* mdb_env_get_maxkeysize() */
+#define LM_MAXDEPTH 32
+
+/* An MDB_db record: a table's root and what its tree holds. */
+struct lm_db {
+	uint16_t flags, depth;
+	uint64_t branch, leaf, overflow, entries, root;
+};
+
+struct lm_check {
+	int fd;
+	const char *path;
+	uint32_t psize;
+	uint64_t last_pg;
+	uint8_t *seen;          /* a bit per page: reached by a tree */
+	uint8_t *freed;         /* a bit per page: named by the free list */
+	uint8_t *page;          /* the page being read */
+	uint8_t *big;           /* a value read from overflow pages */
+	size_t big_cap;
+	dd_err *err;
+};
+
+static void lm_db_decode(const uint8_t *p, struct lm_db *db)
+{
+	db->flags = dd_get_le16(p + 4);
+	db->depth = dd_get_le16(p + 6);
+	db->branch = dd_get_le64(p + 8);
+	db->leaf = dd_get_le64(p + 16);
+	db->overflow = dd_get_le64(p + 24);
+	db->entries = dd_get_le64(p + 32);
+	db->root = dd_get_le64(p + 40);
+}
+
+static int lm_bad(struct lm_check *c, const char *table, uint64_t pgno,
+		  const char *what)
+{
+	return dd_err_set(c->err, DD_ECORRUPT, "%s: page %llu of LMDB table "
+			  "'%s': %s (the file is damaged)", c->path,
+			  (unsigned long long)pgno, table, what);
+}
+
+static bool lm_bit(const uint8_t *bits, uint64_t i)
+{
+	return bits[i / 8] >> (i % 8) & 1;
+}
+
+static void lm_set(uint8_t *bits, uint64_t i)
+{
+	bits[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+/* Reads len bytes from the start of page pgno into buf: the whole page
+ * or only its header.  The header must name the page. */
+static int lm_pread(struct lm_check *c, const char *table, uint64_t pgno,
+		    uint8_t *buf, size_t len)
+{
+	size_t got = 0;
+	int rc = dd_io_pread(c->err, c->fd, buf, len, pgno * c->psize, &got,
+			     c->path);
+
+	if (rc)
+		return rc;
+	if (got < len)
+		return lm_bad(c, table, pgno, "beyond the end of the file");
+	if (dd_get_le64(buf) != pgno)
+		return lm_bad(c, table, pgno, "its header names another page");
+	return 0;
+}
+
+static int lm_read(struct lm_check *c, const char *table, uint64_t pgno)
+{
+	return lm_pread(c, table, pgno, c->page, c->psize);
+}
+
+/* Marks pages [pgno, pgno + n) as reached by a tree: each once, none of
+ * them a meta page or past the last page, none on the free list. */
+static int lm_reach(struct lm_check *c, const char *table, uint64_t pgno,
+		    uint64_t n)
+{
+	if (pgno < 2 || n == 0 || pgno > c->last_pg ||
+	    n > c->last_pg - pgno + 1)
+		return lm_bad(c, table, pgno, "a page number outside the file");
+	for (uint64_t i = pgno; i < pgno + n; i++) {
+		if (lm_bit(c->seen, i))
+			return lm_bad(c, table, i, "reached twice");
+		if (c->freed && lm_bit(c->freed, i))
+			return lm_bad(c, table, i, "in use and on the free list");
+		lm_set(c->seen, i);
+	}
+	return 0;
+}
+
+/* A leaf node's value: inline, or a run of overflow pages.  Counts the
+ * overflow pages.  With `load`, *val gets the value wherever it is (a
+ * long free-list record lives in overflow pages); else only an inline
+ * one. */
+static int lm_leaf_value(struct lm_check *c, const char *table,
+			 uint64_t pgno, const uint8_t *node, size_t room,
+			 bool load, uint64_t *overflow, const uint8_t **val,
+			 size_t *vlen)
+{
+	uint16_t flags = dd_get_le16(node + 4), ksize = dd_get_le16(node + 6);
+	size_t dsize = dd_get_le16(node) | (size_t)dd_get_le16(node + 2) << 16;
+
+	*val = NULL;
+	if (ksize > LM_MAXKEY || (flags & ~(LM_F_BIGDATA | LM_F_SUBDATA)))
+		return lm_bad(c, table, pgno, "a node header is damaged");
+	if (flags & LM_F_BIGDATA) {
+		uint64_t ov, need = (LM_PAGEHDR + dsize + c->psize - 1) / c->psize;
+		uint8_t hdr[LM_PAGEHDR];
+		int rc;
+
+		if (room < LM_NODEHDR + (size_t)ksize + 8)
+			return lm_bad(c, table, pgno, "a node runs off the page");
+		ov = dd_get_le64(node + LM_NODEHDR + ksize);
+		rc = lm_reach(c, table, ov, need);
+		if (!rc)
+			rc = lm_pread(c, table, ov, hdr, sizeof(hdr));
+		if (rc)
+			return rc;
+		if ((dd_get_le16(hdr + 10) & LM_P_KINDS) != LM_P_OVERFLOW ||
+		    dd_get_le32(hdr + 12) != need || (flags & LM_F_SUBDATA))
+			return lm_bad(c, table, ov, "not the overflow run its "
+				      "node names");
+		*overflow += need;
+		if (!load)
+			return 0;
+		if (dsize > c->big_cap) {
+			uint8_t *big = dd_realloc(c->big, dsize);
+
+			if (!big)
+				return dd_err_set(c->err, DD_ENOMEM,
+						  "out of memory");
+			c->big = big;
+			c->big_cap = dsize;
+		}
+		rc = dd_io_pread_full(c->err, c->fd, c->big, dsize,
+				      ov * c->psize + LM_PAGEHDR, c->path);
+		*val = c->big;
+		*vlen = dsize;
+		return rc;
+	}
+	if (room < LM_NODEHDR + (size_t)ksize + dsize)
+		return lm_bad(c, table, pgno, "a node runs off the page");
+	*val = node + LM_NODEHDR + ksize;
+	*vlen = dsize;
+	if ((flags & LM_F_SUBDATA) && dsize != LM_DB_SIZE)
+		return lm_bad(c, table, pgno, "a table record of the wrong size");
+	return 0;
+}
+
+typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
+			   const uint8_t *node, const uint8_t *val,
+			   size_t vlen);
+
+/*
+ * Walks one table's tree from its record: depth first, one page buffer,
+ * so a level's pages are re-read for their children -- a stack of page
+ * numbers and node indexes instead of pages keeps memory at one page.
+ * `on_value` sees each inline leaf value (the main table's table records,
+ * the free list's page lists).
+ */
+static int lm_walk(struct lm_check *c, const char *table,
+		   const struct lm_db *db, lm_value_fn on_value)
+{
+	struct { uint64_t pgno; unsigned next; } stack[LM_MAXDEPTH];
+	uint64_t branch = 0, leaf = 0, overflow = 0, entries = 0;
+	int depth = 0, rc;
+
+	if (db->root == LM_P_INVALID) {
+		if (db->depth || db->branch || db->leaf || db->overflow ||
+		    db->entries)
+			return lm_bad(c, table, 0, "an empty table with counts");
+		return 0;
+	}
+	if (db->depth == 0 || db->depth > LM_MAXDEPTH)
+		return lm_bad(c, table, db->root, "an impossible tree depth");
+	rc = lm_reach(c, table, db->root, 1);
+	stack[0].pgno = db->root;
+	stack[0].next = 0;
+	while (!rc && depth >= 0) {
+		uint64_t pgno = stack[depth].pgno;
+		bool is_leaf = depth == db->depth - 1;
+		unsigned lower, upper, nkeys, i = stack[depth].next;
+
+		rc = lm_read(c, table, pgno);
+		if (rc)
+			break;
+		lower = dd_get_le16(c->page + 12);
+		upper = dd_get_le16(c->page + 14);
+		nkeys = lower >= LM_PAGEHDR ? (lower - LM_PAGEHDR) / 2 : 0;
+		if ((dd_get_le16(c->page + 10) & LM_P_KINDS) !=
+		    (is_leaf ? LM_P_LEAF : LM_P_BRANCH))
+			return lm_bad(c, table, pgno, is_leaf
+				      ? "not a leaf page at leaf depth"
+				      : "not a branch page above the leaves");
+		if (lower < LM_PAGEHDR || lower % 2 || lower > upper ||
+		    upper > c->psize || (!is_leaf && nkeys == 0))
+			return lm_bad(c, table, pgno, "its key count or free "
+				      "space does not fit the page");
+		if (i == 0)
+			is_leaf ? leaf++ : branch++;
+		for (; i < nkeys; i++) {
+			unsigned off = dd_get_le16(c->page + LM_PAGEHDR + 2 * i);
+			const uint8_t *node = c->page + off;
+			const uint8_t *val;
+			size_t vlen;
+
+			if (off < upper || off % 2 ||
+			    off + LM_NODEHDR > c->psize)
+				return lm_bad(c, table, pgno, "a node offset "
+					      "outside the page's node area");
+			if (!is_leaf) {
+				uint64_t child = dd_get_le16(node) |
+						 (uint64_t)dd_get_le16(node + 2) << 16 |
+						 (uint64_t)dd_get_le16(node + 4) << 32;
+
+				if (dd_get_le16(node + 6) > LM_MAXKEY ||
+				    off + LM_NODEHDR + dd_get_le16(node + 6) >
+					    c->psize)
+					return lm_bad(c, table, pgno, "a branch "
+						      "key runs off the page");
+				rc = lm_reach(c, table, child, 1);
+				if (rc)
+					return rc;
+				/* descend; this page is re-read on return */
+				stack[depth].next = i + 1;
+				depth++;
+				stack[depth].pgno = child;
+				stack[depth].next = 0;
+				break;
+			}
+			rc = lm_leaf_value(c, table, pgno, node, c->psize - off,
+					   on_value != NULL, &overflow, &val,
+					   &vlen);
+			if (!rc && val && on_value) {
+				/* on_value may read pages: keep the node */
+				uint8_t copy[LM_NODEHDR + LM_MAXKEY + LM_DB_SIZE];
+				size_t n = LM_NODEHDR + dd_get_le16(node + 6);
+
+				if (val != c->big && n + vlen <= sizeof(copy)) {
+					memcpy(copy, node, n + vlen);
+					rc = on_value(c, pgno, copy, copy + n,
+						      vlen);
+				} else {
+					rc = on_value(c, pgno, node, val, vlen);
+				}
+				if (!rc)
+					rc = lm_read(c, table, pgno);
+			}
+			if (rc)
+				return rc;
+			entries++;
+		}
+		if (i >= nkeys)
+			depth--; /* this page is done */
+	}
+	if (rc)
+		return rc;
+	if (branch != db->branch || leaf != db->leaf ||
+	    overflow != db->overflow || entries != db->entries)
+		return lm_bad(c, table, db->root, "its table record's page or "
+			      "entry counts disagree with the tree");
+	return 0;
+}
+
+/* The free list: a value is a count and that many page numbers. */
+static int lm_free_value(struct lm_check *c, uint64_t pgno,
+			 const uint8_t *node, const uint8_t *val, size_t vlen)
+{
+	uint64_t n;
+
+	(void)node;
+	if (vlen < 8 || (n = dd_get_le64(val)) != vlen / 8 - 1 || vlen % 8)
+		return lm_bad(c, "(free list)", pgno, "a damaged page list");
+	for (uint64_t i = 1; i <= n; i++) {
+		uint64_t p = dd_get_le64(val + 8 * i);
+
+		if (p < 2 || p > c->last_pg)
+			return lm_bad(c, "(free list)", pgno,
+				      "a free page number outside the file");
+		lm_set(c->freed, p);
+	}
+	return 0;
+}
+
+/* The main table: each record of a named table is walked in turn. */
+static int lm_main_value(struct lm_check *c, uint64_t pgno,
+			 const uint8_t *node, const uint8_t *val, size_t vlen)
+{
+	char name[64];
+	size_t ksize = dd_get_le16(node + 6);
+	struct lm_db db;
+
+	if (!(dd_get_le16(node + 4) & LM_F_SUBDATA))
+		return 0; /* a plain value: libdedup keeps none here */
+	snprintf(name, sizeof(name), "%.*s", (int)(ksize < 63 ? ksize : 63),
+		 (const char *)node + LM_NODEHDR);
+	(void)vlen;
+	lm_db_decode(val, &db);
+	if (db.flags != 0) /* libdedup's tables use plain byte keys */
+		return lm_bad(c, name, pgno, "a damaged table record");
+	return lm_walk(c, name, &db, NULL);
+}
+
+/* Reads meta page m; true if it is a format-1 meta page. */
+static bool lm_meta(struct lm_check *c, unsigned m, uint32_t psize,
+		    uint8_t *buf)
+{
+	size_t got = 0;
+	dd_err ignored;
+
+	return dd_io_pread(&ignored, c->fd, buf, psize, (uint64_t)m * psize,
+			   &got, c->path) == 0 && got == psize &&
+	       dd_get_le32(buf + LM_PAGEHDR) == LM_MAGIC &&
+	       dd_get_le32(buf + LM_PAGEHDR + 4) == LM_DATA_VERSION &&
+	       (dd_get_le16(buf + 10) & LM_P_META);
+}
+
+int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
+		     uint64_t txnid)
+{
+	struct lm_check c = { .fd = fd, .path = path, .psize = psize,
+			      .err = err };
+	struct lm_db freedb, maindb;
+	const uint8_t *meta = NULL;
+	size_t nbits;
+	int rc;
+
+	if (psize < 512 || psize > 65536 || (psize & (psize - 1)))
+		return dd_err_set(err, DD_EINVAL, "%s: page size %u", path,
+				  psize);
+	c.page = dd_malloc(2 * (size_t)psize);
+	if (!c.page)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	for (unsigned m = 0; m < 2 && !meta; m++)
+		if (lm_meta(&c, m, psize, c.page + (size_t)m * psize) &&
+		    dd_get_le64(c.page + (size_t)m * psize + LM_PAGEHDR +
+			    LM_META_TXNID) == txnid)
+			meta = c.page + (size_t)m * psize;
+	if (!meta) {
+		dd_free(c.page);
+		return DD_DB_CHECK_RETRY; /* a writer committed since */
+	}
+	c.last_pg = dd_get_le64(meta + LM_PAGEHDR + LM_META_LAST_PG);
+	lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS, &freedb);
+	lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS + LM_DB_SIZE, &maindb);
+	/* the free list is keyed by txnid (MDB_INTEGERKEY), the main table
+	 * by name */
+	if ((freedb.flags & ~0x08) != 0 || maindb.flags != 0) {
+		dd_free(c.page);
+		return dd_err_set(err, DD_ECORRUPT, "%s: the newest meta page's "
+				  "table records are damaged", path);
+	}
+	dd_free(c.page);
+	c.page = dd_malloc(psize);
+	nbits = (size_t)(c.last_pg / 8 + 1);
+	c.seen = c.last_pg < ((uint64_t)1 << 40) ? dd_calloc(1, nbits) : NULL;
+	c.freed = c.seen ? dd_calloc(1, nbits) : NULL;
+	if (!c.page || !c.seen || !c.freed) {
+		rc = c.last_pg >= ((uint64_t)1 << 40)
+			     ? lm_bad(&c, "(meta)", 0, "an impossible last page")
+			     : dd_err_set(err, DD_ENOMEM, "out of memory");
+	} else {
+		rc = lm_walk(&c, "(free list)", &freedb, lm_free_value);
+		/* the free list's own pages are in use: only the trees
+		 * walked after it must avoid the pages it names */
+		if (!rc)
+			rc = lm_walk(&c, "(main)", &maindb, lm_main_value);
+	}
+	dd_free(c.page);
+	dd_free(c.big);
+	dd_free(c.seen);
+	dd_free(c.freed);
+	return rc;
+}
