@@ -216,8 +216,9 @@ typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
  * Walks one table's tree from its record: depth first, one page buffer,
  * so a level's pages are re-read for their children -- a stack of page
  * numbers and node indexes instead of pages keeps memory at one page.
- * `on_value` sees each inline leaf value (the main table's table records,
- * the free list's page lists).
+ * `on_value` sees each leaf value (the main table's table records, the
+ * free list's page lists); it may read pages, but must not use `node` or
+ * `val` after it does.
  */
 static int lm_walk(struct lm_check *c, const char *table,
 		   const struct lm_db *db, lm_value_fn on_value)
@@ -293,17 +294,8 @@ static int lm_walk(struct lm_check *c, const char *table,
 					   on_value != NULL, &overflow, &val,
 					   &vlen);
 			if (!rc && val && on_value) {
-				/* on_value may read pages: keep the node */
-				uint8_t copy[LM_NODEHDR + LM_MAXKEY + LM_DB_SIZE];
-				size_t n = LM_NODEHDR + dd_get_le16(node + 6);
-
-				if (val != c->big && n + vlen <= sizeof(copy)) {
-					memcpy(copy, node, n + vlen);
-					rc = on_value(c, pgno, copy, copy + n,
-						      vlen);
-				} else {
-					rc = on_value(c, pgno, node, val, vlen);
-				}
+				rc = on_value(c, pgno, node, val, vlen);
+				/* it may have read other pages into c->page */
 				if (!rc)
 					rc = lm_read(c, table, pgno);
 			}
@@ -343,7 +335,8 @@ static int lm_free_value(struct lm_check *c, uint64_t pgno,
 	return 0;
 }
 
-/* The main table: each record of a named table is walked in turn. */
+/* The main table: each record of a named table is walked in turn.  The
+ * name and the record are copied out first: the walk reuses c->page. */
 static int lm_main_value(struct lm_check *c, uint64_t pgno,
 			 const uint8_t *node, const uint8_t *val, size_t vlen)
 {

@@ -145,14 +145,14 @@ static const uint8_t *dd_hash_prepare(dd_writer *w, dd_batch *b, size_t i,
 	sl->sl_kind = DD_SLOT_ZERO; /* holes keep no bytes */
 	end = beg + sl->sl_lsize;
 	if (b->bt_src_fd >= 0 && beg < b->bt_src_end && end > b->bt_src_start) {
-		if (beg >= b->bt_src_start && end <= b->bt_src_end)
+		size_t rb = beg > b->bt_src_start ? beg : b->bt_src_start;
+		size_t re = end < b->bt_src_end ? end : b->bt_src_end;
+
+		/* a block wholly in the file goes to `hot`; one that is part
+		 * memory, part file gets its file part read into place */
+		if (rb == beg && re == end)
 			data = hot;
-		/* else a block that is part memory, part file: its file part
-		 * is read into place */
-		if (!dd_read_range(b, data + (data == hot || beg > b->bt_src_start
-					      ? 0 : b->bt_src_start - beg),
-				   beg > b->bt_src_start ? beg : b->bt_src_start,
-				   end < b->bt_src_end ? end : b->bt_src_end))
+		if (!dd_read_range(b, data + (rb - beg), rb, re))
 			return NULL;
 	}
 	if (dd_is_zero(data, sl->sl_lsize))
