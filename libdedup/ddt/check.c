@@ -35,36 +35,7 @@
 #include "common/endian.h"
 #include "common/io.h"
 #include "ddt/db_internal.h"
-
-/* ---- LMDB 0.9, data format 1, 64-bit ----------------------------------*/
-#define LM_MAGIC 0xBEEFC0DEu
-#define LM_DATA_VERSION 1u
-#define LM_PAGEHDR 16           /* pgno 8, pad 2, flags 2, lower 2, upper 2 */
-#define LM_NODEHDR 8            /* lo 2, hi 2, flags 2, ksize 2 */
-#define LM_META_DBS 24          /* offset of mm_dbs[2] after the header */
-#define LM_DB_SIZE 48           /* pad 4, flags 2, depth 2, 4 counts, root */
-#define LM_META_LAST_PG 120
-#define LM_META_TXNID 128
-#define LM_P_BRANCH 0x01
-#define LM_P_LEAF 0x02
-#define LM_P_OVERFLOW 0x04
-#define LM_P_META 0x08
-#define LM_P_LEAF2 0x20
-#define LM_P_SUBP 0x40
-#define LM_P_KINDS (LM_P_BRANCH | LM_P_LEAF | LM_P_OVERFLOW | LM_P_META | \
-		    LM_P_LEAF2 | LM_P_SUBP)
-#define LM_F_BIGDATA 0x01
-#define LM_F_SUBDATA 0x02
-#define LM_F_DUPDATA 0x04
-#define LM_P_INVALID UINT64_MAX
-#define LM_MAXKEY 511           /* mdb_env_get_maxkeysize() */
-#define LM_MAXDEPTH 32
-
-/* An MDB_db record: a table's root and what its tree holds. */
-struct lm_db {
-	uint16_t flags, depth;
-	uint64_t branch, leaf, overflow, entries, root;
-};
+#include "ddt/lmdb_page.h"
 
 struct lm_check {
 	int fd;
@@ -78,17 +49,6 @@ struct lm_check {
 	size_t big_cap;
 	dd_err *err;
 };
-
-static void lm_db_decode(const uint8_t *p, struct lm_db *db)
-{
-	db->flags = dd_get_le16(p + 4);
-	db->depth = dd_get_le16(p + 6);
-	db->branch = dd_get_le64(p + 8);
-	db->leaf = dd_get_le64(p + 16);
-	db->overflow = dd_get_le64(p + 24);
-	db->entries = dd_get_le64(p + 32);
-	db->root = dd_get_le64(p + 40);
-}
 
 static int lm_bad(struct lm_check *c, const char *table, uint64_t pgno,
 		  const char *what)
@@ -149,63 +109,53 @@ static int lm_reach(struct lm_check *c, const char *table, uint64_t pgno,
 	return 0;
 }
 
-/* A leaf node's value: inline, or a run of overflow pages.  Counts the
- * overflow pages.  With `load`, *val gets the value wherever it is (a
- * long free-list record lives in overflow pages); else only an inline
- * one. */
+/* A leaf node's value, in a page lm_page_verify passed: inline, or a
+ * run of overflow pages, which must be reached once and begin with an
+ * overflow page of the run's length.  Counts the overflow pages.  With
+ * `load`, *val gets the value wherever it is (a long free-list record
+ * lives in overflow pages); else only an inline one. */
 static int lm_leaf_value(struct lm_check *c, const char *table,
-			 uint64_t pgno, const uint8_t *node, size_t room,
-			 bool load, uint64_t *overflow, const uint8_t **val,
-			 size_t *vlen)
+			 const uint8_t *node, bool load, uint64_t *overflow,
+			 const uint8_t **val, size_t *vlen)
 {
-	uint16_t flags = dd_get_le16(node + 4), ksize = dd_get_le16(node + 6);
-	size_t dsize = dd_get_le16(node) | (size_t)dd_get_le16(node + 2) << 16;
+	unsigned ksize = lm_node_ksize(node);
+	size_t dsize = lm_node_dsize(node);
+	uint64_t ov, need;
+	uint8_t hdr[LM_PAGEHDR];
+	int rc;
 
 	*val = NULL;
-	if (ksize > LM_MAXKEY || (flags & ~(LM_F_BIGDATA | LM_F_SUBDATA)))
-		return lm_bad(c, table, pgno, "a node header is damaged");
-	if (flags & LM_F_BIGDATA) {
-		uint64_t ov, need = (LM_PAGEHDR + dsize + c->psize - 1) / c->psize;
-		uint8_t hdr[LM_PAGEHDR];
-		int rc;
-
-		if (room < LM_NODEHDR + (size_t)ksize + 8)
-			return lm_bad(c, table, pgno, "a node runs off the page");
-		ov = dd_get_le64(node + LM_NODEHDR + ksize);
-		rc = lm_reach(c, table, ov, need);
-		if (!rc)
-			rc = lm_pread(c, table, ov, hdr, sizeof(hdr));
-		if (rc)
-			return rc;
-		if ((dd_get_le16(hdr + 10) & LM_P_KINDS) != LM_P_OVERFLOW ||
-		    dd_get_le32(hdr + 12) != need || (flags & LM_F_SUBDATA))
-			return lm_bad(c, table, ov, "not the overflow run its "
-				      "node names");
-		*overflow += need;
-		if (!load)
-			return 0;
-		if (dsize > c->big_cap) {
-			uint8_t *big = dd_realloc(c->big, dsize);
-
-			if (!big)
-				return dd_err_set(c->err, DD_ENOMEM,
-						  "out of memory");
-			c->big = big;
-			c->big_cap = dsize;
-		}
-		rc = dd_io_pread_full(c->err, c->fd, c->big, dsize,
-				      ov * c->psize + LM_PAGEHDR, c->path);
-		*val = c->big;
+	if (!(lm_node_flags(node) & LM_F_BIGDATA)) {
+		*val = node + LM_NODEHDR + ksize;
 		*vlen = dsize;
-		return rc;
+		return 0;
 	}
-	if (room < LM_NODEHDR + (size_t)ksize + dsize)
-		return lm_bad(c, table, pgno, "a node runs off the page");
-	*val = node + LM_NODEHDR + ksize;
+	need = (LM_PAGEHDR + dsize + c->psize - 1) / c->psize;
+	ov = dd_get_le64(node + LM_NODEHDR + ksize);
+	rc = lm_reach(c, table, ov, need);
+	if (!rc)
+		rc = lm_pread(c, table, ov, hdr, sizeof(hdr));
+	if (rc)
+		return rc;
+	if ((dd_get_le16(hdr + 10) & LM_P_KINDS) != LM_P_OVERFLOW ||
+	    dd_get_le32(hdr + 12) != need)
+		return lm_bad(c, table, ov, "not the overflow run its node names");
+	*overflow += need;
+	if (!load)
+		return 0;
+	if (dsize > c->big_cap) {
+		uint8_t *big = dd_realloc(c->big, dsize);
+
+		if (!big)
+			return dd_err_set(c->err, DD_ENOMEM, "out of memory");
+		c->big = big;
+		c->big_cap = dsize;
+	}
+	rc = dd_io_pread_full(c->err, c->fd, c->big, dsize,
+			      ov * c->psize + LM_PAGEHDR, c->path);
+	*val = c->big;
 	*vlen = dsize;
-	if ((flags & LM_F_SUBDATA) && dsize != LM_DB_SIZE)
-		return lm_bad(c, table, pgno, "a table record of the wrong size");
-	return 0;
+	return rc;
 }
 
 typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
@@ -221,7 +171,8 @@ typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
  * `val` after it does.
  */
 static int lm_walk(struct lm_check *c, const char *table,
-		   const struct lm_db *db, lm_value_fn on_value)
+		   const struct lm_db *db, enum lm_tree_kind kind,
+		   lm_value_fn on_value)
 {
 	struct { uint64_t pgno; unsigned next; } stack[LM_MAXDEPTH];
 	uint64_t branch = 0, leaf = 0, overflow = 0, entries = 0;
@@ -241,45 +192,29 @@ static int lm_walk(struct lm_check *c, const char *table,
 	while (!rc && depth >= 0) {
 		uint64_t pgno = stack[depth].pgno;
 		bool is_leaf = depth == db->depth - 1;
-		unsigned lower, upper, nkeys, i = stack[depth].next;
+		unsigned nkeys, i = stack[depth].next;
 
 		rc = lm_read(c, table, pgno);
 		if (rc)
 			break;
-		lower = dd_get_le16(c->page + 12);
-		upper = dd_get_le16(c->page + 14);
-		nkeys = lower >= LM_PAGEHDR ? (lower - LM_PAGEHDR) / 2 : 0;
-		if ((dd_get_le16(c->page + 10) & LM_P_KINDS) !=
-		    (is_leaf ? LM_P_LEAF : LM_P_BRANCH))
-			return lm_bad(c, table, pgno, is_leaf
-				      ? "not a leaf page at leaf depth"
-				      : "not a branch page above the leaves");
-		if (lower < LM_PAGEHDR || lower % 2 || lower > upper ||
-		    upper > c->psize || (!is_leaf && nkeys == 0))
-			return lm_bad(c, table, pgno, "its key count or free "
-				      "space does not fit the page");
-		if (i == 0)
+		if (i == 0) { /* the first visit; later ones re-read it */
+			const char *why = lm_page_verify(c->page, c->psize,
+							 pgno, c->last_pg,
+							 is_leaf, kind);
+
+			if (why)
+				return lm_bad(c, table, pgno, why);
 			is_leaf ? leaf++ : branch++;
+		}
+		nkeys = lm_nkeys(c->page);
 		for (; i < nkeys; i++) {
-			unsigned off = dd_get_le16(c->page + LM_PAGEHDR + 2 * i);
-			const uint8_t *node = c->page + off;
+			const uint8_t *node = lm_node(c->page, i);
 			const uint8_t *val;
 			size_t vlen;
 
-			if (off < upper || off % 2 ||
-			    off + LM_NODEHDR > c->psize)
-				return lm_bad(c, table, pgno, "a node offset "
-					      "outside the page's node area");
 			if (!is_leaf) {
-				uint64_t child = dd_get_le16(node) |
-						 (uint64_t)dd_get_le16(node + 2) << 16 |
-						 (uint64_t)dd_get_le16(node + 4) << 32;
+				uint64_t child = lm_node_child(node);
 
-				if (dd_get_le16(node + 6) > LM_MAXKEY ||
-				    off + LM_NODEHDR + dd_get_le16(node + 6) >
-					    c->psize)
-					return lm_bad(c, table, pgno, "a branch "
-						      "key runs off the page");
 				rc = lm_reach(c, table, child, 1);
 				if (rc)
 					return rc;
@@ -290,9 +225,8 @@ static int lm_walk(struct lm_check *c, const char *table,
 				stack[depth].next = 0;
 				break;
 			}
-			rc = lm_leaf_value(c, table, pgno, node, c->psize - off,
-					   on_value != NULL, &overflow, &val,
-					   &vlen);
+			rc = lm_leaf_value(c, table, node, on_value != NULL,
+					   &overflow, &val, &vlen);
 			if (!rc && val && on_value) {
 				rc = on_value(c, pgno, node, val, vlen);
 				/* it may have read other pages into c->page */
@@ -319,19 +253,13 @@ static int lm_walk(struct lm_check *c, const char *table,
 static int lm_free_value(struct lm_check *c, uint64_t pgno,
 			 const uint8_t *node, const uint8_t *val, size_t vlen)
 {
-	uint64_t n;
+	const char *why = lm_page_list(val, vlen, c->last_pg);
 
 	(void)node;
-	if (vlen < 8 || (n = dd_get_le64(val)) != vlen / 8 - 1 || vlen % 8)
-		return lm_bad(c, "(free list)", pgno, "a damaged page list");
-	for (uint64_t i = 1; i <= n; i++) {
-		uint64_t p = dd_get_le64(val + 8 * i);
-
-		if (p < 2 || p > c->last_pg)
-			return lm_bad(c, "(free list)", pgno,
-				      "a free page number outside the file");
-		lm_set(c->freed, p);
-	}
+	if (why)
+		return lm_bad(c, "(free list)", pgno, why);
+	for (uint64_t i = 1; i < vlen / 8; i++)
+		lm_set(c->freed, dd_get_le64(val + 8 * i));
 	return 0;
 }
 
@@ -352,7 +280,7 @@ static int lm_main_value(struct lm_check *c, uint64_t pgno,
 	lm_db_decode(val, &db);
 	if (db.flags != 0) /* libdedup's tables use plain byte keys */
 		return lm_bad(c, name, pgno, "a damaged table record");
-	return lm_walk(c, name, &db, NULL);
+	return lm_walk(c, name, &db, LM_TREE_TABLE, NULL);
 }
 
 /* Reads meta page m; true if it is a format-1 meta page. */
@@ -414,11 +342,13 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 			     ? lm_bad(&c, "(meta)", 0, "an impossible last page")
 			     : dd_err_set(err, DD_ENOMEM, "out of memory");
 	} else {
-		rc = lm_walk(&c, "(free list)", &freedb, lm_free_value);
+		rc = lm_walk(&c, "(free list)", &freedb, LM_TREE_FREE,
+			     lm_free_value);
 		/* the free list's own pages are in use: only the trees
 		 * walked after it must avoid the pages it names */
 		if (!rc)
-			rc = lm_walk(&c, "(main)", &maindb, lm_main_value);
+			rc = lm_walk(&c, "(main)", &maindb, LM_TREE_MAIN,
+				     lm_main_value);
 	}
 	dd_free(c.page);
 	dd_free(c.big);

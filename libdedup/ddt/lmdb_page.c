@@ -1,0 +1,151 @@
+/*
+ * lmdb_page.c -- what one LMDB page must hold before LMDB may read it.
+ *
+ * LMDB trusts its pages: a node offset, key size or child page number
+ * out of bounds sends it off its page or its file (a SIGSEGV, a SIGBUS),
+ * and a branch page with fewer than two keys trips an assertion.  This is
+ * the one description of a sound page, shared by the whole-file check
+ * (check.c) and the per-operation guard (guard.c).
+ */
+#include <string.h>
+
+#include "ddt/lmdb_page.h"
+
+int lm_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+	int diff = memcmp(a, b, alen < blen ? alen : blen);
+
+	if (diff)
+		return diff;
+	return alen < blen ? -1 : alen > blen;
+}
+
+/* The free list is keyed by txnid, an 8-byte integer (MDB_INTEGERKEY):
+ * its order is numeric, not bytewise. */
+static int lm_key_order(enum lm_tree_kind kind, const uint8_t *a,
+			unsigned alen, const uint8_t *b, unsigned blen)
+{
+	if (kind == LM_TREE_FREE) {
+		uint64_t x = dd_get_le64(a), y = dd_get_le64(b);
+
+		return x < y ? -1 : x > y;
+	}
+	return lm_cmp(a, alen, b, blen);
+}
+
+const char *lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg)
+{
+	uint64_t n;
+
+	if (vlen < 8 || vlen % 8 || (n = dd_get_le64(val)) != vlen / 8 - 1)
+		return "a damaged free page list";
+	for (uint64_t i = 1; i <= n; i++) {
+		uint64_t p = dd_get_le64(val + 8 * i);
+
+		if (p < 2 || p > last_pg)
+			return "a free page number outside the file";
+	}
+	return NULL;
+}
+
+/* A leaf node's flags and value for its tree; room is the bytes from the
+ * node to the end of the page. */
+static const char *lm_leaf_node(const uint8_t *node, size_t room,
+				uint32_t psize, uint64_t last_pg,
+				enum lm_tree_kind kind)
+{
+	unsigned flags = lm_node_flags(node), ksize = lm_node_ksize(node);
+	size_t dsize = lm_node_dsize(node);
+
+	if (ksize == 0)
+		return "a leaf node without a key";
+	switch (kind) {
+	case LM_TREE_FREE:
+		if (flags & ~LM_F_BIGDATA)
+			return "a free-list node with table flags";
+		break;
+	case LM_TREE_MAIN:
+		if (flags & ~LM_F_SUBDATA)
+			return "a damaged table record node";
+		if ((flags & LM_F_SUBDATA) && dsize != LM_DB_SIZE)
+			return "a table record of the wrong size";
+		break;
+	case LM_TREE_TABLE:
+		/* libdedup's values are at most a few hundred bytes: never an
+		 * overflow run, never a sub-table */
+		if (flags)
+			return "a node with flags libdedup never writes";
+		break;
+	}
+	if (flags & LM_F_BIGDATA) {
+		uint64_t ov, need = (LM_PAGEHDR + dsize + psize - 1) / psize;
+
+		if (room < LM_NODEHDR + (size_t)ksize + 8)
+			return "a node runs off the page";
+		ov = dd_get_le64(node + LM_NODEHDR + ksize);
+		if (ov < 2 || ov > last_pg || need > last_pg - ov + 1)
+			return "an overflow run outside the file";
+		return NULL;
+	}
+	if (room < LM_NODEHDR + (size_t)ksize + dsize)
+		return "a node runs off the page";
+	if (kind == LM_TREE_FREE)
+		return lm_page_list(node + LM_NODEHDR + ksize, dsize, last_pg);
+	return NULL;
+}
+
+const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
+			   uint64_t last_pg, bool leaf, enum lm_tree_kind kind)
+{
+	unsigned lower = dd_get_le16(pg + 12), upper = dd_get_le16(pg + 14);
+	unsigned nkeys, min_keys;
+	const uint8_t *prev = NULL;
+	unsigned prev_len = 0;
+
+	if (dd_get_le64(pg) != pgno)
+		return "its header names another page";
+	if ((dd_get_le16(pg + 10) & LM_P_KINDS) !=
+	    (leaf ? LM_P_LEAF : LM_P_BRANCH))
+		return leaf ? "not a leaf page at leaf depth"
+			    : "not a branch page above the leaves";
+	if (lower < LM_PAGEHDR || lower % 2 || lower > upper || upper > psize)
+		return "its key count or free space does not fit the page";
+	nkeys = (lower - LM_PAGEHDR) / 2;
+	/* mdb_page_search_root asserts two keys in a branch page, except in
+	 * the free list, which a writer may leave with one */
+	min_keys = leaf ? 0 : kind == LM_TREE_FREE ? 1 : 2;
+	if (nkeys < min_keys)
+		return "a branch page with too few keys";
+	for (unsigned i = 0; i < nkeys; i++) {
+		unsigned off = dd_get_le16(pg + LM_PAGEHDR + 2 * i), ksize;
+		const uint8_t *node = pg + off;
+		const char *why;
+
+		if (off < upper || off % 2 || off + LM_NODEHDR > psize)
+			return "a node offset outside the page's node area";
+		ksize = lm_node_ksize(node);
+		if (ksize > LM_MAXKEY || off + LM_NODEHDR + ksize > psize)
+			return "a key runs off the page";
+		if (leaf) {
+			why = lm_leaf_node(node, psize - off, psize, last_pg,
+					   kind);
+			if (why)
+				return why;
+		} else {
+			uint64_t child = lm_node_child(node);
+
+			if (child < 2 || child > last_pg)
+				return "a child page number outside the file";
+			if (i == 0)
+				continue; /* node 0 of a branch has no key */
+		}
+		if (kind == LM_TREE_FREE && ksize != 8)
+			return "a free-list key that is not a txnid";
+		if (prev && lm_key_order(kind, prev, prev_len,
+					 lm_node_key(node), ksize) >= 0)
+			return "its keys are out of order";
+		prev = lm_node_key(node);
+		prev_len = ksize;
+	}
+	return NULL;
+}
