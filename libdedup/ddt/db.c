@@ -16,10 +16,12 @@
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 
 #include "dedup.h"
 #include "common/alloc.h"
@@ -29,7 +31,7 @@
 /* Virtual size of the map: the data file grows only as pages are used. */
 #define DD_DB_MAPSIZE ((size_t)1 << 40)
 
-static const char *const dd_db_names[DD_DBI_COUNT] = {
+const char *const dd_db_names[DD_DBI_COUNT] = {
 	[DD_DBI_META] = "meta", [DD_DBI_DDT0] = "ddt0",
 	[DD_DBI_DDT1] = "ddt1", [DD_DBI_SNAP] = "snap",
 	[DD_DBI_BMAP] = "bmap", [DD_DBI_PEND] = "pend",
@@ -174,6 +176,86 @@ int dd_db_check(dd_db *db, dd_err *err)
 	return dd_db_check_env(db->db_env, err, UINT64_MAX);
 }
 
+/* LMDB does not tell where its map is (me_mapaddr is set only with
+ * MDB_FIXEDMAP): find the read-only mapping of data.mdb by device and
+ * inode in /proc/self/maps.  Without it, trimming is skipped. */
+static void dd_db_find_map(dd_db *db)
+{
+	const char *dir;
+	char path[4096], line[4352];
+	struct stat st;
+	FILE *f;
+
+	if (mdb_env_get_path(db->db_env, &dir) != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	if (stat(path, &st) != 0 || !(f = fopen("/proc/self/maps", "re")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, off, ino;
+		unsigned maj, min;
+		char perms[8];
+
+		if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms,
+			   &off, &maj, &min, &ino) == 7 && off == 0 &&
+		    ino == (unsigned long)st.st_ino &&
+		    maj == major(st.st_dev) && min == minor(st.st_dev) &&
+		    perms[1] == '-' && hi - lo > db->db_map_len) {
+			db->db_map = (void *)lo;   /* the read-only map */
+			db->db_map_len = hi - lo;
+		}
+	}
+	fclose(f);
+}
+
+static int dd_txn_start(dd_txn *txn, dd_err *err, bool renew);
+
+/* The guard's state, and its check of the pages LMDB reads to open the
+ * tables (the main table's path to each name). */
+static int dd_db_guard_open(dd_db *db, dd_err *err, const char *dir)
+{
+	char file[4200];
+	MDB_envinfo info;
+	MDB_stat ms;
+	dd_txn *probe;
+	int fd, rc = dd_db_file_info(db->db_env, err, &info, &ms, &fd);
+
+	if (rc)
+		return rc;
+	snprintf(file, sizeof(file), "%s/data.mdb", dir);
+	rc = dd_guard_open(db, err, fd, ms.ms_psize, info.me_mapsize, file);
+	if (rc)
+		return rc;
+	probe = dd_calloc(1, sizeof(*probe));
+	if (!probe)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	probe->tx_db = db;
+	rc = dd_txn_start(probe, err, false);
+	if (!rc)
+		mdb_txn_abort(probe->tx_mdb);
+	dd_guard_end(probe);
+	dd_free(probe);
+	return rc;
+}
+
+/* DD_DB_CHECK_AT_OPEN_MAX, or DEDUP_OPEN_CHECK_MAX from the environment
+ * (decimal bytes; 0 leaves the whole-file check to scrub, the guard
+ * still checks what each operation reads). */
+static uint64_t dd_db_check_at_open_max(void)
+{
+	const char *v = getenv("DEDUP_OPEN_CHECK_MAX");
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return DD_DB_CHECK_AT_OPEN_MAX;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || *end || *v == '-')
+		return DD_DB_CHECK_AT_OPEN_MAX;
+	return n;
+}
+
 static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
 {
 	for (dd_db *d = dd_db_registry; d; d = d->db_next)
@@ -221,7 +303,10 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	}
 	rc = dd_db_check_size(db->db_env, err, dir);
 	if (!rc)
-		rc = dd_db_check_env(db->db_env, err, DD_DB_CHECK_AT_OPEN_MAX);
+		rc = dd_db_check_env(db->db_env, err,
+				     dd_db_check_at_open_max());
+	if (!rc)
+		rc = dd_db_guard_open(db, err, dir);
 	if (!rc)
 		rc = dd_db_open_dbis(db, err, create);
 	if (rc)
@@ -235,6 +320,7 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	*out = db;
 	return 0;
 fail:
+	dd_guard_close(db);
 	if (db->db_env)
 		mdb_env_close(db->db_env);
 	dd_free(db);
@@ -259,6 +345,7 @@ void dd_db_close(dd_db *db)
 		}
 	}
 	pthread_mutex_unlock(&dd_db_registry_lock);
+	dd_guard_close(db);
 	mdb_env_close(db->db_env);
 	dd_free(db);
 }
@@ -283,6 +370,36 @@ static int dd_txn_load_ddt(dd_txn *txn, dd_err *err)
 	return 0;
 }
 
+/* Begins txn's LMDB transaction (or renews a parked read one) and the
+ * guard's view of its snapshot.  Two commits landing in between take
+ * the snapshot's meta page away: then it starts over.  On failure no
+ * LMDB transaction is live (a parked one stays parked). */
+static int dd_txn_start(dd_txn *txn, dd_err *err, bool renew)
+{
+	dd_db *db = txn->tx_db;
+
+	for (int attempt = 0; attempt < 16; attempt++) {
+		int rc = renew ? mdb_txn_renew(txn->tx_mdb)
+			       : mdb_txn_begin(db->db_env, NULL, txn->tx_write
+					       ? 0 : MDB_RDONLY, &txn->tx_mdb);
+
+		if (rc)
+			return dd_mdb_error(err, rc, renew ? "lmdb renew"
+							   : "lmdb begin");
+		rc = dd_guard_begin(txn, err);
+		if (rc == 0)
+			return 0;
+		if (renew)
+			mdb_txn_reset(txn->tx_mdb);
+		else
+			mdb_txn_abort(txn->tx_mdb);
+		if (rc != DD_DB_CHECK_RETRY)
+			return rc;
+	}
+	return dd_err_set(err, DD_EBUSY, "lmdb: writers kept committing while "
+			  "a transaction began");
+}
+
 int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out)
 {
 	dd_txn *txn = dd_calloc(1, sizeof(*txn));
@@ -292,11 +409,11 @@ int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	txn->tx_db = db;
 	txn->tx_write = write;
-	rc = mdb_txn_begin(db->db_env, NULL, write ? 0 : MDB_RDONLY,
-			   &txn->tx_mdb);
+	rc = dd_txn_start(txn, err, false);
 	if (rc) {
+		dd_guard_end(txn);
 		dd_free(txn);
-		return dd_mdb_error(err, rc, "lmdb begin");
+		return rc;
 	}
 	rc = dd_txn_load_ddt(txn, err);
 	if (rc) {
@@ -327,6 +444,7 @@ int dd_txn_commit(dd_txn *txn, dd_err *err)
 	dd_db *db = txn->tx_db;
 	int rc = mdb_txn_commit(txn->tx_mdb);
 
+	dd_guard_end(txn);
 	dd_free(txn);
 	if (rc)
 		return dd_commit_error(db, err, rc);
@@ -338,6 +456,7 @@ void dd_txn_abort(dd_txn *txn)
 	if (!txn)
 		return;
 	mdb_txn_abort(txn->tx_mdb);
+	dd_guard_end(txn);
 	dd_free(txn);
 }
 
@@ -357,11 +476,91 @@ int dd_txn_renew(dd_txn *txn, dd_err *err)
 		return dd_err_set(err, DD_EINVAL, "lmdb renew of a write txn");
 	if (!txn->tx_parked)
 		return 0;
-	rc = mdb_txn_renew(txn->tx_mdb);
+	rc = dd_txn_start(txn, err, true);
 	if (rc)
-		return dd_mdb_error(err, rc, "lmdb renew");
+		return rc; /* still parked */
 	txn->tx_parked = false;
 	return dd_txn_load_ddt(txn, err);
+}
+
+/* ---- a table's operations, guarded ------------------------------------------*/
+
+int dd_table_get(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
+		 const char *what)
+{
+	int rc = dd_guard_key(txn, err, tree, k->mv_data, k->mv_size,
+			      DD_GUARD_READ);
+
+	if (rc)
+		return rc;
+	rc = mdb_get(txn->tx_mdb, txn->tx_db->db_dbi[tree], k, v);
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	return rc ? dd_mdb_error(err, rc, what) : 0;
+}
+
+int dd_table_put(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
+		 unsigned flags, const char *what)
+{
+	int rc = dd_guard_key(txn, err, tree, k->mv_data, k->mv_size,
+			      (flags & MDB_APPEND) ? DD_GUARD_APPEND
+						   : DD_GUARD_PUT);
+
+	if (rc)
+		return rc;
+	rc = mdb_put(txn->tx_mdb, txn->tx_db->db_dbi[tree], k, v, flags);
+	if (rc == MDB_KEYEXIST && (flags & MDB_APPEND))
+		return DD_EEXIST;
+	return rc ? dd_mdb_error(err, rc, what) : 0;
+}
+
+int dd_table_del(dd_txn *txn, dd_err *err, int tree, MDB_val *k,
+		 const char *what)
+{
+	int rc = dd_guard_key(txn, err, tree, k->mv_data, k->mv_size,
+			      DD_GUARD_DEL);
+
+	if (rc)
+		return rc;
+	rc = mdb_del(txn->tx_mdb, txn->tx_db->db_dbi[tree], k, NULL);
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	return rc ? dd_mdb_error(err, rc, what) : 0;
+}
+
+int dd_table_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
+		  void *ctx, const char *what)
+{
+	struct dd_guard_cur guard;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int rc = mdb_cursor_open(txn->tx_mdb, txn->tx_db->db_dbi[tree], &cur);
+
+	if (rc)
+		return dd_mdb_error(err, rc, what);
+	dd_guard_cur_init(&guard, tree);
+	rc = dd_guard_seek(txn, err, &guard, NULL, 0);
+	if (rc) {
+		mdb_cursor_close(cur);
+		return rc;
+	}
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		int r = fn(ctx, err, &k, &v);
+
+		/* before MDB_NEXT: the leaf it may step onto */
+		if (!r)
+			r = dd_guard_next(txn, err, &guard, k.mv_data,
+					  k.mv_size);
+		if (r) {
+			mdb_cursor_close(cur);
+			return r;
+		}
+	}
+	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND)
+		return dd_mdb_error(err, rc, what);
+	return 0;
 }
 
 /* ---- meta ---------------------------------------------------------------*/
@@ -369,12 +568,10 @@ int dd_txn_renew(dd_txn *txn, dd_err *err)
 int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out)
 {
 	MDB_val k = {strlen(key), (void *)key}, v;
-	int rc = mdb_get(txn->tx_mdb, txn->tx_db->db_dbi[DD_DBI_META], &k, &v);
+	int rc = dd_table_get(txn, err, DD_DBI_META, &k, &v, "lmdb get meta");
 
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
 	if (rc)
-		return dd_mdb_error(err, rc, "lmdb get meta");
+		return rc;
 	if (v.mv_size != 8)
 		return dd_err_set(err, DD_ECORRUPT,
 				  "meta %s has %zu bytes, expected 8", key,
@@ -387,13 +584,9 @@ int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t val)
 {
 	uint8_t buf[8];
 	MDB_val k = {strlen(key), (void *)key}, v = {8, buf};
-	int rc;
 
 	dd_put_le64(buf, val);
-	rc = mdb_put(txn->tx_mdb, txn->tx_db->db_dbi[DD_DBI_META], &k, &v, 0);
-	if (rc)
-		return dd_mdb_error(err, rc, "lmdb put meta");
-	return 0;
+	return dd_table_put(txn, err, DD_DBI_META, &k, &v, 0, "lmdb put meta");
 }
 
 int dd_db_usage_get(dd_txn *txn, dd_err *err, dd_db_usage *out)
@@ -462,35 +655,6 @@ int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid)
 		return dd_err_set(err, DD_EIO, "lmdb reader list failed");
 	*txnid = rs.rs_oldest;
 	return 0;
-}
-
-/* LMDB does not tell where its map is (me_mapaddr is set only with
- * MDB_FIXEDMAP): find the mapping of data.mdb by inode in
- * /proc/self/maps.  Without it, trimming is skipped. */
-static void dd_db_find_map(dd_db *db)
-{
-	const char *dir;
-	char path[4096], line[4352];
-	struct stat st;
-	FILE *f;
-
-	if (mdb_env_get_path(db->db_env, &dir) != 0)
-		return;
-	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	if (stat(path, &st) != 0 || !(f = fopen("/proc/self/maps", "re")))
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi, ino;
-		char perms[8];
-
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms,
-			   &ino) == 4 && ino == (unsigned long)st.st_ino &&
-		    perms[1] == '-' && hi - lo > db->db_map_len) {
-			db->db_map = (void *)lo;   /* the read-only map */
-			db->db_map_len = hi - lo;
-		}
-	}
-	fclose(f);
 }
 
 void dd_db_trim_map(dd_db *db)

@@ -5,9 +5,11 @@
 #define DD_DDT_DB_INTERNAL_H
 
 #include <lmdb.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include "ddt/db.h"
+#include "ddt/lmdb_page.h"
 
 enum dd_dbi_index {
 	DD_DBI_META = 0,
@@ -20,6 +22,13 @@ enum dd_dbi_index {
 	DD_DBI_COUNT
 };
 
+/* The guard's trees: libdedup's tables, then LMDB's own two. */
+#define DD_TREE_MAIN DD_DBI_COUNT
+#define DD_TREE_FREE (DD_DBI_COUNT + 1)
+#define DD_TREE_COUNT (DD_DBI_COUNT + 2)
+
+extern const char *const dd_db_names[DD_DBI_COUNT];
+
 struct dd_db {
 	MDB_env *db_env;
 	MDB_dbi db_dbi[DD_DBI_COUNT];
@@ -30,6 +39,67 @@ struct dd_db {
 	void *db_map;              /* LMDB's map, for dd_db_trim_map */
 	size_t db_map_len;
 	bool db_map_looked;
+	/* guard.c */
+	int db_fd;                 /* data.mdb: LMDB's descriptor */
+	uint32_t db_psize;
+	uint64_t db_max_pg;        /* the last page the map can hold */
+	_Atomic uint64_t *db_sound; /* which pages passed, and as what */
+	size_t db_sound_bytes;
+	char db_file[4200];        /* data.mdb's path, for messages */
+};
+
+/* A cursor's guard: where in the committed tree the cursor is, so that
+ * the leaf it steps onto next is checked first. */
+struct dd_guard_level {
+	uint64_t pgno;
+	unsigned idx, nkeys;
+};
+struct dd_guard_cur {
+	int gc_tree;
+	bool gc_at;                /* on a leaf; false past the last */
+	bool gc_read_leaf;         /* read leaves (else only check them) */
+	unsigned gc_depth;
+	struct dd_guard_level gc_lv[LM_MAXDEPTH];
+	unsigned gc_last_len;
+	uint8_t gc_last[LM_MAXKEY]; /* the leaf's last key */
+};
+
+/* The keys whose descent reaches one leaf: [lo, hi), inf when open. */
+struct dd_guard_fences {
+	bool gf_lo_inf, gf_hi_inf;
+	unsigned gf_lo_len, gf_hi_len;
+	uint8_t gf_lo[LM_MAXKEY], gf_hi[LM_MAXKEY];
+};
+
+/* The last leaf a transaction checked in a table (guard.c). */
+struct dd_guard_leaf {
+	bool gl_valid;
+	bool gl_neighbours;        /* and what a delete there may read */
+	struct dd_guard_fences gl_fences;
+	struct dd_guard_cur gl_cur;
+};
+
+/* Branch pages a txn keeps (guard.c): a writer's random lookups cross
+ * a few hundred of them between commits. */
+#define DD_GUARD_CACHE_WRITE ((size_t)4 << 20)
+#define DD_GUARD_CACHE_READ ((size_t)256 << 10)
+#define DD_GUARD_WAYS 4
+
+/* One snapshot's table roots, as the guard reads them (guard.c). */
+struct lm_tree_root {
+	uint64_t root;             /* LM_P_INVALID: empty */
+	unsigned depth;
+};
+
+struct dd_guard_snap {
+	uint64_t gs_last_pg;       /* of the committed snapshot read */
+	struct lm_tree_root gs_tree[DD_TREE_COUNT];
+	uint8_t *gs_buf;           /* a leaf page */
+	size_t gs_nslots;          /* 0 until a branch page is read */
+	uint8_t *gs_slots;         /* branch pages, gs_nslots of them */
+	uint64_t *gs_slot_pgno;    /* 0: empty */
+	uint8_t *gs_slot_next;     /* per set of DD_GUARD_WAYS: next to go */
+	struct dd_guard_leaf gs_leaf[DD_DBI_COUNT];
 };
 
 struct dd_txn {
@@ -40,6 +110,7 @@ struct dd_txn {
 	unsigned tx_ddt_which;     /* 0: ddt0 live, 1: ddt1 live */
 	bool tx_write;
 	bool tx_parked;            /* a read txn after dd_txn_reset */
+	struct dd_guard_snap tx_guard;
 };
 
 /* check.c: the structural check of data.mdb (fd, page size psize) for
@@ -49,6 +120,58 @@ struct dd_txn {
 #define DD_DB_CHECK_RETRY 1
 int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 		     uint64_t txnid);
+
+/*
+ * guard.c: before each LMDB call, the pages it will read in the
+ * committed snapshot are checked (lm_page_verify), so that damage LMDB
+ * would crash on is DD_ECORRUPT instead.  Each returns 0 or a DD_E* code
+ * with err set.
+ */
+enum dd_guard_op {
+	DD_GUARD_READ,   /* mdb_get, and mdb_put without MDB_APPEND */
+	DD_GUARD_DEL,    /* mdb_del, mdb_cursor_del */
+	DD_GUARD_APPEND, /* mdb_put with MDB_APPEND */
+};
+#define DD_GUARD_PUT DD_GUARD_READ
+
+int dd_guard_open(dd_db *db, dd_err *err, int fd, uint32_t psize,
+		  uint64_t map_bytes, const char *file);
+void dd_guard_close(dd_db *db);
+/* After mdb_txn_begin or mdb_txn_renew; DD_DB_CHECK_RETRY when a read
+ * txn's snapshot was overwritten meanwhile (begin it again). */
+int dd_guard_begin(dd_txn *txn, dd_err *err);
+void dd_guard_end(dd_txn *txn);
+int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
+		 size_t klen, enum dd_guard_op op);
+/* Every page of a tree (before mdb_drop). */
+int dd_guard_table(dd_txn *txn, dd_err *err, int tree);
+
+void dd_guard_cur_init(struct dd_guard_cur *cur, int tree);
+/* Before MDB_SET_RANGE to key, or MDB_FIRST when key is NULL. */
+int dd_guard_seek(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
+		  const void *key, size_t klen);
+/* Before MDB_NEXT from the entry with this key. */
+int dd_guard_next(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
+		  const void *key, size_t klen);
+
+/*
+ * A table's operations with their guard (db.c).  `tree` is a DD_DBI_*
+ * index; `what` names the operation in errors.  get and del return
+ * DD_ENOENT for an absent key without setting err; put returns DD_EEXIST
+ * (err unset) when MDB_APPEND meets a key not past the last.
+ */
+int dd_table_get(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
+		 const char *what);
+int dd_table_put(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
+		 unsigned flags, const char *what);
+int dd_table_del(dd_txn *txn, dd_err *err, int tree, MDB_val *k,
+		 const char *what);
+/* Every entry in key order; fn returning non-zero stops the walk with
+ * that value. */
+typedef int (*dd_table_fn)(void *ctx, dd_err *err, const MDB_val *k,
+			   const MDB_val *v);
+int dd_table_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
+		  void *ctx, const char *what);
 
 /* Translates an LMDB return code into a DD_E* code with a message. */
 int dd_mdb_error(dd_err *err, int rc, const char *what);

@@ -14,6 +14,7 @@
  * LMDB pages about half full, so gc rewrites the table in key order into
  * the other of ddt0/ddt1 (MDB_APPEND: full pages) -- §4.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include "dedup.h"
@@ -85,6 +86,12 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	return 0;
 }
 
+/* The guard's name for the live table, or for the other one. */
+static int dd_ddt_tree(const dd_txn *txn, bool live)
+{
+	return (txn->tx_ddt_which ^ !live) ? DD_DBI_DDT1 : DD_DBI_DDT0;
+}
+
 int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out)
 {
@@ -93,11 +100,9 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	int rc;
 
 	dd_ddt_key_encode(kb, key);
-	rc = mdb_get(txn->tx_mdb, txn->tx_ddt, &k, &v);
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
+	rc = dd_table_get(txn, err, dd_ddt_tree(txn, true), &k, &v, "ddt get");
 	if (rc)
-		return dd_mdb_error(err, rc, "ddt get");
+		return rc;
 	return dd_ddt_val_decode(err, &v, out);
 }
 
@@ -106,64 +111,46 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 {
 	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
-	int rc;
 
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
-	rc = mdb_put(txn->tx_mdb, txn->tx_ddt, &k, &v, 0);
-	if (rc)
-		return dd_mdb_error(err, rc, "ddt put");
-	return 0;
+	return dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v, 0,
+			    "ddt put");
 }
 
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key)
 {
 	uint8_t kb[DD_DDT_KEY_SIZE];
 	MDB_val k = {sizeof(kb), kb};
-	int rc;
 
 	dd_ddt_key_encode(kb, key);
-	rc = mdb_del(txn->tx_mdb, txn->tx_ddt, &k, NULL);
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
-	if (rc)
-		return dd_mdb_error(err, rc, "ddt del");
-	return 0;
+	return dd_table_del(txn, err, dd_ddt_tree(txn, true), &k, "ddt del");
 }
 
-static int dd_ddt_walk_dbi(dd_txn *txn, dd_err *err, MDB_dbi dbi,
-			   dd_ddt_walk_fn fn, void *ctx)
+struct dd_ddt_walk_ctx {
+	dd_ddt_walk_fn dw_fn;
+	void *dw_ctx;
+};
+
+static int dd_ddt_walk_one(void *arg, dd_err *err, const MDB_val *k,
+			   const MDB_val *v)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
-	dd_ddt_key key = {{0}, 0};
-	dd_ddt_ent ent = {0};
-	int rc = mdb_cursor_open(txn->tx_mdb, dbi, &cur);
+	struct dd_ddt_walk_ctx *dw = arg;
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	int rc = dd_ddt_key_decode(err, k, &key);
 
-	if (rc)
-		return dd_mdb_error(err, rc, "ddt cursor");
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		int r = dd_ddt_key_decode(err, &k, &key);
-
-		if (!r)
-			r = dd_ddt_val_decode(err, &v, &ent);
-		if (!r)
-			r = fn(ctx, &key, &ent);
-		if (r) {
-			mdb_cursor_close(cur);
-			return r;
-		}
-	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "ddt walk");
-	return 0;
+	if (!rc)
+		rc = dd_ddt_val_decode(err, v, &ent);
+	return rc ? rc : dw->dw_fn(dw->dw_ctx, &key, &ent);
 }
 
 int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx)
 {
-	return dd_ddt_walk_dbi(txn, err, txn->tx_ddt, fn, ctx);
+	struct dd_ddt_walk_ctx dw = {fn, ctx};
+
+	return dd_table_walk(txn, err, dd_ddt_tree(txn, true), dd_ddt_walk_one,
+			     &dw, "ddt walk");
 }
 
 struct dd_compact_ctx {
@@ -206,14 +193,22 @@ int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
 		return dd_err_set(err, DD_EINVAL, "ddt compact needs a write txn");
 	/* The other table is empty except after a crash mid-compaction, which
 	 * never committed; empty it anyway so MDB_APPEND starts clean. */
+	rc = dd_guard_table(txn, err, dd_ddt_tree(txn, false));
+	if (rc)
+		return rc;
 	rc = mdb_drop(txn->tx_mdb, txn->tx_ddt_other, 0);
 	if (rc)
 		return dd_mdb_error(err, rc, "ddt compact drop");
+	/* from here the other table holds only pages this txn wrote: its
+	 * appends need no guard */
 	rc = mdb_cursor_open(txn->tx_mdb, txn->tx_ddt_other, &cc.cc_dst);
 	if (rc)
 		return dd_mdb_error(err, rc, "ddt compact cursor");
 	rc = dd_ddt_walk(txn, err, dd_compact_one, &cc);
 	mdb_cursor_close(cc.cc_dst);
+	if (rc)
+		return rc;
+	rc = dd_guard_table(txn, err, dd_ddt_tree(txn, true));
 	if (rc)
 		return rc;
 	rc = mdb_drop(txn->tx_mdb, txn->tx_ddt, 0);

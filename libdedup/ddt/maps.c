@@ -62,13 +62,9 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, dd_snap_rec *r)
 int dd_snap_get(dd_txn *txn, dd_err *err, const char *name, dd_snap_rec *out)
 {
 	MDB_val k = {strlen(name), (void *)name}, v;
-	int rc = mdb_get(txn->tx_mdb, DBI(txn, DD_DBI_SNAP), &k, &v);
+	int rc = dd_table_get(txn, err, DD_DBI_SNAP, &k, &v, "snapshot get");
 
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
-	if (rc)
-		return dd_mdb_error(err, rc, "snapshot get");
-	return dd_snap_decode(err, &v, out);
+	return rc ? rc : dd_snap_decode(err, &v, out);
 }
 
 int dd_snap_put(dd_txn *txn, dd_err *err, const char *name,
@@ -76,68 +72,58 @@ int dd_snap_put(dd_txn *txn, dd_err *err, const char *name,
 {
 	uint8_t buf[DD_SNAP_VAL_SIZE];
 	MDB_val k = {strlen(name), (void *)name}, v = {sizeof(buf), buf};
-	int rc;
 
 	dd_snap_encode(buf, rec);
-	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_SNAP), &k, &v, 0);
-	if (rc)
-		return dd_mdb_error(err, rc, "snapshot put");
-	return 0;
+	return dd_table_put(txn, err, DD_DBI_SNAP, &k, &v, 0, "snapshot put");
 }
 
 int dd_snap_del(dd_txn *txn, dd_err *err, const char *name)
 {
 	MDB_val k = {strlen(name), (void *)name};
-	int rc = mdb_del(txn->tx_mdb, DBI(txn, DD_DBI_SNAP), &k, NULL);
 
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
-	if (rc)
-		return dd_mdb_error(err, rc, "snapshot del");
-	return 0;
+	return dd_table_del(txn, err, DD_DBI_SNAP, &k, "snapshot del");
+}
+
+struct dd_snap_walk_ctx {
+	dd_snap_walk_fn sw_fn;
+	void *sw_ctx;
+};
+
+static int dd_snap_walk_one(void *arg, dd_err *err, const MDB_val *k,
+			    const MDB_val *v)
+{
+	struct dd_snap_walk_ctx *sw = arg;
+	char name[DD_NAME_MAX + 1];
+	dd_snap_rec rec;
+	int rc;
+
+	if (k->mv_size == 0 || k->mv_size > DD_NAME_MAX ||
+	    memchr(k->mv_data, 0, k->mv_size))
+		return dd_err_set(err, DD_ECORRUPT, "snapshot name of %zu bytes",
+				  k->mv_size);
+	memcpy(name, k->mv_data, k->mv_size);
+	name[k->mv_size] = 0;
+	rc = dd_snap_decode(err, v, &rec);
+	return rc ? rc : sw->sw_fn(sw->sw_ctx, name, &rec);
 }
 
 int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
-	char name[DD_NAME_MAX + 1];
-	dd_snap_rec rec;
-	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_SNAP), &cur);
+	struct dd_snap_walk_ctx sw = {fn, ctx};
 
-	if (rc)
-		return dd_mdb_error(err, rc, "snapshot cursor");
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		int r = 0;
-
-		if (k.mv_size == 0 || k.mv_size > DD_NAME_MAX ||
-		    memchr(k.mv_data, 0, k.mv_size))
-			r = dd_err_set(err, DD_ECORRUPT,
-				       "snapshot name of %zu bytes", k.mv_size);
-		if (!r) {
-			memcpy(name, k.mv_data, k.mv_size);
-			name[k.mv_size] = 0;
-			r = dd_snap_decode(err, &v, &rec);
-		}
-		if (!r)
-			r = fn(ctx, name, &rec);
-		if (r) {
-			mdb_cursor_close(cur);
-			return r;
-		}
-	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "snapshot walk");
-	return 0;
+	return dd_table_walk(txn, err, DD_DBI_SNAP, dd_snap_walk_one, &sw,
+			     "snapshot walk");
 }
 
 /* ---- block maps (format/store.md §4) -------------------------------------*/
 
 struct dd_bmap_cur {
+	dd_txn *bc_txn;
 	MDB_cursor *bc_cur;
 	uint64_t bc_id;
+	bool bc_at;                  /* bc_key is where the cursor is */
+	uint8_t bc_key[DD_BMAP_KEY_SIZE];
+	struct dd_guard_cur bc_guard;
 };
 
 static void dd_bmap_key(uint8_t out[DD_BMAP_KEY_SIZE], uint64_t id,
@@ -173,15 +159,14 @@ int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
 	dd_bmap_key(kb, id, idx);
 	memcpy(vb, key->dk_hash, DD_HASH_SIZE);
 	vb[DD_HASH_SIZE] = key->dk_variant;
-	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_BMAP), &k, &v, MDB_APPEND);
-	if (rc == MDB_KEYEXIST)
+	rc = dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, MDB_APPEND,
+			  "block map put");
+	if (rc == DD_EEXIST)
 		return dd_err_set(err, DD_ECORRUPT,
 				  "block map append out of order (id %llu, "
 				  "block %llu)", (unsigned long long)id,
 				  (unsigned long long)idx);
-	if (rc)
-		return dd_mdb_error(err, rc, "block map put");
-	return 0;
+	return rc;
 }
 
 int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
@@ -196,17 +181,23 @@ int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
 		dd_free(bc);
 		return dd_mdb_error(err, rc, "block map cursor");
 	}
+	bc->bc_txn = txn;
 	bc->bc_id = id;
+	dd_guard_cur_init(&bc->bc_guard, DD_DBI_BMAP);
 	*out = bc;
 	return 0;
 }
 
+/* The guard has checked what op will read. */
 static int dd_bmap_get(dd_bmap_cur *bc, dd_err *err, MDB_val *k,
 		       MDB_cursor_op op, uint64_t *idx_out, dd_ddt_key *key)
 {
 	MDB_val v;
 	int rc = mdb_cursor_get(bc->bc_cur, k, &v, op);
 
+	bc->bc_at = rc == 0 && k->mv_size == DD_BMAP_KEY_SIZE;
+	if (bc->bc_at)
+		memcpy(bc->bc_key, k->mv_data, DD_BMAP_KEY_SIZE);
 	if (rc == MDB_NOTFOUND)
 		return 0;
 	if (rc)
@@ -220,7 +211,12 @@ int dd_bmap_seek(dd_bmap_cur *bc, dd_err *err, uint64_t idx,
 	uint8_t kb[DD_BMAP_KEY_SIZE];
 	MDB_val k = {sizeof(kb), kb};
 
+	int rc;
+
 	dd_bmap_key(kb, bc->bc_id, idx);
+	rc = dd_guard_seek(bc->bc_txn, err, &bc->bc_guard, kb, sizeof(kb));
+	if (rc)
+		return rc;
 	return dd_bmap_get(bc, err, &k, MDB_SET_RANGE, idx_out, key);
 }
 
@@ -228,7 +224,16 @@ int dd_bmap_next(dd_bmap_cur *bc, dd_err *err, uint64_t *idx_out,
 		 dd_ddt_key *key)
 {
 	MDB_val k;
+	int rc;
 
+	/* MDB_NEXT of a cursor that is nowhere is MDB_FIRST */
+	if (bc->bc_at)
+		rc = dd_guard_next(bc->bc_txn, err, &bc->bc_guard, bc->bc_key,
+				   sizeof(bc->bc_key));
+	else
+		rc = dd_guard_seek(bc->bc_txn, err, &bc->bc_guard, NULL, 0);
+	if (rc)
+		return rc;
 	return dd_bmap_get(bc, err, &k, MDB_NEXT, idx_out, key);
 }
 
@@ -254,6 +259,9 @@ int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
 	     rc = dd_bmap_seek(bc, err, idx + 1, &idx, &key)) {
 		int r = fn ? fn(ctx, idx, &key) : 0;
 
+		if (!r)
+			r = dd_guard_key(txn, err, DD_DBI_BMAP, bc->bc_key,
+					 sizeof(bc->bc_key), DD_GUARD_DEL);
 		if (!r && (r = mdb_cursor_del(bc->bc_cur, 0)) != 0)
 			r = dd_mdb_error(err, r, "block map del");
 		if (r) {
@@ -265,32 +273,29 @@ int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
 	return rc < 0 ? rc : 0;
 }
 
+struct dd_bmap_walk_ctx {
+	dd_bmap_walk_fn bw_fn;
+	void *bw_ctx;
+};
+
+static int dd_bmap_walk_one(void *arg, dd_err *err, const MDB_val *k,
+			    const MDB_val *v)
+{
+	struct dd_bmap_walk_ctx *bw = arg;
+	uint64_t id = k->mv_size == DD_BMAP_KEY_SIZE ? dd_get_be64(k->mv_data)
+						     : 0, idx = 0;
+	dd_ddt_key key;
+	int rc = dd_bmap_decode(err, k, v, id, &idx, &key);
+
+	return rc == 1 ? bw->bw_fn(bw->bw_ctx, id, idx, &key) : rc;
+}
+
 int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
-	dd_ddt_key key;
-	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_BMAP), &cur);
+	struct dd_bmap_walk_ctx bw = {fn, ctx};
 
-	if (rc)
-		return dd_mdb_error(err, rc, "block map cursor");
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		uint64_t id = k.mv_size == DD_BMAP_KEY_SIZE
-				      ? dd_get_be64(k.mv_data) : 0, idx = 0;
-		int r = dd_bmap_decode(err, &k, &v, id, &idx, &key);
-
-		if (r == 1)
-			r = fn(ctx, id, idx, &key);
-		if (r) {
-			mdb_cursor_close(cur);
-			return r;
-		}
-	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "block map walk");
-	return 0;
+	return dd_table_walk(txn, err, DD_DBI_BMAP, dd_bmap_walk_one, &bw,
+			     "block map walk");
 }
 
 /* ---- pending writers -----------------------------------------------------*/
@@ -301,7 +306,6 @@ int dd_pend_put_state(dd_txn *txn, dd_err *err, uint64_t id, const char *name,
 	uint8_t kb[8], vb[DD_NAME_MAX + 1 + DD_PEND_STATE_MAX];
 	size_t nlen = strlen(name);
 	MDB_val k = {8, kb}, v = {nlen + (len ? 1 + len : 0), vb};
-	int rc;
 
 	if (nlen == 0 || nlen > DD_NAME_MAX || len > DD_PEND_STATE_MAX)
 		return dd_err_set(err, DD_EINVAL, "pending record too large");
@@ -311,10 +315,7 @@ int dd_pend_put_state(dd_txn *txn, dd_err *err, uint64_t id, const char *name,
 		vb[nlen] = 0;
 		memcpy(vb + nlen + 1, state, len);
 	}
-	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &k, &v, 0);
-	if (rc)
-		return dd_mdb_error(err, rc, "pending put");
-	return 0;
+	return dd_table_put(txn, err, DD_DBI_PEND, &k, &v, 0, "pending put");
 }
 
 int dd_pend_put(dd_txn *txn, dd_err *err, uint64_t id, const char *name)
@@ -344,31 +345,28 @@ static int dd_pend_decode(dd_err *err, const MDB_val *k, const MDB_val *v,
 	return 0;
 }
 
-int dd_pend_walk(dd_txn *txn, dd_err *err, dd_pend_walk_fn fn, void *ctx)
+struct dd_pend_walk_ctx {
+	dd_pend_walk_fn pw_fn;
+	void *pw_ctx;
+};
+
+static int dd_pend_walk_one(void *arg, dd_err *err, const MDB_val *k,
+			    const MDB_val *v)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
+	struct dd_pend_walk_ctx *pw = arg;
 	dd_pend_rec rec;
 	uint64_t id = 0;
-	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &cur);
+	int rc = dd_pend_decode(err, k, v, &id, &rec);
 
-	if (rc)
-		return dd_mdb_error(err, rc, "pending cursor");
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		int r = dd_pend_decode(err, &k, &v, &id, &rec);
+	return rc ? rc : pw->pw_fn(pw->pw_ctx, id, &rec);
+}
 
-		if (!r)
-			r = fn(ctx, id, &rec);
-		if (r) {
-			mdb_cursor_close(cur);
-			return r;
-		}
-	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "pending walk");
-	return 0;
+int dd_pend_walk(dd_txn *txn, dd_err *err, dd_pend_walk_fn fn, void *ctx)
+{
+	struct dd_pend_walk_ctx pw = {fn, ctx};
+
+	return dd_table_walk(txn, err, DD_DBI_PEND, dd_pend_walk_one, &pw,
+			     "pending walk");
 }
 
 int dd_pend_del(dd_txn *txn, dd_err *err, uint64_t id)
@@ -378,31 +376,26 @@ int dd_pend_del(dd_txn *txn, dd_err *err, uint64_t id)
 	int rc;
 
 	dd_put_be64(kb, id);
-	rc = mdb_del(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &k, NULL);
-	if (rc && rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "pending del");
-	return 0;
+	rc = dd_table_del(txn, err, DD_DBI_PEND, &k, "pending del");
+	return rc == DD_ENOENT ? 0 : rc;
+}
+
+/* Stops the walk at the first entry: 1 with its id. */
+static int dd_pend_first_one(void *arg, dd_err *err, const MDB_val *k,
+			     const MDB_val *v)
+{
+	(void)v;
+	if (k->mv_size != 8)
+		return dd_err_set(err, DD_ECORRUPT, "pending key of %zu bytes",
+				  k->mv_size);
+	*(uint64_t *)arg = dd_get_be64(k->mv_data);
+	return 1;
 }
 
 int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
-	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_PEND), &cur);
-
-	if (rc)
-		return dd_mdb_error(err, rc, "pending cursor");
-	rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (rc)
-		return dd_mdb_error(err, rc, "pending read");
-	if (k.mv_size != 8)
-		return dd_err_set(err, DD_ECORRUPT, "pending key of %zu bytes",
-				  k.mv_size);
-	*id = dd_get_be64(k.mv_data);
-	return 1;
+	return dd_table_walk(txn, err, DD_DBI_PEND, dd_pend_first_one, id,
+			     "pending read");
 }
 
 /* ---- packs (format/store.md §5) ------------------------------------------*/
@@ -438,11 +431,9 @@ int dd_packs_get(dd_txn *txn, dd_err *err, uint32_t id, uint64_t *end)
 	int rc;
 
 	dd_packs_key(kb, id);
-	rc = mdb_get(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, &v);
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
+	rc = dd_table_get(txn, err, DD_DBI_PACKS, &k, &v, "packs get");
 	if (rc)
-		return dd_mdb_error(err, rc, "packs get");
+		return rc;
 	rc = dd_packs_decode(err, id, &v, &flags, end);
 	if (!rc && (flags & DD_PACKS_DOOMED))
 		return DD_ENOENT;
@@ -454,14 +445,10 @@ static int dd_packs_set(dd_txn *txn, dd_err *err, uint32_t id, uint8_t flags,
 {
 	uint8_t kb[4], vb[DD_PACKS_VAL_SIZE] = {DD_PACKS_VAL_VERSION, flags};
 	MDB_val k = {4, kb}, v = {sizeof(vb), vb};
-	int rc;
 
 	dd_packs_key(kb, id);
 	dd_put_le64(vb + 8, val);
-	rc = mdb_put(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, &v, 0);
-	if (rc)
-		return dd_mdb_error(err, rc, "packs put");
-	return 0;
+	return dd_table_put(txn, err, DD_DBI_PACKS, &k, &v, 0, "packs put");
 }
 
 int dd_packs_doom(dd_txn *txn, dd_err *err, uint32_t id, uint64_t since)
@@ -486,48 +473,44 @@ int dd_packs_del(dd_txn *txn, dd_err *err, uint32_t id)
 	int rc;
 
 	dd_packs_key(kb, id);
-	rc = mdb_del(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &k, NULL);
-	if (rc && rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "packs del");
-	return 0;
+	rc = dd_table_del(txn, err, DD_DBI_PACKS, &k, "packs del");
+	return rc == DD_ENOENT ? 0 : rc;
 }
 
-/* Walks every pack record; fn gets the flags (live or doomed). */
+struct dd_packs_walk_ctx {
+	bool pw_doomed;          /* walk the doomed records, not the live */
+	int (*pw_fn)(void *, uint32_t, uint64_t);
+	void *pw_ctx;
+};
+
+static int dd_packs_walk_one(void *arg, dd_err *err, const MDB_val *k,
+			     const MDB_val *v)
+{
+	struct dd_packs_walk_ctx *pw = arg;
+	const uint8_t *kp = k->mv_data;
+	uint32_t id;
+	uint64_t val = 0;
+	uint8_t flags = 0;
+	int rc;
+
+	if (k->mv_size != 4)
+		return dd_err_set(err, DD_ECORRUPT, "pack record damaged");
+	id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
+	     (uint32_t)kp[2] << 8 | kp[3];
+	rc = dd_packs_decode(err, id, v, &flags, &val);
+	if (rc || !!(flags & DD_PACKS_DOOMED) != pw->pw_doomed)
+		return rc;
+	return pw->pw_fn(pw->pw_ctx, id, val);
+}
+
+/* Walks every pack record; fn gets the live ones or the doomed ones. */
 static int dd_packs_walk_all(dd_txn *txn, dd_err *err, bool doomed,
 			     int (*fn)(void *, uint32_t, uint64_t), void *ctx)
 {
-	MDB_cursor *cur;
-	MDB_val k, v;
-	int rc = mdb_cursor_open(txn->tx_mdb, DBI(txn, DD_DBI_PACKS), &cur);
+	struct dd_packs_walk_ctx pw = {doomed, fn, ctx};
 
-	if (rc)
-		return dd_mdb_error(err, rc, "packs cursor");
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		const uint8_t *kp = k.mv_data;
-		uint32_t id = 0;
-		uint64_t val = 0;
-		uint8_t flags = 0;
-		int r = 0;
-
-		if (k.mv_size != 4)
-			r = dd_err_set(err, DD_ECORRUPT, "pack record damaged");
-		if (!r) {
-			id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
-			     (uint32_t)kp[2] << 8 | kp[3];
-			r = dd_packs_decode(err, id, &v, &flags, &val);
-		}
-		if (!r && !!(flags & DD_PACKS_DOOMED) == doomed)
-			r = fn(ctx, id, val);
-		if (r) {
-			mdb_cursor_close(cur);
-			return r;
-		}
-	}
-	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, "packs walk");
-	return 0;
+	return dd_table_walk(txn, err, DD_DBI_PACKS, dd_packs_walk_one, &pw,
+			     "packs walk");
 }
 
 int dd_packs_walk(dd_txn *txn, dd_err *err, dd_packs_walk_fn fn, void *ctx)

@@ -17,14 +17,18 @@
 # stat print (a flipped time, a rolled-back meta page); the test counts
 # those, they are not failures.  Damage to LMDB's own page structure used
 # to crash LMDB inside its own code; libdedup now checks that structure
-# when it opens a store (ddt/check.c) and scrub does too, so any crash
-# fails the test.
+# when it opens a small store (ddt/check.c), scrub does too, and before
+# each LMDB call the pages it will read (ddt/guard.c), so any crash fails
+# the test.  Then the writers run on the damaged copy: put of a third
+# snapshot, get of it, rm and gc -- each succeeds or refuses with one
+# line, never a crash.
 #
 #   DD_LMDB_DAMAGE_ROUNDS  random rounds (default 100)
 #   DD_LMDB_DAMAGE_SEED    their seed (default 6); printed at the start
 #   DD_LMDB_DAMAGE_ONLY    run only the case of this name (as printed), and
 #                          leave its damaged store in DD_LMDB_DAMAGE_KEEP
 #   DD_LMDB_DAMAGE_VERBOSE 1: print every case with each command's status
+#   DD_LMDB_DAMAGE_WRITES  0: skip the writers (default 1)
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROUNDS=${DD_LMDB_DAMAGE_ROUNDS:-100}
@@ -37,11 +41,15 @@ S="$T/s"
 # LMDB pages (leaves under a branch).
 gen_blocks "$T/a.img" $BS $(seq 1 150) z z $(seq 1 20) z $(seq 151 230) t3000:a
 gen_blocks "$T/b.img" $BS $(seq 101 200) z $(seq 300 360) $(seq 1 60) t1234:b
+gen_blocks "$T/c.img" $BS $(seq 1 40) $(seq 500 540) $(seq 201 260) z
 "$DEDUP" init --block-size $BS "$S"
 "$DEDUP" put "$S@a" "$T/a.img"
 "$DEDUP" put "$S@b" "$T/b.img"
 
-note "seed $SEED, $ROUNDS random rounds"
+# Each case runs twice: as shipped, and with the whole-file check at
+# open turned off (DEDUP_OPEN_CHECK_MAX=0), as on a store too big for it,
+# where only the guard (ddt/guard.c) stands between LMDB and the damage.
+damage_cases() {
 python3 - "$DEDUP" "$S" "$T" "$SEED" "$ROUNDS" <<'EOF'
 import os, random, shutil, struct, subprocess, sys
 
@@ -50,7 +58,7 @@ dedup, store, tmp, seed, rounds = sys.argv[1], sys.argv[2], sys.argv[3], \
 PS = 4096
 orig = open(os.path.join(store, 'db', 'data.mdb'), 'rb').read()
 size = len(orig)
-images = {n: open(os.path.join(tmp, n + '.img'), 'rb').read() for n in 'ab'}
+images = {n: open(os.path.join(tmp, n + '.img'), 'rb').read() for n in 'abc'}
 
 # Chosen damage that makes LMDB crash inside its own code (an assertion,
 # a wild read) before libdedup sees anything: LMDB trusts its page
@@ -261,6 +269,7 @@ def touched(ops):
 
 # ---- the commands, on a copy ----------------------------------------------------
 work = os.path.join(tmp, 'w')
+shutil.rmtree(work, ignore_errors=True)
 shutil.copytree(store, work)
 env = dict(os.environ)
 env['ASAN_OPTIONS'] = env.get('ASAN_OPTIONS', 'detect_leaks=1') + ':exitcode=99'
@@ -279,7 +288,9 @@ def check(cmd, arg):
     outfile = os.path.join(tmp, 'out')
     if os.path.exists(outfile):
         os.unlink(outfile)
-    rc, out, err = run([cmd, arg] + ([outfile] if cmd == 'get' else []))
+    extra = [outfile] if cmd == 'get' else [os.path.join(tmp, 'c.img')] \
+        if cmd == 'put' else []
+    rc, out, err = run([cmd, arg] + extra)
     text = err.decode(errors='replace')
     if rc == 'hang':
         return rc, 'no exit within 30 s', text
@@ -300,6 +311,7 @@ def check(cmd, arg):
             return rc, 'a failed get left its output file', text
     return rc, None, text
 
+writes = os.environ.get('DD_LMDB_DAMAGE_WRITES', '1') == '1'
 only = os.environ.get('DD_LMDB_DAMAGE_ONLY')
 if only:
     cases = [c for c in cases if c[0] == only]
@@ -318,6 +330,9 @@ for ci, (name, ops) in enumerate(cases):
             data[off:off + arg] = bytes(len(data[off:off + arg]))
         else:
             del data[off:]
+    if writes:  # the last case's writers changed packs, not only data.mdb
+        shutil.rmtree(work)
+        shutil.copytree(store, work)
     with open(os.path.join(work, 'db', 'data.mdb'), 'wb') as f:
         f.write(data)
     if os.path.exists(os.path.join(work, 'db', 'lock.mdb')):
@@ -337,6 +352,19 @@ for ci, (name, ops) in enumerate(cases):
                                                            why))
             if why.startswith('crashed'):
                 problems.append('    ' + text[-1500:].replace('\n', '\n    '))
+    # then the writers on what the readers saw: put (its DDT lookups and
+    # inserts), the new snapshot read back, rm (deletes), gc (walks, moves,
+    # compaction): each succeeds or refuses with one line, never crashes
+    if writes:
+        for cmd, arg in (('put', work + '@c'), ('get', work + '@c'),
+                         ('rm', work + '@a'), ('gc', work)):
+            label = cmd + ' ' + arg.replace(work, 'S')
+            wrc, why, text = check(cmd, arg)
+            if why and why != 'changed':
+                problems.append('%s (damage in %s): %s: %s' % (
+                    name, where, label, why))
+                if why.startswith('crashed'):
+                    problems.append('    ' + text[-1500:].replace('\n', '\n    '))
     # scrub passing means every snapshot ls lists reads back exact
     if rcs['scrub S'] == 0:
         rc, out, err = run(['ls', '--json', work])
@@ -362,4 +390,10 @@ if problems:
     print('\n'.join(problems), file=sys.stderr)
     sys.exit(1)
 EOF
+}
+
+note "seed $SEED, $ROUNDS random rounds, whole-file check at open"
+damage_cases
+note "the same, guard only"
+DEDUP_OPEN_CHECK_MAX=0 damage_cases
 echo "PASS [$TEST_NAME]"

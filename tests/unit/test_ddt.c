@@ -1771,6 +1771,126 @@ static void test_db_check(void **state)
 	free(keys);
 }
 
+/* The DDT leaf that holds key, found the way LMDB finds it: the newest
+ * meta page, the main table's record of ddt0, then down by key. */
+static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
+{
+	uint8_t pg[4096], kb[DD_DDT_KEY_SIZE];
+	uint64_t pgno = main_root(dir), depth = 0;
+	char path[128];
+	int fd;
+
+	memcpy(kb, key->dk_hash, DD_HASH_SIZE);
+	kb[DD_HASH_SIZE] = key->dk_variant;
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, pg, 4096, (off_t)(pgno * 4096)), 4096);
+	for (unsigned i = 0; i < lm_nkeys(pg); i++) { /* main: one leaf */
+		const uint8_t *node = lm_node(pg, i);
+
+		if (lm_node_ksize(node) == 4 && !memcmp(lm_node_key(node), "ddt0", 4)) {
+			depth = dd_get_le16(node + LM_NODEHDR + 4 + 6);
+			pgno = dd_get_le64(node + LM_NODEHDR + 4 + 40);
+		}
+	}
+	assert_true(depth >= 2); /* a branch above the leaves */
+	for (uint64_t d = 0; d + 1 < depth; d++) {
+		unsigned i = 0;
+
+		assert_int_equal(pread(fd, pg, 4096, (off_t)(pgno * 4096)), 4096);
+		while (i + 1 < lm_nkeys(pg) &&
+		       lm_cmp(kb, sizeof(kb), lm_node_key(lm_node(pg, i + 1)),
+			      lm_node_ksize(lm_node(pg, i + 1))) >= 0)
+			i++;
+		pgno = lm_node_child(lm_node(pg, i));
+	}
+	close(fd);
+	return pgno;
+}
+
+static int ddt_walk_count(void *ctx, const dd_ddt_key *key,
+			  const dd_ddt_ent *ent)
+{
+	(void)key;
+	(void)ent;
+	++*(int *)ctx;
+	return 0;
+}
+
+/* With the whole-file check at open off (a store too big for it), the
+ * guard stands between LMDB and a damaged page: a lookup, an insert and a
+ * walk that would read it are DD_ECORRUPT naming the page; lookups that
+ * do not read it still work; repaired, everything reads again. */
+static void test_db_guard(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000 };
+	dd_ddt_key *keys = calloc(N, sizeof(*keys));
+	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
+	dd_ddt_ent got;
+	uint8_t bad[2] = {2, 0}, old[2];
+	uint64_t leaf;
+	off_t ptr_off;
+	char page[32];
+	int other = -1, count = 0;
+	dd_txn *txn;
+
+	assert_non_null(keys);
+	txn = begin(fx, true);
+	for (int i = 0; i < N; i++) {
+		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	}
+	commit(fx, txn);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	leaf = ddt_leaf_of(fx->fx_dir, &keys[0]);
+	for (int i = 1; i < N && other < 0; i++)
+		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf)
+			other = i;
+	assert_true(other > 0);
+
+	/* node 0's offset into the page header */
+	ptr_off = (off_t)(leaf * 4096 + LM_PAGEHDR);
+	patch_file(fx->fx_dir, ptr_off, bad, 2, old);
+	assert_int_equal(setenv("DEDUP_OPEN_CHECK_MAX", "0", 1), 0);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	snprintf(page, sizeof(page), "page %llu ", (unsigned long long)leaf);
+	txn = begin(fx, false);
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &keys[0], &got),
+			 DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, page));
+	assert_non_null(strstr(fx->fx_err.de_msg, "'ddt0'"));
+	assert_non_null(strstr(fx->fx_err.de_msg, "node offset"));
+	OK(dd_ddt_get(txn, &fx->fx_err, &keys[other], &got));
+	assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, ddt_walk_count, &count),
+			 DD_ECORRUPT);
+	assert_true(count < N); /* stopped at the leaf */
+	dd_txn_abort(txn);
+	txn = begin(fx, true);
+	ent.de_refcnt = 2;
+	assert_int_equal(dd_ddt_put(txn, &fx->fx_err, &keys[0], &ent),
+			 DD_ECORRUPT);
+	dd_txn_abort(txn);
+	assert_int_equal(dd_db_check(fx->fx_db, &fx->fx_err), DD_ECORRUPT);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+
+	/* repaired: every entry reads, the walk sees them all */
+	patch_file(fx->fx_dir, ptr_off, old, 2, NULL);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	assert_int_equal(unsetenv("DEDUP_OPEN_CHECK_MAX"), 0);
+	txn = begin(fx, false);
+	for (int i = 0; i < N; i++)
+		OK(dd_ddt_get(txn, &fx->fx_err, &keys[i], &got));
+	count = 0;
+	OK(dd_ddt_walk(txn, &fx->fx_err, ddt_walk_count, &count));
+	assert_int_equal(count, N);
+	dd_txn_abort(txn);
+	free(keys);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1794,6 +1914,7 @@ int main(void)
 		T(test_txn_abort),
 		T(test_db_shared),
 		T(test_db_check),
+		T(test_db_guard),
 #undef T
 	};
 
