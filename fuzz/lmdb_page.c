@@ -1,0 +1,122 @@
+/*
+ * lmdb_page.c -- libFuzzer harness for lm_page_verify (libdedup/ddt/
+ * lmdb_page.c), the rules the whole-file check and the guard apply to
+ * an LMDB page before LMDB reads it.
+ *
+ * Input: one selector byte (bits 0-1: tree kind mod 3, bit 2: leaf,
+ * bit 3: expect another page number), two bytes of last page number
+ * (LE), then the page (cut or zero-padded to 4096 bytes, in a buffer of
+ * exactly that size so that ASan sees any read past it).  A page that
+ * passes is then read the way LMDB reads it: every node's key and inline
+ * value or child, and a binary search (mdb_node_search) for the input's
+ * last bytes.  The harness aborts if a passing page breaks a promise of
+ * lm_page_verify: a node outside the page, keys out of order, a child
+ * outside [2, last_pg].
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddt/lmdb_page.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FZ_PSIZE 4096
+
+static volatile uint64_t fz_sink;
+
+static void fz_touch(const uint8_t *p, size_t n)
+{
+	uint64_t s = 0;
+
+	for (size_t i = 0; i < n; i++)
+		s += p[i];
+	fz_sink += s;
+}
+
+/* mdb_node_search over a page that passed. */
+static void fz_search(const uint8_t *pg, bool leaf, const uint8_t *key,
+		      size_t klen)
+{
+	unsigned n = lm_nkeys(pg), i = 0;
+	int lo = leaf ? 0 : 1, hi = (int)n - 1, rc = 0;
+
+	while (lo <= hi) {
+		const uint8_t *node;
+
+		i = (unsigned)(lo + hi) / 2;
+		node = lm_node(pg, i);
+		rc = lm_cmp(key, klen, lm_node_key(node), lm_node_ksize(node));
+		if (rc == 0)
+			break;
+		if (rc > 0)
+			lo = (int)i + 1;
+		else
+			hi = (int)i - 1;
+	}
+	fz_sink += i + (unsigned)rc;
+}
+
+static void fz_check_passed(const uint8_t *pg, uint64_t last_pg, bool leaf,
+			    enum lm_tree_kind kind)
+{
+	unsigned n = lm_nkeys(pg);
+
+	for (unsigned i = 0; i < n; i++) {
+		const uint8_t *node = lm_node(pg, i);
+		size_t off = (size_t)(node - pg), ksize = lm_node_ksize(node);
+
+		if (off + LM_NODEHDR + ksize > FZ_PSIZE)
+			abort();
+		fz_touch(lm_node_key(node), ksize);
+		if (!leaf) {
+			uint64_t child = lm_node_child(node);
+
+			if (child < 2 || child > last_pg)
+				abort();
+		} else if (lm_node_flags(node) & LM_F_BIGDATA) {
+			fz_touch(lm_node_key(node) + ksize, 8);
+		} else {
+			size_t dsize = lm_node_dsize(node);
+
+			if (off + LM_NODEHDR + ksize + dsize > FZ_PSIZE)
+				abort();
+			fz_touch(lm_node_key(node) + ksize, dsize);
+		}
+		if (i > (leaf ? 0u : 1u) && kind != LM_TREE_FREE) {
+			const uint8_t *prev = lm_node(pg, i - 1);
+
+			if (lm_cmp(lm_node_key(prev), lm_node_ksize(prev),
+				   lm_node_key(node), ksize) >= 0)
+				abort();
+		}
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	enum lm_tree_kind kind;
+	uint64_t pgno, last_pg;
+	uint8_t *pg;
+	bool leaf;
+
+	if (size < 3)
+		return 0;
+	kind = (enum lm_tree_kind)((data[0] & 3) % 3);
+	leaf = data[0] & 4;
+	pg = calloc(1, FZ_PSIZE);
+	if (!pg)
+		abort();
+	memcpy(pg, data + 3, size - 3 < FZ_PSIZE ? size - 3 : FZ_PSIZE);
+	pgno = dd_get_le64(pg) ^ ((data[0] & 8) ? 1 : 0);
+	last_pg = 2 + dd_get_le16(data + 1);
+	if (pgno > last_pg)
+		last_pg = pgno;
+	if (!lm_page_verify(pg, FZ_PSIZE, pgno, last_pg, leaf, kind)) {
+		fz_check_passed(pg, last_pg, leaf, kind);
+		fz_search(pg, leaf, data + size - (size > 36 ? 33 : 1),
+			  size > 36 ? 33 : 1);
+	}
+	free(pg);
+	return 0;
+}
