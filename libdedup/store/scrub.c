@@ -9,12 +9,20 @@
  * the snapshot's name and the byte offset; a bad block nothing uses is
  * reported once with no snapshot.  Pass 3 checks every snapshot's block
  * map against the DDT and the snapshot's content digest: LMDB keeps no
- * checksums, and a map damaged in the LMDB file reads as holes.
+ * checksums, and a map damaged in the LMDB file reads as holes.  Pass 4
+ * counts the block-map entries naming each key and compares each DDT
+ * entry's reference count (format/ddt.md §1: the count of block-map
+ * entries that name it): a count damaged low would let a later rm bring
+ * a live block to 0 (gc then refuses: dd_gc_check_map), one damaged high
+ * keeps a dead block forever; neither changes what reads return, so only
+ * this pass can name it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/hmap.h"
 #include "store/store_internal.h"
 
 #define DD_SCRUB_ROUND 256
@@ -42,6 +50,11 @@ typedef struct dd_scrub {
 	char (*sc_names)[DD_NAME_MAX + 1];
 	uint32_t *sc_bs;
 	size_t sc_nsnap, sc_capsnap;
+	/* pass 4: key -> block-map entries naming it; entries that differ */
+	dd_hmap *sc_refs;
+	uint64_t sc_nwrong;
+	dd_ddt_key sc_wrong_key;
+	uint64_t sc_wrong_refcnt, sc_wrong_refs;
 } dd_scrub;
 
 static void dd_scrub_job(void *arg, size_t i, unsigned worker)
@@ -277,6 +290,85 @@ static int dd_scrub_report_bad(dd_scrub *sc)
 	return rc;
 }
 
+/* Pass 4.  The table is keyed by 32 bytes: a key's hash, or for a
+ * verify-mode variant (> 0) the hash of hash and variant. */
+static void dd_scrub_ref_key(const dd_ddt_key *key, uint8_t out[DD_HASH_SIZE])
+{
+	uint8_t buf[DD_HASH_SIZE + 1];
+
+	if (key->dk_variant == 0) {
+		memcpy(out, key->dk_hash, DD_HASH_SIZE);
+		return;
+	}
+	memcpy(buf, key->dk_hash, DD_HASH_SIZE);
+	buf[DD_HASH_SIZE] = key->dk_variant;
+	dd_sha256(buf, sizeof(buf), out);
+}
+
+static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
+			      const dd_ddt_key *key)
+{
+	dd_scrub *sc = arg;
+	uint8_t k[DD_HASH_SIZE];
+	uint64_t n = 0;
+	int rc;
+
+	(void)id;
+	(void)idx;
+	dd_scrub_ref_key(key, k);
+	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
+	if (rc && rc != DD_ENOENT)
+		return rc;
+	return dd_hmap_put(sc->sc_refs, sc->sc_err, k, n + 1);
+}
+
+static int dd_scrub_ref_check(void *arg, const dd_ddt_key *key,
+			      const dd_ddt_ent *e)
+{
+	dd_scrub *sc = arg;
+	uint8_t k[DD_HASH_SIZE];
+	uint64_t n = 0;
+	int rc;
+
+	dd_scrub_ref_key(key, k);
+	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
+	if (rc && rc != DD_ENOENT)
+		return rc;
+	if (n != e->de_refcnt && sc->sc_nwrong++ == 0) {
+		sc->sc_wrong_key = *key;
+		sc->sc_wrong_refcnt = e->de_refcnt;
+		sc->sc_wrong_refs = n;
+	}
+	return 0;
+}
+
+static int dd_scrub_refs(dd_scrub *sc)
+{
+	char hex[2 * 8 + 1];
+	/* 64 MiB in RAM (under a million blocks), spilled to $TMPDIR beyond */
+	int rc = dd_hmap_new(&sc->sc_refs, sc->sc_err, (uint64_t)64 << 20,
+			     NULL);
+
+	if (!rc)
+		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err,
+				      dd_scrub_ref_count, sc);
+	if (!rc)
+		rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ref_check, sc);
+	dd_hmap_free(sc->sc_refs);
+	sc->sc_refs = NULL;
+	if (rc || sc->sc_nwrong == 0)
+		return rc;
+	for (int i = 0; i < 8; i++)
+		snprintf(hex + 2 * i, 3, "%02x", sc->sc_wrong_key.dk_hash[i]);
+	return dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu ddt entr%s count the "
+			  "wrong number of references, e.g. block %s: %llu "
+			  "counted, %llu block-map entries (damaged metadata)",
+			  (unsigned long long)sc->sc_nwrong,
+			  sc->sc_nwrong == 1 ? "y" : "ies", hex,
+			  (unsigned long long)sc->sc_wrong_refcnt,
+			  (unsigned long long)sc->sc_wrong_refs);
+}
+
 static int dd_scrub_run(dd_scrub *sc)
 {
 	int rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
@@ -287,6 +379,8 @@ static int dd_scrub_run(dd_scrub *sc)
 		rc = dd_scrub_report_bad(sc);
 	if (!rc)
 		rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_map, sc);
+	if (!rc)
+		rc = dd_scrub_refs(sc);
 	if (!rc && sc->sc_nbad)
 		rc = dd_err_set(sc->sc_err, DD_ECHECKSUM,
 				"scrub found %zu bad block%s", sc->sc_nbad,

@@ -641,6 +641,25 @@ static void test_recovery_keeps_live_blocks(void **state)
 	th_rm_store(path);
 }
 
+/* Damage to the LMDB file, as libdedup's own code would write it: the
+ * reference count of key's DDT entry becomes refcnt; returns the old. */
+static uint64_t poke_refcnt(dd_store *s, const dd_ddt_key *key,
+			    uint64_t refcnt)
+{
+	dd_ddt_ent ent;
+	dd_txn *txn;
+	dd_err err;
+	uint64_t old;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_ddt_get(txn, &err, key, &ent), 0);
+	old = ent.de_refcnt;
+	ent.de_refcnt = refcnt;
+	assert_int_equal(dd_ddt_put(txn, &err, key, &ent), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+	return old;
+}
+
 /* gc drops what no reference counts: a refcount lowered to 0 by damage
  * to the LMDB file must stop it, not cost a live block. */
 static void test_gc_refuses_lost_refcount(void **state)
@@ -651,10 +670,7 @@ static void test_gc_refuses_lost_refcount(void **state)
 			     DD_HASH_SHA256);
 	uint8_t *data = malloc(n);
 	dd_ddt_key key = {.dk_variant = 0};
-	dd_ddt_ent ent;
 	uint64_t before;
-	dd_txn *txn;
-	dd_err err;
 
 	(void)state;
 	th_rng_state = 9;
@@ -662,17 +678,49 @@ static void test_gc_refuses_lost_refcount(void **state)
 	assert_int_equal(th_put(s, "keep", data, n, n), 0);
 	before = STAT(s, ddt_entries);
 	dd_sha256_sw(data + 5 * 4 * KiB, 4 * KiB, key.dk_hash);
-	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
-	assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
-	ent.de_refcnt = 0;
-	assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
-	assert_int_equal(dd_txn_commit(txn, &err), 0);
+	poke_refcnt(s, &key, 0);
 
 	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_ECORRUPT);
 	assert_non_null(strstr(dd_store_errmsg(s), "counts no reference"));
 	assert_int_equal(STAT(s, ddt_entries), before);   /* none dropped */
 	th_check_image(s, "keep", data, n);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECORRUPT);
+	dd_store_close(s);
+	free(data);
+	th_rm_store(path);
+}
+
+/* Scrub counts the block-map entries naming each block and compares the
+ * DDT's reference counts: one damaged high (never collected) or low but
+ * not 0 (the next rm would bring a live block to 0) is named; repaired,
+ * scrub passes. */
+static void test_scrub_counts_references(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	uint8_t *data = malloc(n);
+	dd_ddt_key key = {.dk_variant = 0};
+
+	(void)state;
+	th_rng_state = 11;
+	fill_random(data, n);
+	assert_int_equal(th_put(s, "a", data, n, n), 0);
+	assert_int_equal(th_put(s, "b", data, n, n), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_sha256_sw(data + 3 * 4 * KiB, 4 * KiB, key.dk_hash);
+	for (int delta = 1; delta >= -1; delta -= 2) {
+		/* a and b name it */
+		assert_true(poke_refcnt(s, &key, (uint64_t)(2 + delta)) == 2);
+		assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL),
+				 DD_ECORRUPT);
+		assert_non_null(strstr(dd_store_errmsg(s),
+				       "wrong number of references"));
+		th_check_image(s, "a", data, n); /* reads are unaffected */
+		poke_refcnt(s, &key, 2);
+		assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	}
 	dd_store_close(s);
 	free(data);
 	th_rm_store(path);
@@ -1192,6 +1240,7 @@ int main(void)
 		cmocka_unit_test(test_killed_writer_rolled_back),
 		cmocka_unit_test(test_recovery_keeps_live_blocks),
 		cmocka_unit_test(test_gc_refuses_lost_refcount),
+		cmocka_unit_test(test_scrub_counts_references),
 		cmocka_unit_test(test_writer_lock),
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
