@@ -210,7 +210,7 @@ static int lm_walk(struct lm_check *c, const char *table,
 		for (; i < nkeys; i++) {
 			const uint8_t *node = lm_node(c->page, i);
 			const uint8_t *val;
-			size_t vlen;
+			size_t vlen = 0;
 
 			if (!is_leaf) {
 				uint64_t child = lm_node_child(node);

@@ -28,8 +28,12 @@
 #include "common/endian.h"
 #include "ddt/db_internal.h"
 
-/* Virtual size of the map: the data file grows only as pages are used. */
+/* Virtual size of the map: the data file grows only as pages are used.
+ * A build may lower it: ThreadSanitizer leaves applications a few TiB of
+ * address space, which four open stores fill. */
+#ifndef DD_DB_MAPSIZE
 #define DD_DB_MAPSIZE ((size_t)1 << 40)
+#endif
 
 const char *const dd_db_names[DD_DBI_COUNT] = {
 	[DD_DBI_META] = "meta", [DD_DBI_DDT0] = "ddt0",
@@ -301,6 +305,13 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 		rc = dd_mdb_error(err, rc, dir);
 		goto fail;
 	}
+	dd_db_find_map(db);
+	/* DDT lookups are random: a hint against read-ahead.  It does not
+	 * stop fault-around (measured on Linux 6.18: 16 pages mapped per
+	 * fault with or without it), which is why callers trim by fault
+	 * count (store/replica.h) */
+	if (db->db_map)
+		madvise(db->db_map, db->db_map_len, MADV_RANDOM);
 	rc = dd_db_check_size(db->db_env, err, dir);
 	if (!rc)
 		rc = dd_db_check_env(db->db_env, err,
@@ -663,18 +674,10 @@ void dd_db_trim_map(dd_db *db)
 	MDB_stat st;
 	size_t used;
 
-	pthread_mutex_lock(&dd_db_registry_lock);
-	if (!db->db_map_looked) {
-		dd_db_find_map(db);
-		db->db_map_looked = true;
-		/* DDT lookups are random: a hint against read-ahead.  It does
-		 * not stop fault-around (measured on Linux 6.18: 16 pages
-		 * mapped per fault with or without it), which is why callers
-		 * trim by fault count (store/replica.h) */
-		if (db->db_map)
-			madvise(db->db_map, db->db_map_len, MADV_RANDOM);
-	}
-	pthread_mutex_unlock(&dd_db_registry_lock);
+	/* no lock: db_map is set once, at open.  (Taking the registry
+	 * lock here, inside a writer's LMDB transaction, ordered it after
+	 * LMDB's write mutex, while dd_db_open orders it before: a lock
+	 * order inversion ThreadSanitizer reported.) */
 	if (!db->db_map || mdb_env_info(db->db_env, &info) ||
 	    mdb_env_stat(db->db_env, &st))
 		return;

@@ -36,9 +36,8 @@ struct dd_db {
 	ino_t db_ino;
 	int db_refs;
 	struct dd_db *db_next;
-	void *db_map;              /* LMDB's map, for dd_db_trim_map */
-	size_t db_map_len;
-	bool db_map_looked;
+	void *db_map;              /* LMDB's map, for dd_db_trim_map; set */
+	size_t db_map_len;         /* at open (NULL: not found) */
 	/* guard.c */
 	int db_fd;                 /* data.mdb: LMDB's descriptor */
 	uint32_t db_psize;
