@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # test.sh -- set up, build, and run the whole libdedup test suite.
 #
-#   sudo bash scripts/test.sh           # warnings as errors, then ASan+UBSan
-#   sudo bash scripts/test.sh --quick   # skip the sanitizer build
+#   sudo bash scripts/test.sh           # warnings as errors, then ASan+UBSan,
+#                                       # then the unit tests under TSan
+#   sudo bash scripts/test.sh --quick   # skip the sanitizer builds
 #
-# Build directories: build/ (or $BUILD_DIR) and build-asan/ (or
-# $ASAN_BUILD_DIR) under the repository.  Both suites run even if the first
-# fails; the exit status is non-zero if either failed.
+# Build directories: build/ (or $BUILD_DIR), build-asan/ (or
+# $ASAN_BUILD_DIR), build-release/ and build-tsan/ under the repository.
+# Every suite runs even if one before it fails; the exit status is
+# non-zero if any failed.
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +21,7 @@ for arg in "$@"; do
 	case $arg in
 	--quick) quick=1 ;;
 	-h|--help)
-		sed -n '2,9s/^# \{0,1\}//p' "$0"
+		sed -n '2,11s/^# \{0,1\}//p' "$0"
 		exit 0 ;;
 	*) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
 	esac
@@ -59,6 +61,17 @@ if [ "$quick" -eq 0 ]; then
 	     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	     suite "$ASAN_BUILD_DIR" -DDD_WERROR=ON -DDD_SANITIZE=ON; then
 		failed+=("sanitizer build")
+	fi
+
+	# the unit tests run the library's threads (pool, prefetch, cache
+	# feed, concurrent readers and writers); about 80 s under TSan
+	step "build with ThreadSanitizer, unit tests ($SRC/build-tsan)"
+	if ! { cmake -S "$SRC" -B "$SRC/build-tsan" -DBUILD_TESTING=ON \
+		-DDD_WERROR=ON -DDD_TSAN=ON >/dev/null &&
+	       cmake --build "$SRC/build-tsan" -j "$JOBS" >/dev/null &&
+	       (cd "$SRC/build-tsan" && TSAN_OPTIONS=halt_on_error=1 \
+		ctest --output-on-failure -j2 -R '^unit\.'); }; then
+		failed+=("thread sanitizer build")
 	fi
 fi
 
