@@ -34,16 +34,29 @@
  *
  * A write transaction reads through pages it has already copied and
  * changed itself (LMDB's dirty pages); those are LMDB's own, made from
- * pages the guard checked.  Pages it reaches through them unchanged are
- * the committed pages the guard walked for the same key.
+ * pages the guard checked.  The guard walks the committed tree; with
+ * inserts and updates, a clean page LMDB reaches through dirty ones
+ * holds the same keys as in the committed tree, so the guard walked it
+ * for the same key.  After deletes have rebalanced pages in the same
+ * transaction that is argued, not proven (a delete's neighbourhood is
+ * checked whole, which covers what a rebalance moves).
  *
- * Cost: a page passes lm_page_verify once per process; a bit pair per
- * page records the tree kind it passed as, so later walks check only its
- * header (number and kind: a page freed and reused changes role).  The
- * record outlives the snapshot that made it because LMDB never rewrites a
- * page in place that a snapshot can still read: a page reused later is
- * LMDB's own writing, which is sound.  Damage that lands after a page
- * passed is seen by scrub's whole-file check, not here.
+ * Cost: a page passes lm_page_verify once per process; four bits per
+ * page record the role it passed as (tree kind, leaf or branch), so later
+ * walks check only its header (number and kind: a page freed and reused
+ * changes role), and point operations do not read a leaf that passed at
+ * all.  The record outlives the snapshot that made it because LMDB never
+ * rewrites a page in place that a snapshot can still read: a page reused
+ * later is LMDB's own writing, which is sound.  Damage that lands after a
+ * page passed is seen by the next process, or by scrub's whole-file
+ * check.  Per transaction, the last leaf checked in each table is kept
+ * with the keys that reach it (dd_guard_leaf), and branch pages in a
+ * small cache.
+ *
+ * Not seen here: a live page that damage put on the free list (LMDB
+ * would hand it to a writer).  Telling free from live takes every page
+ * of every tree: the whole-file check's work (open of a small store,
+ * scrub).
  *
  * Pages are read with pread (lg_read_page), bounded by the file's size.
  */
