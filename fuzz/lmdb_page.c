@@ -8,8 +8,8 @@
  * (LE), then the page (cut or zero-padded to 4096 bytes, in a buffer of
  * exactly that size so that ASan sees any read past it).  A page that
  * passes is then read the way LMDB reads it: every node's key and inline
- * value or child, and a binary search (mdb_node_search) for the input's
- * last bytes.  The harness aborts if a passing page breaks a promise of
+ * value or child, and the guard's binary search (lm_search, as
+ * mdb_node_search) for the input's last bytes.  The harness aborts if a passing page breaks a promise of
  * lm_page_verify: a node outside the page, keys out of order, a child
  * outside [2, last_pg].
  */
@@ -32,29 +32,6 @@ static void fz_touch(const uint8_t *p, size_t n)
 	for (size_t i = 0; i < n; i++)
 		s += p[i];
 	fz_sink += s;
-}
-
-/* mdb_node_search over a page that passed. */
-static void fz_search(const uint8_t *pg, bool leaf, const uint8_t *key,
-		      size_t klen)
-{
-	unsigned n = lm_nkeys(pg), i = 0;
-	int lo = leaf ? 0 : 1, hi = (int)n - 1, rc = 0;
-
-	while (lo <= hi) {
-		const uint8_t *node;
-
-		i = (unsigned)(lo + hi) / 2;
-		node = lm_node(pg, i);
-		rc = lm_cmp(key, klen, lm_node_key(node), lm_node_ksize(node));
-		if (rc == 0)
-			break;
-		if (rc > 0)
-			lo = (int)i + 1;
-		else
-			hi = (int)i - 1;
-	}
-	fz_sink += i + (unsigned)rc;
 }
 
 static void fz_check_passed(const uint8_t *pg, uint64_t last_pg, bool leaf,
@@ -98,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	enum lm_tree_kind kind;
 	uint64_t pgno, last_pg;
 	uint8_t *pg;
-	bool leaf;
+	bool leaf, exact;
+	size_t klen = size > 36 ? 33 : 1;
 
 	if (size < 3)
 		return 0;
@@ -114,8 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		last_pg = pgno;
 	if (!lm_page_verify(pg, FZ_PSIZE, pgno, last_pg, leaf, kind)) {
 		fz_check_passed(pg, last_pg, leaf, kind);
-		fz_search(pg, leaf, data + size - (size > 36 ? 33 : 1),
-			  size > 36 ? 33 : 1);
+		fz_sink += lm_search(pg, leaf, data + size - klen, klen, &exact);
 	}
 	free(pg);
 	return 0;

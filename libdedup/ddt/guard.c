@@ -271,34 +271,6 @@ static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 
 enum lg_to { LG_KEY, LG_FIRST, LG_LAST };
 
-/* mdb_node_search on a sound page: the index of the first key >= key
- * (nkeys if none); *exact when it is equal.  A branch's node 0 has no
- * key, so its search starts at 1. */
-static unsigned lg_search(const uint8_t *pg, bool leaf, const void *key,
-			  size_t klen, bool *exact)
-{
-	unsigned n = lm_nkeys(pg), i = 0;
-	int lo = leaf ? 0 : 1, hi = (int)n - 1, rc = 0;
-
-	while (lo <= hi) {
-		const uint8_t *node;
-
-		i = (unsigned)(lo + hi) / 2;
-		node = lm_node(pg, i);
-		rc = lm_cmp(key, klen, lm_node_key(node), lm_node_ksize(node));
-		if (rc == 0)
-			break;
-		if (rc > 0)
-			lo = (int)i + 1;
-		else
-			hi = (int)i - 1;
-	}
-	if (rc > 0)
-		i++;
-	*exact = rc == 0 && n > 0;
-	return i;
-}
-
 static void lg_fence(uint8_t *to, unsigned *len, const uint8_t *node)
 {
 	*len = lm_node_ksize(node);
@@ -335,7 +307,7 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		else if (to == LG_LAST)
 			i = n ? n - 1 : 0;
 		else
-			i = lg_search(pg, leaf, key, klen, &exact);
+			i = lm_search(pg, leaf, key, klen, &exact);
 		if (!leaf && to == LG_KEY)
 			i = i >= n ? n - 1 : exact ? i : i - 1;
 		cur->gc_lv[l].pgno = pgno;
@@ -729,7 +701,7 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 			     cur.gc_lv[cur.gc_depth - 1].pgno, true, true, &pg);
 		if (rc)
 			break;
-		i = lg_search(pg, true, name, strlen(name), &exact);
+		i = lm_search(pg, true, name, strlen(name), &exact);
 		if (!exact)
 			continue; /* not created yet */
 		node = lm_node(pg, i);

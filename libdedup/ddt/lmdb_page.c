@@ -149,3 +149,28 @@ const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 	}
 	return NULL;
 }
+
+unsigned lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
+		   bool *exact)
+{
+	unsigned n = lm_nkeys(pg), i = 0;
+	int lo = leaf ? 0 : 1, hi = (int)n - 1, rc = 0;
+
+	while (lo <= hi) {
+		const uint8_t *node;
+
+		i = (unsigned)(lo + hi) / 2;
+		node = lm_node(pg, i);
+		rc = lm_cmp(key, klen, lm_node_key(node), lm_node_ksize(node));
+		if (rc == 0)
+			break;
+		if (rc > 0)
+			lo = (int)i + 1;
+		else
+			hi = (int)i - 1;
+	}
+	if (rc > 0)
+		i++;
+	*exact = rc == 0 && n > 0;
+	return i;
+}

@@ -119,6 +119,12 @@ int lm_cmp(const void *a, size_t alen, const void *b, size_t blen);
 const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 			   uint64_t last_pg, bool leaf, enum lm_tree_kind kind);
 
+/* mdb_node_search, probe for probe, on a page lm_page_verify passed: the
+ * index of the first key >= key (nkeys if none), *exact when it is
+ * equal.  A branch's node 0 has no key, so its search starts at 1. */
+unsigned lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
+		   bool *exact);
+
 /* A free-list record: a count, then that many page numbers, each in
  * [2, last_pg].  NULL when sound, else what failed. */
 const char *lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg);
