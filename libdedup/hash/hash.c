@@ -21,6 +21,7 @@
 #include "dedup.h"
 #include "common/alloc.h"
 #include "hash/hash.h"
+#include "hash/sha256_impl.h"
 
 struct dd_hasher {
 	int dh_kind;
@@ -222,7 +223,7 @@ void dd_hash_hex(const uint8_t hash[DD_HASH_SIZE], char *buf)
 
 /* ---- portable SHA-256 (FIPS 180-4) ---------------------------------------*/
 
-static const uint32_t dd_sha256_k[64] = {
+const uint32_t dd_sha256_k[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
 	0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
 	0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
@@ -235,6 +236,25 @@ static const uint32_t dd_sha256_k[64] = {
 	0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
 	0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
+
+const uint32_t dd_sha256_h0[8] = {
+	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+	0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+size_t dd_sha256_pad(const uint8_t *p, size_t len, uint8_t tail[128])
+{
+	size_t rest = len % 64, nblk = rest < 56 ? 1 : 2;
+	uint64_t bits = (uint64_t)len * 8;
+
+	memset(tail, 0, 128);
+	if (rest) /* p may be NULL when len is 0 */
+		memcpy(tail, p + (len - rest), rest);
+	tail[rest] = 0x80;
+	for (int i = 0; i < 8; i++)
+		tail[nblk * 64 - 1 - i] = (uint8_t)(bits >> (8 * i));
+	return nblk;
+}
 
 static uint32_t dd_ror(uint32_t x, int n)
 {
@@ -273,27 +293,17 @@ static void dd_sha256_block(uint32_t s[8], const uint8_t *p)
 
 void dd_sha256_sw(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE])
 {
-	uint32_t s[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-			 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+	uint32_t s[8];
 	const uint8_t *p = buf;
-	uint64_t bits = (uint64_t)len * 8;
 	uint8_t tail[128];
-	size_t rest, tlen;
+	size_t nblk;
 
-	for (rest = len; rest >= 64; rest -= 64, p += 64)
-		dd_sha256_block(s, p);
-	/* Padding: 0x80, zeros, then the bit length big-endian, filling one
-	 * or two final blocks. */
-	memset(tail, 0, sizeof(tail));
-	if (rest)
-		memcpy(tail, p, rest);
-	tail[rest] = 0x80;
-	tlen = rest + 1 + 8 <= 64 ? 64 : 128;
-	for (int i = 0; i < 8; i++)
-		tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
-	dd_sha256_block(s, tail);
-	if (tlen == 128)
-		dd_sha256_block(s, tail + 64);
+	memcpy(s, dd_sha256_h0, sizeof(s));
+	for (size_t i = 0; i < len / 64; i++)
+		dd_sha256_block(s, p + 64 * i);
+	nblk = dd_sha256_pad(p, len, tail);
+	for (size_t i = 0; i < nblk; i++)
+		dd_sha256_block(s, tail + 64 * i);
 	for (int i = 0; i < 8; i++) {
 		out[4 * i] = (uint8_t)(s[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(s[i] >> 16);

@@ -29,6 +29,7 @@
 #include <pthread.h>
 
 #include "hash/hash.h"
+#include "hash/sha256_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DD_HAVE_SHANI_CODE 1
@@ -39,27 +40,6 @@
 #ifdef DD_HAVE_SHANI_CODE
 
 #define DD_SHANI __attribute__((target("sha,sse4.1,ssse3")))
-
-static const uint32_t dd_sha256_k[64] = {
-	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b,
-	0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01,
-	0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7,
-	0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc,
-	0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152,
-	0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
-	0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-	0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-	0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
-	0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08,
-	0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
-	0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-	0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
-};
-
-static const uint32_t dd_sha256_h0[8] = {
-	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-	0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19
-};
 
 /* Two lanes' state: lane a in a_abef/a_cdgh, lane b likewise. */
 struct dd_x2_state {
@@ -159,21 +139,6 @@ DD_SHANI static void dd_x2_digest(__m128i abef, __m128i cdgh,
 			 _mm_shuffle_epi8(hgfe, bswap32));
 }
 
-/* The last len % 64 bytes with SHA-256's padding and bit length: one
- * block, or two when fewer than 9 bytes of the first are free. */
-static size_t dd_x2_tail(const uint8_t *p, size_t len, uint8_t tail[128])
-{
-	size_t rest = len % 64, nblk = rest < 56 ? 1 : 2;
-	uint64_t bits = (uint64_t)len * 8;
-
-	memset(tail, 0, 128);
-	memcpy(tail, p + (len - rest), rest);
-	tail[rest] = 0x80;
-	for (int i = 0; i < 8; i++)
-		tail[nblk * 64 - 1 - i] = (uint8_t)(bits >> (8 * i));
-	return nblk;
-}
-
 DD_SHANI static void dd_sha256_x2_shani(const void *a, const void *b,
 					size_t len, uint8_t out_a[DD_HASH_SIZE],
 					uint8_t out_b[DD_HASH_SIZE])
@@ -186,8 +151,8 @@ DD_SHANI static void dd_sha256_x2_shani(const void *a, const void *b,
 	st.b_abef = st.a_abef;
 	st.b_cdgh = st.a_cdgh;
 	dd_x2_blocks(&st, a, b, len / 64);
-	nblk = dd_x2_tail(a, len, tail_a);
-	dd_x2_tail(b, len, tail_b);
+	nblk = dd_sha256_pad(a, len, tail_a);
+	dd_sha256_pad(b, len, tail_b);
 	dd_x2_blocks(&st, tail_a, tail_b, nblk);
 	dd_x2_digest(st.a_abef, st.a_cdgh, out_a);
 	dd_x2_digest(st.b_abef, st.b_cdgh, out_b);
