@@ -99,14 +99,6 @@ static int dd_db_open_dbis(dd_db *db, dd_err *err, bool create)
 	return 0;
 }
 
-/*
- * The data file must hold every page the newest meta page counts (its
- * last page number).  LMDB maps the file and trusts that: a file cut
- * short -- a partial copy, a full disk, damage -- makes its first touch
- * of a missing page a SIGBUS instead of an error.  Writers grow the file
- * before they write the meta page that counts the new pages, so a healthy
- * file always passes.  Damage inside the pages is dd_db_check_env's.
- */
 /* The newest meta page's page count, the page size and data.mdb's fd. */
 static int dd_db_file_info(MDB_env *env, dd_err *err, MDB_envinfo *info,
 			   MDB_stat *ms, int *fd)
@@ -118,27 +110,6 @@ static int dd_db_file_info(MDB_env *env, dd_err *err, MDB_envinfo *info,
 	if (!rc)
 		rc = mdb_env_get_fd(env, fd);
 	return rc ? dd_mdb_error(err, rc, "lmdb") : 0;
-}
-
-static int dd_db_check_size(MDB_env *env, dd_err *err, const char *dir)
-{
-	MDB_envinfo info;
-	MDB_stat ms;
-	struct stat st;
-	int fd, rc = dd_db_file_info(env, err, &info, &ms, &fd);
-
-	if (rc)
-		return rc;
-	if (fstat(fd, &st) != 0)
-		return dd_err_set(err, dd_errno_code(errno), "%s/data.mdb: %s",
-				  dir, strerror(errno));
-	if (info.me_last_pgno >= (size_t)st.st_size / ms.ms_psize)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "%s/data.mdb: %lld bytes, too short for the "
-				  "%zu pages its meta page counts (truncated "
-				  "or damaged)", dir, (long long)st.st_size,
-				  info.me_last_pgno + 1);
-	return 0;
 }
 
 /* The structural check of the newest snapshot, holding a read txn so
@@ -312,12 +283,12 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	 * count (store/replica.h) */
 	if (db->db_map)
 		madvise(db->db_map, db->db_map_len, MADV_RANDOM);
-	rc = dd_db_check_size(db->db_env, err, dir);
+	/* the guard's probe first: it checks that the file holds every page
+	 * the meta page counts, before anything reads the pages */
+	rc = dd_db_guard_open(db, err, dir);
 	if (!rc)
 		rc = dd_db_check_env(db->db_env, err,
 				     dd_db_check_at_open_max());
-	if (!rc)
-		rc = dd_db_guard_open(db, err, dir);
 	if (!rc)
 		rc = dd_db_open_dbis(db, err, create);
 	if (rc)

@@ -670,6 +670,11 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 	if (fstat(db->db_fd, &st) != 0)
 		return dd_err_set(err, dd_errno_code(errno), "%s: %s",
 				  db->db_file, strerror(errno));
+	/* The file must hold every page the meta page counts.  LMDB maps it
+	 * and trusts that: a file cut short -- a partial copy, a full disk,
+	 * damage -- makes its first touch of a missing page a SIGBUS.
+	 * Writers grow the file before they write the meta page that counts
+	 * the new pages, so a healthy file always passes. */
 	gs->gs_last_pg = dd_get_le64(meta + LM_PAGEHDR + LM_META_LAST_PG);
 	if (gs->gs_last_pg >= (uint64_t)st.st_size / db->db_psize ||
 	    gs->gs_last_pg > db->db_max_pg)
