@@ -1,6 +1,6 @@
 /*
  * ddt_values.c -- libFuzzer harness for the value decoders of the LMDB
- * tables (format/ddt.md, format/store.md; libdedup/ddt/ddt.c, maps.c):
+ * tables (format/ddt.md, format/store.md; libdedup/catalog/ddt.c, maps.c):
  * DDT keys and values, snapshot records, block map entries, pending
  * records and pack records.
  *
@@ -23,7 +23,7 @@
 
 #include "dedup.h"
 #include "common/endian.h"
-#include "ddt/db_internal.h"
+#include "catalog/db_internal.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /*
- * lmdb_page.c -- libFuzzer harness for lm_page_verify (libdedup/ddt/
+ * lmdb_page.c -- libFuzzer harness for dd_lm_page_verify (libdedup/catalog/
  * lmdb_page.c), the rules the whole-file check and the guard apply to
  * an LMDB page before LMDB reads it.
  *
@@ -8,16 +8,16 @@
  * (LE), then the page (cut or zero-padded to 4096 bytes, in a buffer of
  * exactly that size so that ASan sees any read past it).  A page that
  * passes is then read the way LMDB reads it: every node's key and inline
- * value or child, and the guard's binary search (lm_search, as
+ * value or child, and the guard's binary search (dd_lm_search, as
  * mdb_node_search) for the input's last bytes.  The harness aborts if a passing page breaks a promise of
- * lm_page_verify: a node outside the page, keys out of order, a child
+ * dd_lm_page_verify: a node outside the page, keys out of order, a child
  * outside [2, last_pg].
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddt/lmdb_page.h"
+#include "catalog/lmdb_page.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,36 +35,36 @@ static void fz_touch(const uint8_t *p, size_t n)
 }
 
 static void fz_check_passed(const uint8_t *pg, uint64_t last_pg, bool leaf,
-			    enum lm_tree_kind kind)
+			    enum dd_lm_tree_kind kind)
 {
-	unsigned n = lm_nkeys(pg);
+	unsigned n = dd_lm_nkeys(pg);
 
 	for (unsigned i = 0; i < n; i++) {
-		const uint8_t *node = lm_node(pg, i);
-		size_t off = (size_t)(node - pg), ksize = lm_node_ksize(node);
+		const uint8_t *node = dd_lm_node(pg, i);
+		size_t off = (size_t)(node - pg), ksize = dd_lm_node_ksize(node);
 
 		if (off + LM_NODEHDR + ksize > FZ_PSIZE)
 			abort();
-		fz_touch(lm_node_key(node), ksize);
+		fz_touch(dd_lm_node_key(node), ksize);
 		if (!leaf) {
-			uint64_t child = lm_node_child(node);
+			uint64_t child = dd_lm_node_child(node);
 
 			if (child < 2 || child > last_pg)
 				abort();
-		} else if (lm_node_flags(node) & LM_F_BIGDATA) {
-			fz_touch(lm_node_key(node) + ksize, 8);
+		} else if (dd_lm_node_flags(node) & LM_F_BIGDATA) {
+			fz_touch(dd_lm_node_key(node) + ksize, 8);
 		} else {
-			size_t dsize = lm_node_dsize(node);
+			size_t dsize = dd_lm_node_dsize(node);
 
 			if (off + LM_NODEHDR + ksize + dsize > FZ_PSIZE)
 				abort();
-			fz_touch(lm_node_key(node) + ksize, dsize);
+			fz_touch(dd_lm_node_key(node) + ksize, dsize);
 		}
 		if (i > (leaf ? 0u : 1u) && kind != LM_TREE_FREE) {
-			const uint8_t *prev = lm_node(pg, i - 1);
+			const uint8_t *prev = dd_lm_node(pg, i - 1);
 
-			if (lm_cmp(lm_node_key(prev), lm_node_ksize(prev),
-				   lm_node_key(node), ksize) >= 0)
+			if (dd_lm_cmp(dd_lm_node_key(prev), dd_lm_node_ksize(prev),
+				   dd_lm_node_key(node), ksize) >= 0)
 				abort();
 		}
 	}
@@ -72,7 +72,7 @@ static void fz_check_passed(const uint8_t *pg, uint64_t last_pg, bool leaf,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	enum lm_tree_kind kind;
+	enum dd_lm_tree_kind kind;
 	uint64_t pgno, last_pg;
 	uint8_t *pg;
 	bool leaf, exact;
@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 3)
 		return 0;
-	kind = (enum lm_tree_kind)((data[0] & 3) % 3);
+	kind = (enum dd_lm_tree_kind)((data[0] & 3) % 3);
 	leaf = data[0] & 4;
 	pg = calloc(1, FZ_PSIZE);
 	if (!pg)
@@ -90,9 +90,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	last_pg = 2 + dd_get_le16(data + 1);
 	if (pgno > last_pg)
 		last_pg = pgno;
-	if (!lm_page_verify(pg, FZ_PSIZE, pgno, last_pg, leaf, kind)) {
+	if (!dd_lm_page_verify(pg, FZ_PSIZE, pgno, last_pg, leaf, kind)) {
 		fz_check_passed(pg, last_pg, leaf, kind);
-		fz_sink += lm_search(pg, leaf, data + size - klen, klen, &exact);
+		fz_sink += dd_lm_search(pg, leaf, data + size - klen, klen, &exact);
 	}
 	free(pg);
 	return 0;

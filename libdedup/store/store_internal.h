@@ -6,7 +6,7 @@
  *   STORE/DEDUP          text: "libdedup store" / "format 1"; written last
  *                        at create, so a half-created store is not a store
  *   STORE/lock           flock(2) target: the single-writer lock
- *   STORE/db/            the LMDB environment (ddt/db.h)
+ *   STORE/db/            the LMDB environment (catalog/db.h)
  *   STORE/packs/NNNNNNNN.pack append-only block records (pack/pack.h)
  *
  * Write order, the invariant behind crash safety (DESIGN.md #1): pack
@@ -26,7 +26,7 @@
 #include "dedup.h"
 #include "common/err.h"
 #include "common/pool.h"
-#include "ddt/db.h"
+#include "catalog/db.h"
 #include "hash/hash.h"
 #include "pack/pack.h"
 #include "store/replica.h"

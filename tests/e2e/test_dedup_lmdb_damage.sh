@@ -17,8 +17,8 @@
 # stat print (a flipped time, a rolled-back meta page); the test counts
 # those, they are not failures.  Damage to LMDB's own page structure used
 # to crash LMDB inside its own code; libdedup now checks that structure
-# when it opens a small store (ddt/check.c), scrub does too, and before
-# each LMDB call the pages it will read (ddt/guard.c), so any crash fails
+# when it opens a small store (catalog/check.c), scrub does too, and before
+# each LMDB call the pages it will read (catalog/guard.c), so any crash fails
 # the test.  Then the writers run on the damaged copy: put of a third
 # snapshot, get of it, rm and gc -- each succeeds or refuses with one
 # line, never a crash.
@@ -48,7 +48,7 @@ gen_blocks "$T/c.img" $BS $(seq 1 40) $(seq 500 540) $(seq 201 260) z
 
 # Each case runs twice: as shipped, and with the whole-file check at
 # open turned off (DEDUP_OPEN_CHECK_MAX=0), as on a store too big for it,
-# where only the guard (ddt/guard.c) stands between LMDB and the damage.
+# where only the guard (catalog/guard.c) stands between LMDB and the damage.
 damage_cases() {
 python3 - "$DEDUP" "$S" "$T" "$SEED" "$ROUNDS" <<'EOF'
 import os, random, shutil, struct, subprocess, sys

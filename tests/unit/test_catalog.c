@@ -1,6 +1,6 @@
 /*
- * test_ddt.c -- unit tests of the LMDB layer (libdedup/ddt/, format/ddt.md,
- * format/store.md §2-§5).
+ * test_catalog.c -- unit tests of the catalog over LMDB (libdedup/catalog/,
+ * format/ddt.md, format/store.md §2-§5).
  *
  * Every test gets a fresh environment in its own temporary directory.
  * Encodings are checked on the real bytes LMDB holds (read back with
@@ -26,8 +26,8 @@
 
 #include "common/endian.h"
 #include "common/err.h"
-#include "ddt/db.h"
-#include "ddt/db_internal.h"
+#include "catalog/db.h"
+#include "catalog/db_internal.h"
 
 #define OK(expr) assert_int_equal((expr), 0)
 
@@ -79,7 +79,7 @@ static int fixture_setup(void **state)
 	struct fixture *fx = calloc(1, sizeof(*fx));
 
 	assert_non_null(fx);
-	strcpy(fx->fx_dir, "/tmp/dd_test_ddt.XXXXXX");
+	strcpy(fx->fx_dir, "/tmp/dd_test_catalog.XXXXXX");
 	assert_non_null(mkdtemp(fx->fx_dir));
 	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, true, false));
 	assert_non_null(fx->fx_db);
@@ -1609,7 +1609,7 @@ static void test_db_shared(void **state)
 	dd_txn_abort(txn);
 
 	/* A different directory gets its own handle. */
-	strcpy(dir2, "/tmp/dd_test_ddt.XXXXXX");
+	strcpy(dir2, "/tmp/dd_test_catalog.XXXXXX");
 	assert_non_null(mkdtemp(dir2));
 	OK(dd_db_open(&other, &fx->fx_err, dir2, true, false));
 	assert_ptr_not_equal(other, fx->fx_db);
@@ -1649,7 +1649,7 @@ static void test_db_shared(void **state)
 	{
 		char dir3[64];
 
-		strcpy(dir3, "/tmp/dd_test_ddt.XXXXXX");
+		strcpy(dir3, "/tmp/dd_test_catalog.XXXXXX");
 		assert_non_null(mkdtemp(dir3));
 		other = NULL;
 		assert_int_equal(dd_db_open(&other, &fx->fx_err, dir3, false,
@@ -1786,10 +1786,10 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, pg, 4096, (off_t)(pgno * 4096)), 4096);
-	for (unsigned i = 0; i < lm_nkeys(pg); i++) { /* main: one leaf */
-		const uint8_t *node = lm_node(pg, i);
+	for (unsigned i = 0; i < dd_lm_nkeys(pg); i++) { /* main: one leaf */
+		const uint8_t *node = dd_lm_node(pg, i);
 
-		if (lm_node_ksize(node) == 4 && !memcmp(lm_node_key(node), "ddt0", 4)) {
+		if (dd_lm_node_ksize(node) == 4 && !memcmp(dd_lm_node_key(node), "ddt0", 4)) {
 			depth = dd_get_le16(node + LM_NODEHDR + 4 + 6);
 			pgno = dd_get_le64(node + LM_NODEHDR + 4 + 40);
 		}
@@ -1799,11 +1799,11 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 		unsigned i = 0;
 
 		assert_int_equal(pread(fd, pg, 4096, (off_t)(pgno * 4096)), 4096);
-		while (i + 1 < lm_nkeys(pg) &&
-		       lm_cmp(kb, sizeof(kb), lm_node_key(lm_node(pg, i + 1)),
-			      lm_node_ksize(lm_node(pg, i + 1))) >= 0)
+		while (i + 1 < dd_lm_nkeys(pg) &&
+		       dd_lm_cmp(kb, sizeof(kb), dd_lm_node_key(dd_lm_node(pg, i + 1)),
+			      dd_lm_node_ksize(dd_lm_node(pg, i + 1))) >= 0)
 			i++;
-		pgno = lm_node_child(lm_node(pg, i));
+		pgno = dd_lm_node_child(dd_lm_node(pg, i));
 	}
 	close(fd);
 	return pgno;

@@ -19,7 +19,7 @@
 
 #include "dedup.h"
 #include "common/endian.h"
-#include "ddt/db_internal.h"
+#include "catalog/db_internal.h"
 
 #define DD_DDT_VAL_VERSION 1
 #define DD_DDE_KNOWN_FLAGS DD_DDE_PENDING

@@ -1,6 +1,7 @@
 /*
- * db.h -- the store's LMDB environment: the dedup table, snapshots, block
- * maps, packs and metadata.  This module is the only includer of <lmdb.h>.
+ * db.h -- the catalog: the store's LMDB environment, holding the dedup
+ * table, snapshots, block maps, packs and metadata.  This module is the
+ * only includer of <lmdb.h>.
  *
  * Named databases (format/ddt.md and format/store.md give the encodings):
  *
@@ -19,8 +20,8 @@
  * LMDB forbids opening one environment twice in a process, so dd_db_open
  * shares one handle per (device, inode) of the directory, refcounted.
  */
-#ifndef DD_DDT_DB_H
-#define DD_DDT_DB_H
+#ifndef DD_CATALOG_DB_H
+#define DD_CATALOG_DB_H
 
 #include <stdbool.h>
 #include <stddef.h>

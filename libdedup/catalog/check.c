@@ -34,10 +34,10 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "common/io.h"
-#include "ddt/db_internal.h"
-#include "ddt/lmdb_page.h"
+#include "catalog/db_internal.h"
+#include "catalog/lmdb_page.h"
 
-struct lm_check {
+struct dd_lm_check {
 	int fd;
 	const char *path;
 	uint32_t psize;
@@ -50,7 +50,7 @@ struct lm_check {
 	dd_err *err;
 };
 
-static int lm_bad(struct lm_check *c, const char *table, uint64_t pgno,
+static int dd_lm_bad(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		  const char *what)
 {
 	return dd_err_set(c->err, DD_ECORRUPT, "%s: page %llu of LMDB table "
@@ -58,19 +58,19 @@ static int lm_bad(struct lm_check *c, const char *table, uint64_t pgno,
 			  (unsigned long long)pgno, table, what);
 }
 
-static bool lm_bit(const uint8_t *bits, uint64_t i)
+static bool dd_lm_bit(const uint8_t *bits, uint64_t i)
 {
 	return bits[i / 8] >> (i % 8) & 1;
 }
 
-static void lm_set(uint8_t *bits, uint64_t i)
+static void dd_lm_set(uint8_t *bits, uint64_t i)
 {
 	bits[i / 8] |= (uint8_t)(1u << (i % 8));
 }
 
 /* Reads len bytes from the start of page pgno into buf: the whole page
  * or only its header.  The header must name the page. */
-static int lm_pread(struct lm_check *c, const char *table, uint64_t pgno,
+static int dd_lm_pread(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		    uint8_t *buf, size_t len)
 {
 	size_t got = 0;
@@ -80,66 +80,66 @@ static int lm_pread(struct lm_check *c, const char *table, uint64_t pgno,
 	if (rc)
 		return rc;
 	if (got < len)
-		return lm_bad(c, table, pgno, "beyond the end of the file");
+		return dd_lm_bad(c, table, pgno, "beyond the end of the file");
 	if (dd_get_le64(buf) != pgno)
-		return lm_bad(c, table, pgno, "its header names another page");
+		return dd_lm_bad(c, table, pgno, "its header names another page");
 	return 0;
 }
 
-static int lm_read(struct lm_check *c, const char *table, uint64_t pgno)
+static int dd_lm_read(struct dd_lm_check *c, const char *table, uint64_t pgno)
 {
-	return lm_pread(c, table, pgno, c->page, c->psize);
+	return dd_lm_pread(c, table, pgno, c->page, c->psize);
 }
 
 /* Marks pages [pgno, pgno + n) as reached by a tree: each once, none of
  * them a meta page or past the last page, none on the free list. */
-static int lm_reach(struct lm_check *c, const char *table, uint64_t pgno,
+static int dd_lm_reach(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		    uint64_t n)
 {
 	if (pgno < 2 || n == 0 || pgno > c->last_pg ||
 	    n > c->last_pg - pgno + 1)
-		return lm_bad(c, table, pgno, "a page number outside the file");
+		return dd_lm_bad(c, table, pgno, "a page number outside the file");
 	for (uint64_t i = pgno; i < pgno + n; i++) {
-		if (lm_bit(c->seen, i))
-			return lm_bad(c, table, i, "reached twice");
-		if (c->freed && lm_bit(c->freed, i))
-			return lm_bad(c, table, i, "in use and on the free list");
-		lm_set(c->seen, i);
+		if (dd_lm_bit(c->seen, i))
+			return dd_lm_bad(c, table, i, "reached twice");
+		if (c->freed && dd_lm_bit(c->freed, i))
+			return dd_lm_bad(c, table, i, "in use and on the free list");
+		dd_lm_set(c->seen, i);
 	}
 	return 0;
 }
 
-/* A leaf node's value, in a page lm_page_verify passed: inline, or a
+/* A leaf node's value, in a page dd_lm_page_verify passed: inline, or a
  * run of overflow pages, which must be reached once and begin with an
  * overflow page of the run's length.  Counts the overflow pages.  With
  * `load`, *val gets the value wherever it is (a long free-list record
  * lives in overflow pages); else only an inline one. */
-static int lm_leaf_value(struct lm_check *c, const char *table,
+static int dd_lm_leaf_value(struct dd_lm_check *c, const char *table,
 			 const uint8_t *node, bool load, uint64_t *overflow,
 			 const uint8_t **val, size_t *vlen)
 {
-	unsigned ksize = lm_node_ksize(node);
-	size_t dsize = lm_node_dsize(node);
+	unsigned ksize = dd_lm_node_ksize(node);
+	size_t dsize = dd_lm_node_dsize(node);
 	uint64_t ov, need;
 	uint8_t hdr[LM_PAGEHDR];
 	int rc;
 
 	*val = NULL;
-	if (!(lm_node_flags(node) & LM_F_BIGDATA)) {
+	if (!(dd_lm_node_flags(node) & LM_F_BIGDATA)) {
 		*val = node + LM_NODEHDR + ksize;
 		*vlen = dsize;
 		return 0;
 	}
 	need = (LM_PAGEHDR + dsize + c->psize - 1) / c->psize;
 	ov = dd_get_le64(node + LM_NODEHDR + ksize);
-	rc = lm_reach(c, table, ov, need);
+	rc = dd_lm_reach(c, table, ov, need);
 	if (!rc)
-		rc = lm_pread(c, table, ov, hdr, sizeof(hdr));
+		rc = dd_lm_pread(c, table, ov, hdr, sizeof(hdr));
 	if (rc)
 		return rc;
 	if ((dd_get_le16(hdr + 10) & LM_P_KINDS) != LM_P_OVERFLOW ||
 	    dd_get_le32(hdr + 12) != need)
-		return lm_bad(c, table, ov, "not the overflow run its node names");
+		return dd_lm_bad(c, table, ov, "not the overflow run its node names");
 	*overflow += need;
 	if (!load)
 		return 0;
@@ -158,7 +158,7 @@ static int lm_leaf_value(struct lm_check *c, const char *table,
 	return rc;
 }
 
-typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
+typedef int (*dd_lm_value_fn)(struct dd_lm_check *c, uint64_t pgno,
 			   const uint8_t *node, const uint8_t *val,
 			   size_t vlen);
 
@@ -170,9 +170,9 @@ typedef int (*lm_value_fn)(struct lm_check *c, uint64_t pgno,
  * free list's page lists); it may read pages, but must not use `node` or
  * `val` after it does.
  */
-static int lm_walk(struct lm_check *c, const char *table,
-		   const struct lm_db *db, enum lm_tree_kind kind,
-		   lm_value_fn on_value)
+static int dd_lm_walk(struct dd_lm_check *c, const char *table,
+		   const struct dd_lm_db *db, enum dd_lm_tree_kind kind,
+		   dd_lm_value_fn on_value)
 {
 	struct { uint64_t pgno; unsigned next; } stack[LM_MAXDEPTH];
 	uint64_t branch = 0, leaf = 0, overflow = 0, entries = 0;
@@ -181,12 +181,12 @@ static int lm_walk(struct lm_check *c, const char *table,
 	if (db->root == LM_P_INVALID) {
 		if (db->depth || db->branch || db->leaf || db->overflow ||
 		    db->entries)
-			return lm_bad(c, table, 0, "an empty table with counts");
+			return dd_lm_bad(c, table, 0, "an empty table with counts");
 		return 0;
 	}
 	if (db->depth == 0 || db->depth > LM_MAXDEPTH)
-		return lm_bad(c, table, db->root, "an impossible tree depth");
-	rc = lm_reach(c, table, db->root, 1);
+		return dd_lm_bad(c, table, db->root, "an impossible tree depth");
+	rc = dd_lm_reach(c, table, db->root, 1);
 	stack[0].pgno = db->root;
 	stack[0].next = 0;
 	while (!rc && depth >= 0) {
@@ -194,28 +194,28 @@ static int lm_walk(struct lm_check *c, const char *table,
 		bool is_leaf = depth == db->depth - 1;
 		unsigned nkeys, i = stack[depth].next;
 
-		rc = lm_read(c, table, pgno);
+		rc = dd_lm_read(c, table, pgno);
 		if (rc)
 			break;
 		if (i == 0) { /* the first visit; later ones re-read it */
-			const char *why = lm_page_verify(c->page, c->psize,
+			const char *why = dd_lm_page_verify(c->page, c->psize,
 							 pgno, c->last_pg,
 							 is_leaf, kind);
 
 			if (why)
-				return lm_bad(c, table, pgno, why);
+				return dd_lm_bad(c, table, pgno, why);
 			is_leaf ? leaf++ : branch++;
 		}
-		nkeys = lm_nkeys(c->page);
+		nkeys = dd_lm_nkeys(c->page);
 		for (; i < nkeys; i++) {
-			const uint8_t *node = lm_node(c->page, i);
+			const uint8_t *node = dd_lm_node(c->page, i);
 			const uint8_t *val;
 			size_t vlen = 0;
 
 			if (!is_leaf) {
-				uint64_t child = lm_node_child(node);
+				uint64_t child = dd_lm_node_child(node);
 
-				rc = lm_reach(c, table, child, 1);
+				rc = dd_lm_reach(c, table, child, 1);
 				if (rc)
 					return rc;
 				/* descend; this page is re-read on return */
@@ -225,13 +225,13 @@ static int lm_walk(struct lm_check *c, const char *table,
 				stack[depth].next = 0;
 				break;
 			}
-			rc = lm_leaf_value(c, table, node, on_value != NULL,
+			rc = dd_lm_leaf_value(c, table, node, on_value != NULL,
 					   &overflow, &val, &vlen);
 			if (!rc && val && on_value) {
 				rc = on_value(c, pgno, node, val, vlen);
 				/* it may have read other pages into c->page */
 				if (!rc)
-					rc = lm_read(c, table, pgno);
+					rc = dd_lm_read(c, table, pgno);
 			}
 			if (rc)
 				return rc;
@@ -244,47 +244,47 @@ static int lm_walk(struct lm_check *c, const char *table,
 		return rc;
 	if (branch != db->branch || leaf != db->leaf ||
 	    overflow != db->overflow || entries != db->entries)
-		return lm_bad(c, table, db->root, "its table record's page or "
+		return dd_lm_bad(c, table, db->root, "its table record's page or "
 			      "entry counts disagree with the tree");
 	return 0;
 }
 
 /* The free list: a value is a count and that many page numbers. */
-static int lm_free_value(struct lm_check *c, uint64_t pgno,
+static int dd_lm_free_value(struct dd_lm_check *c, uint64_t pgno,
 			 const uint8_t *node, const uint8_t *val, size_t vlen)
 {
-	const char *why = lm_page_list(val, vlen, c->last_pg);
+	const char *why = dd_lm_page_list(val, vlen, c->last_pg);
 
 	(void)node;
 	if (why)
-		return lm_bad(c, "(free list)", pgno, why);
+		return dd_lm_bad(c, "(free list)", pgno, why);
 	for (uint64_t i = 1; i < vlen / 8; i++)
-		lm_set(c->freed, dd_get_le64(val + 8 * i));
+		dd_lm_set(c->freed, dd_get_le64(val + 8 * i));
 	return 0;
 }
 
 /* The main table: each record of a named table is walked in turn.  The
  * name and the record are copied out first: the walk reuses c->page. */
-static int lm_main_value(struct lm_check *c, uint64_t pgno,
+static int dd_lm_main_value(struct dd_lm_check *c, uint64_t pgno,
 			 const uint8_t *node, const uint8_t *val, size_t vlen)
 {
 	char name[64];
 	size_t ksize = dd_get_le16(node + 6);
-	struct lm_db db;
+	struct dd_lm_db db;
 
 	if (!(dd_get_le16(node + 4) & LM_F_SUBDATA))
 		return 0; /* a plain value: libdedup keeps none here */
 	snprintf(name, sizeof(name), "%.*s", (int)(ksize < 63 ? ksize : 63),
 		 (const char *)node + LM_NODEHDR);
 	(void)vlen;
-	lm_db_decode(val, &db);
+	dd_lm_db_decode(val, &db);
 	if (db.flags != 0) /* libdedup's tables use plain byte keys */
-		return lm_bad(c, name, pgno, "a damaged table record");
-	return lm_walk(c, name, &db, LM_TREE_TABLE, NULL);
+		return dd_lm_bad(c, name, pgno, "a damaged table record");
+	return dd_lm_walk(c, name, &db, LM_TREE_TABLE, NULL);
 }
 
 /* Reads meta page m; true if it is a format-1 meta page. */
-static bool lm_meta(struct lm_check *c, unsigned m, uint32_t psize,
+static bool dd_lm_meta(struct dd_lm_check *c, unsigned m, uint32_t psize,
 		    uint8_t *buf)
 {
 	size_t got = 0;
@@ -300,9 +300,9 @@ static bool lm_meta(struct lm_check *c, unsigned m, uint32_t psize,
 int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 		     uint64_t txnid)
 {
-	struct lm_check c = { .fd = fd, .path = path, .psize = psize,
+	struct dd_lm_check c = { .fd = fd, .path = path, .psize = psize,
 			      .err = err };
-	struct lm_db freedb, maindb;
+	struct dd_lm_db freedb, maindb;
 	const uint8_t *meta = NULL;
 	size_t nbits;
 	int rc;
@@ -314,7 +314,7 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 	if (!c.page)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	for (unsigned m = 0; m < 2 && !meta; m++)
-		if (lm_meta(&c, m, psize, c.page + (size_t)m * psize) &&
+		if (dd_lm_meta(&c, m, psize, c.page + (size_t)m * psize) &&
 		    dd_get_le64(c.page + (size_t)m * psize + LM_PAGEHDR +
 			    LM_META_TXNID) == txnid)
 			meta = c.page + (size_t)m * psize;
@@ -323,8 +323,8 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 		return DD_DB_CHECK_RETRY; /* a writer committed since */
 	}
 	c.last_pg = dd_get_le64(meta + LM_PAGEHDR + LM_META_LAST_PG);
-	lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS, &freedb);
-	lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS + LM_DB_SIZE, &maindb);
+	dd_lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS, &freedb);
+	dd_lm_db_decode(meta + LM_PAGEHDR + LM_META_DBS + LM_DB_SIZE, &maindb);
 	/* the free list is keyed by txnid (MDB_INTEGERKEY), the main table
 	 * by name */
 	if ((freedb.flags & ~0x08) != 0 || maindb.flags != 0) {
@@ -339,16 +339,16 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 	c.freed = c.seen ? dd_calloc(1, nbits) : NULL;
 	if (!c.page || !c.seen || !c.freed) {
 		rc = c.last_pg >= ((uint64_t)1 << 40)
-			     ? lm_bad(&c, "(meta)", 0, "an impossible last page")
+			     ? dd_lm_bad(&c, "(meta)", 0, "an impossible last page")
 			     : dd_err_set(err, DD_ENOMEM, "out of memory");
 	} else {
-		rc = lm_walk(&c, "(free list)", &freedb, LM_TREE_FREE,
-			     lm_free_value);
+		rc = dd_lm_walk(&c, "(free list)", &freedb, LM_TREE_FREE,
+			     dd_lm_free_value);
 		/* the free list's own pages are in use: only the trees
 		 * walked after it must avoid the pages it names */
 		if (!rc)
-			rc = lm_walk(&c, "(main)", &maindb, LM_TREE_MAIN,
-				     lm_main_value);
+			rc = dd_lm_walk(&c, "(main)", &maindb, LM_TREE_MAIN,
+				     dd_lm_main_value);
 	}
 	dd_free(c.page);
 	dd_free(c.big);

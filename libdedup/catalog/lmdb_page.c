@@ -9,9 +9,9 @@
  */
 #include <string.h>
 
-#include "ddt/lmdb_page.h"
+#include "catalog/lmdb_page.h"
 
-int lm_cmp(const void *a, size_t alen, const void *b, size_t blen)
+int dd_lm_cmp(const void *a, size_t alen, const void *b, size_t blen)
 {
 	int diff = memcmp(a, b, alen < blen ? alen : blen);
 
@@ -22,7 +22,7 @@ int lm_cmp(const void *a, size_t alen, const void *b, size_t blen)
 
 /* The free list is keyed by txnid, an 8-byte integer (MDB_INTEGERKEY):
  * its order is numeric, not bytewise. */
-static int lm_key_order(enum lm_tree_kind kind, const uint8_t *a,
+static int dd_lm_key_order(enum dd_lm_tree_kind kind, const uint8_t *a,
 			unsigned alen, const uint8_t *b, unsigned blen)
 {
 	if (kind == LM_TREE_FREE) {
@@ -30,10 +30,10 @@ static int lm_key_order(enum lm_tree_kind kind, const uint8_t *a,
 
 		return x < y ? -1 : x > y;
 	}
-	return lm_cmp(a, alen, b, blen);
+	return dd_lm_cmp(a, alen, b, blen);
 }
 
-const char *lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg)
+const char *dd_lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg)
 {
 	uint64_t n;
 
@@ -50,12 +50,12 @@ const char *lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg)
 
 /* A leaf node's flags and value for its tree; room is the bytes from the
  * node to the end of the page. */
-static const char *lm_leaf_node(const uint8_t *node, size_t room,
+static const char *dd_lm_leaf_node(const uint8_t *node, size_t room,
 				uint32_t psize, uint64_t last_pg,
-				enum lm_tree_kind kind)
+				enum dd_lm_tree_kind kind)
 {
-	unsigned flags = lm_node_flags(node), ksize = lm_node_ksize(node);
-	size_t dsize = lm_node_dsize(node);
+	unsigned flags = dd_lm_node_flags(node), ksize = dd_lm_node_ksize(node);
+	size_t dsize = dd_lm_node_dsize(node);
 
 	if (ksize == 0)
 		return "a leaf node without a key";
@@ -90,12 +90,12 @@ static const char *lm_leaf_node(const uint8_t *node, size_t room,
 	if (room < LM_NODEHDR + (size_t)ksize + dsize)
 		return "a node runs off the page";
 	if (kind == LM_TREE_FREE)
-		return lm_page_list(node + LM_NODEHDR + ksize, dsize, last_pg);
+		return dd_lm_page_list(node + LM_NODEHDR + ksize, dsize, last_pg);
 	return NULL;
 }
 
-const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
-			   uint64_t last_pg, bool leaf, enum lm_tree_kind kind)
+const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
+			   uint64_t last_pg, bool leaf, enum dd_lm_tree_kind kind)
 {
 	unsigned lower = dd_get_le16(pg + 12), upper = dd_get_le16(pg + 14);
 	unsigned nkeys, min_keys;
@@ -123,16 +123,16 @@ const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 
 		if (off < upper || off % 2 || off + LM_NODEHDR > psize)
 			return "a node offset outside the page's node area";
-		ksize = lm_node_ksize(node);
+		ksize = dd_lm_node_ksize(node);
 		if (ksize > LM_MAXKEY || off + LM_NODEHDR + ksize > psize)
 			return "a key runs off the page";
 		if (leaf) {
-			why = lm_leaf_node(node, psize - off, psize, last_pg,
+			why = dd_lm_leaf_node(node, psize - off, psize, last_pg,
 					   kind);
 			if (why)
 				return why;
 		} else {
-			uint64_t child = lm_node_child(node);
+			uint64_t child = dd_lm_node_child(node);
 
 			if (child < 2 || child > last_pg)
 				return "a child page number outside the file";
@@ -141,27 +141,27 @@ const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 		}
 		if (kind == LM_TREE_FREE && ksize != 8)
 			return "a free-list key that is not a txnid";
-		if (prev && lm_key_order(kind, prev, prev_len,
-					 lm_node_key(node), ksize) >= 0)
+		if (prev && dd_lm_key_order(kind, prev, prev_len,
+					 dd_lm_node_key(node), ksize) >= 0)
 			return "its keys are out of order";
-		prev = lm_node_key(node);
+		prev = dd_lm_node_key(node);
 		prev_len = ksize;
 	}
 	return NULL;
 }
 
-unsigned lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
+unsigned dd_lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
 		   bool *exact)
 {
-	unsigned n = lm_nkeys(pg), i = 0;
+	unsigned n = dd_lm_nkeys(pg), i = 0;
 	int lo = leaf ? 0 : 1, hi = (int)n - 1, rc = 0;
 
 	while (lo <= hi) {
 		const uint8_t *node;
 
 		i = (unsigned)(lo + hi) / 2;
-		node = lm_node(pg, i);
-		rc = lm_cmp(key, klen, lm_node_key(node), lm_node_ksize(node));
+		node = dd_lm_node(pg, i);
+		rc = dd_lm_cmp(key, klen, dd_lm_node_key(node), dd_lm_node_ksize(node));
 		if (rc == 0)
 			break;
 		if (rc > 0)

@@ -26,7 +26,7 @@
 #include "dedup.h"
 #include "common/alloc.h"
 #include "common/endian.h"
-#include "ddt/db_internal.h"
+#include "catalog/db_internal.h"
 
 /* Virtual size of the map: the data file grows only as pages are used.
  * A build may lower it: ThreadSanitizer leaves applications a few TiB of

@@ -1,5 +1,5 @@
 /*
- * db_internal.h -- what the files of ddt/ share.  Only ddt/ includes it.
+ * db_internal.h -- what the files of catalog/ share.  Only catalog/ includes it.
  */
 #ifndef DD_DDT_DB_INTERNAL_H
 #define DD_DDT_DB_INTERNAL_H
@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
-#include "ddt/db.h"
-#include "ddt/lmdb_page.h"
+#include "catalog/db.h"
+#include "catalog/lmdb_page.h"
 
 enum dd_dbi_index {
 	DD_DBI_META = 0,
@@ -85,14 +85,14 @@ struct dd_guard_leaf {
 #define DD_GUARD_WAYS 4
 
 /* One snapshot's table roots, as the guard reads them (guard.c). */
-struct lm_tree_root {
+struct dd_lm_tree_root {
 	uint64_t root;             /* LM_P_INVALID: empty */
 	unsigned depth;
 };
 
 struct dd_guard_snap {
 	uint64_t gs_last_pg;       /* of the committed snapshot read */
-	struct lm_tree_root gs_tree[DD_TREE_COUNT];
+	struct dd_lm_tree_root gs_tree[DD_TREE_COUNT];
 	uint8_t *gs_buf;           /* a leaf page */
 	size_t gs_nslots;          /* 0 until a branch page is read */
 	uint8_t *gs_slots;         /* branch pages, gs_nslots of them */
@@ -122,7 +122,7 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 
 /*
  * guard.c: before each LMDB call, the pages it will read in the
- * committed snapshot are checked (lm_page_verify), so that damage LMDB
+ * committed snapshot are checked (dd_lm_page_verify), so that damage LMDB
  * would crash on is DD_ECORRUPT instead.  Each returns 0 or a DD_E* code
  * with err set.
  */

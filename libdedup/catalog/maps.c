@@ -11,7 +11,7 @@
 #include "dedup.h"
 #include "common/alloc.h"
 #include "common/endian.h"
-#include "ddt/db_internal.h"
+#include "catalog/db_internal.h"
 
 #define DD_SNAP_VAL_SIZE 80
 #define DD_SNAP_VAL_VERSION 1

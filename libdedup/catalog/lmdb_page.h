@@ -1,7 +1,7 @@
 /*
  * lmdb_page.h -- LMDB 0.9's page layout, for the code that reads its
  * pages itself before LMDB does: the whole-file check (check.c) and the
- * per-operation guard (guard.c).  Only ddt/ includes it.
+ * per-operation guard (guard.c).  Only catalog/ includes it.
  *
  * The layout is data format 1 on a 64-bit host (lmdb.h and mdb.c of
  * liblmdb 0.9.24, Debian 12).  LMDB writes its fields in host order;
@@ -41,19 +41,19 @@
 #define LM_MAXDEPTH 32
 
 /* Which tree a page belongs to: each allows different leaf nodes. */
-enum lm_tree_kind {
+enum dd_lm_tree_kind {
 	LM_TREE_FREE,   /* txnid -> page list; values may be overflow runs */
 	LM_TREE_MAIN,   /* name -> table record (F_SUBDATA) */
 	LM_TREE_TABLE,  /* libdedup's tables: short plain values only */
 };
 
 /* An MDB_db record: a table's root and what its tree holds. */
-struct lm_db {
+struct dd_lm_db {
 	uint16_t flags, depth;
 	uint64_t branch, leaf, overflow, entries, root;
 };
 
-static inline void lm_db_decode(const uint8_t *p, struct lm_db *db)
+static inline void dd_lm_db_decode(const uint8_t *p, struct dd_lm_db *db)
 {
 	db->flags = dd_get_le16(p + 4);
 	db->depth = dd_get_le16(p + 6);
@@ -64,46 +64,46 @@ static inline void lm_db_decode(const uint8_t *p, struct lm_db *db)
 	db->root = dd_get_le64(p + 40);
 }
 
-static inline unsigned lm_nkeys(const uint8_t *pg)
+static inline unsigned dd_lm_nkeys(const uint8_t *pg)
 {
 	return (dd_get_le16(pg + 12) - LM_PAGEHDR) / 2;
 }
 
-/* Node i of a page that lm_page_verify passed. */
-static inline const uint8_t *lm_node(const uint8_t *pg, unsigned i)
+/* Node i of a page that dd_lm_page_verify passed. */
+static inline const uint8_t *dd_lm_node(const uint8_t *pg, unsigned i)
 {
 	return pg + dd_get_le16(pg + LM_PAGEHDR + 2 * i);
 }
 
-static inline unsigned lm_node_ksize(const uint8_t *node)
+static inline unsigned dd_lm_node_ksize(const uint8_t *node)
 {
 	return dd_get_le16(node + 6);
 }
 
-static inline const uint8_t *lm_node_key(const uint8_t *node)
+static inline const uint8_t *dd_lm_node_key(const uint8_t *node)
 {
 	return node + LM_NODEHDR;
 }
 
-static inline unsigned lm_node_flags(const uint8_t *node)
+static inline unsigned dd_lm_node_flags(const uint8_t *node)
 {
 	return dd_get_le16(node + 4);
 }
 
 /* A leaf node's data size; a branch node's child is in the same bytes. */
-static inline size_t lm_node_dsize(const uint8_t *node)
+static inline size_t dd_lm_node_dsize(const uint8_t *node)
 {
 	return dd_get_le16(node) | (size_t)dd_get_le16(node + 2) << 16;
 }
 
-static inline uint64_t lm_node_child(const uint8_t *node)
+static inline uint64_t dd_lm_node_child(const uint8_t *node)
 {
 	return dd_get_le16(node) | (uint64_t)dd_get_le16(node + 2) << 16 |
 	       (uint64_t)dd_get_le16(node + 4) << 32;
 }
 
 /* LMDB's default key order (mdb_cmp_memn): bytes, then length. */
-int lm_cmp(const void *a, size_t alen, const void *b, size_t blen);
+int dd_lm_cmp(const void *a, size_t alen, const void *b, size_t blen);
 
 /*
  * Everything LMDB trusts about one branch or leaf page, from its bytes
@@ -116,17 +116,17 @@ int lm_cmp(const void *a, size_t alen, const void *b, size_t blen);
  * tree may hold.  Overflow runs are the caller's to follow.  NULL when
  * all holds, else what failed.
  */
-const char *lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
-			   uint64_t last_pg, bool leaf, enum lm_tree_kind kind);
+const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
+			   uint64_t last_pg, bool leaf, enum dd_lm_tree_kind kind);
 
-/* mdb_node_search, probe for probe, on a page lm_page_verify passed: the
+/* mdb_node_search, probe for probe, on a page dd_lm_page_verify passed: the
  * index of the first key >= key (nkeys if none), *exact when it is
  * equal.  A branch's node 0 has no key, so its search starts at 1. */
-unsigned lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
+unsigned dd_lm_search(const uint8_t *pg, bool leaf, const void *key, size_t klen,
 		   bool *exact);
 
 /* A free-list record: a count, then that many page numbers, each in
  * [2, last_pg].  NULL when sound, else what failed. */
-const char *lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg);
+const char *dd_lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg);
 
 #endif

@@ -6,11 +6,11 @@
  * check (check.c) costs a read of the whole file: dd_db_open runs it only
  * on small stores, scrub always.  Every other operation on a big store
  * would meet a damaged page unchecked, and LMDB crashes on one.  So each
- * LMDB call in ddt/ is preceded by a guard call that walks, in the
+ * LMDB call in catalog/ is preceded by a guard call that walks, in the
  * committed snapshot the transaction reads, the very pages LMDB's own
  * code will walk for that call -- the same binary search on the same
  * bytes (mdb_node_search), the same sibling steps (mdb_cursor_sibling) --
- * and passes each through lm_page_verify.  Damage becomes one DD_ECORRUPT
+ * and passes each through dd_lm_page_verify.  Damage becomes one DD_ECORRUPT
  * line naming the page; LMDB is never called on it.
  *
  * Which pages, per operation (mdb.c of liblmdb 0.9.24):
@@ -41,7 +41,7 @@
  * transaction that is argued, not proven (a delete's neighbourhood is
  * checked whole, which covers what a rebalance moves).
  *
- * Cost: a page passes lm_page_verify once per process; four bits per
+ * Cost: a page passes dd_lm_page_verify once per process; four bits per
  * page record the role it passed as (tree kind, leaf or branch), so later
  * walks check only its header (number and kind: a page freed and reused
  * changes role), and point operations do not read a leaf that passed at
@@ -70,8 +70,8 @@
 #include "dedup.h"
 #include "common/alloc.h"
 #include "common/io.h"
-#include "ddt/db_internal.h"
-#include "ddt/lmdb_page.h"
+#include "catalog/db_internal.h"
+#include "catalog/lmdb_page.h"
 
 /* ---- which pages passed --------------------------------------------------*/
 
@@ -135,7 +135,7 @@ static const char *lg_tree_name(int tree)
 		? "(free list)" : dd_db_names[tree];
 }
 
-static enum lm_tree_kind lg_kind(int tree)
+static enum dd_lm_tree_kind lg_kind(int tree)
 {
 	return tree == DD_TREE_MAIN ? LM_TREE_MAIN : tree == DD_TREE_FREE
 		? LM_TREE_FREE : LM_TREE_TABLE;
@@ -221,7 +221,7 @@ static int lg_read_page(dd_txn *txn, dd_err *err, uint64_t pgno, bool leaf,
 }
 
 /* What a page passed as, for the memo: never 0. */
-static unsigned lg_role(enum lm_tree_kind kind, bool leaf)
+static unsigned lg_role(enum dd_lm_tree_kind kind, bool leaf)
 {
 	return 1u + 2u * (unsigned)kind + leaf;
 }
@@ -237,7 +237,7 @@ static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 {
 	dd_db *db = txn->tx_db;
 	struct dd_guard_snap *gs = &txn->tx_guard;
-	enum lm_tree_kind kind = lg_kind(tree);
+	enum dd_lm_tree_kind kind = lg_kind(tree);
 	unsigned role = lg_role(kind, leaf);
 	const uint8_t *pg = NULL;
 	const char *why;
@@ -258,7 +258,7 @@ static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		*out = pg;
 		return 0;
 	}
-	why = lm_page_verify(pg, db->db_psize, pgno, gs->gs_last_pg, leaf,
+	why = dd_lm_page_verify(pg, db->db_psize, pgno, gs->gs_last_pg, leaf,
 			     kind);
 	if (why)
 		return lg_bad(txn, err, tree, pgno, why);
@@ -273,8 +273,8 @@ enum lg_to { LG_KEY, LG_FIRST, LG_LAST };
 
 static void lg_fence(uint8_t *to, unsigned *len, const uint8_t *node)
 {
-	*len = lm_node_ksize(node);
-	memcpy(to, lm_node_key(node), *len);
+	*len = dd_lm_node_ksize(node);
+	memcpy(to, dd_lm_node_key(node), *len);
 }
 
 /* From page pgno at level `from` of cur's tree down to a leaf, as
@@ -301,13 +301,13 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 			cur->gc_last_len = 0;
 			break;
 		}
-		n = lm_nkeys(pg);
+		n = dd_lm_nkeys(pg);
 		if (to == LG_FIRST)
 			i = 0;
 		else if (to == LG_LAST)
 			i = n ? n - 1 : 0;
 		else
-			i = lm_search(pg, leaf, key, klen, &exact);
+			i = dd_lm_search(pg, leaf, key, klen, &exact);
 		if (!leaf && to == LG_KEY)
 			i = i >= n ? n - 1 : exact ? i : i - 1;
 		cur->gc_lv[l].pgno = pgno;
@@ -317,22 +317,22 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 			/* a branch sends keys in [key i, key i+1) to child i */
 			if (f && i > 0) {
 				f->gf_lo_inf = false;
-				lg_fence(f->gf_lo, &f->gf_lo_len, lm_node(pg, i));
+				lg_fence(f->gf_lo, &f->gf_lo_len, dd_lm_node(pg, i));
 			}
 			if (f && i + 1 < n) {
 				f->gf_hi_inf = false;
 				lg_fence(f->gf_hi, &f->gf_hi_len,
-					 lm_node(pg, i + 1));
+					 dd_lm_node(pg, i + 1));
 			}
-			pgno = lm_node_child(lm_node(pg, i));
+			pgno = dd_lm_node_child(dd_lm_node(pg, i));
 			continue;
 		}
 		cur->gc_at = n > 0;
 		if (n) {
-			const uint8_t *last = lm_node(pg, n - 1);
+			const uint8_t *last = dd_lm_node(pg, n - 1);
 
-			cur->gc_last_len = lm_node_ksize(last);
-			memcpy(cur->gc_last, lm_node_key(last), cur->gc_last_len);
+			cur->gc_last_len = dd_lm_node_ksize(last);
+			memcpy(cur->gc_last, dd_lm_node_key(last), cur->gc_last_len);
 		}
 	}
 	return 0;
@@ -342,7 +342,7 @@ static int lg_from_root(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 			enum lg_to to, const void *key, size_t klen,
 			struct dd_guard_fences *f)
 {
-	const struct lm_tree_root *t = &txn->tx_guard.gs_tree[cur->gc_tree];
+	const struct dd_lm_tree_root *t = &txn->tx_guard.gs_tree[cur->gc_tree];
 
 	cur->gc_depth = t->depth;
 	cur->gc_at = false;
@@ -373,7 +373,7 @@ static int lg_step(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur)
 		return rc;
 	cur->gc_lv[l].idx++;
 	return lg_down(txn, err, cur, (unsigned)l + 1,
-		       lm_node_child(lm_node(pg, cur->gc_lv[l].idx)), LG_FIRST,
+		       dd_lm_node_child(dd_lm_node(pg, cur->gc_lv[l].idx)), LG_FIRST,
 		       NULL, 0, NULL);
 }
 
@@ -390,7 +390,7 @@ static int lg_lowest_below(dd_txn *txn, dd_err *err,
 
 	if (rc)
 		return rc;
-	return lg_down(txn, err, &scratch, l + 1, lm_node_child(lm_node(pg, i)),
+	return lg_down(txn, err, &scratch, l + 1, dd_lm_node_child(dd_lm_node(pg, i)),
 		       LG_FIRST, NULL, 0, NULL);
 }
 
@@ -411,7 +411,7 @@ static int lg_neighbours(dd_txn *txn, dd_err *err,
 			     &pg);
 		for (unsigned j = up->idx ? up->idx - 1 : 0;
 		     !rc && j <= up->idx + 1 && j < up->nkeys; j++)
-			kids[nkids++] = lm_node_child(lm_node(pg, j));
+			kids[nkids++] = dd_lm_node_child(dd_lm_node(pg, j));
 		for (unsigned k = 0; !rc && k < nkids; k++) {
 			unsigned n;
 
@@ -419,7 +419,7 @@ static int lg_neighbours(dd_txn *txn, dd_err *err,
 				     !leaf, &pg);
 			if (rc || leaf)
 				continue;
-			n = lm_nkeys(pg);
+			n = dd_lm_nkeys(pg);
 			rc = lg_lowest_below(txn, err, path, l, kids[k], 0);
 			if (!rc)
 				rc = lg_lowest_below(txn, err, path, l, kids[k],
@@ -450,8 +450,8 @@ static bool lg_covers(const struct dd_guard_leaf *c, enum lg_to to,
 	if (to == LG_LAST)
 		return f->gf_hi_inf;
 	return (f->gf_lo_inf ||
-		lm_cmp(key, klen, f->gf_lo, f->gf_lo_len) >= 0) &&
-	       (f->gf_hi_inf || lm_cmp(key, klen, f->gf_hi, f->gf_hi_len) < 0);
+		dd_lm_cmp(key, klen, f->gf_lo, f->gf_lo_len) >= 0) &&
+	       (f->gf_hi_inf || dd_lm_cmp(key, klen, f->gf_hi, f->gf_hi_len) < 0);
 }
 
 /* The leaf of the descent `to`, checked; read too with `read_leaf` (a
@@ -476,7 +476,7 @@ static int lg_leaf(dd_txn *txn, dd_err *err, int tree, enum lg_to to,
 	return rc;
 }
 
-/* ---- what ddt/ calls ---------------------------------------------------------*/
+/* ---- what catalog/ calls ---------------------------------------------------------*/
 
 void dd_guard_cur_init(struct dd_guard_cur *cur, int tree)
 {
@@ -513,7 +513,7 @@ int dd_guard_seek(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 	       c->gl_cur.gc_last_len);
 	/* mdb_cursor_set: a key past its leaf's last lands on the next */
 	while (!rc && key && cur->gc_at &&
-	       lm_cmp(key, klen, cur->gc_last, cur->gc_last_len) > 0)
+	       dd_lm_cmp(key, klen, cur->gc_last, cur->gc_last_len) > 0)
 		rc = lg_step(txn, err, cur);
 	return rc;
 }
@@ -526,7 +526,7 @@ int dd_guard_next(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 	/* on the leaf's last key LMDB's next step reads the next leaf.  A
 	 * key past it means this write txn reshaped the tree: catch up */
 	while (!rc && cur->gc_at &&
-	       lm_cmp(key, klen, cur->gc_last, cur->gc_last_len) >= 0)
+	       dd_lm_cmp(key, klen, cur->gc_last, cur->gc_last_len) >= 0)
 		rc = lg_step(txn, err, cur);
 	return rc;
 }
@@ -539,12 +539,12 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 {
 	dd_db *db = txn->tx_db;
 	uint64_t last = txn->tx_guard.gs_last_pg, ov, need;
-	size_t dsize = lm_node_dsize(node);
+	size_t dsize = dd_lm_node_dsize(node);
 	uint8_t hdr[LM_PAGEHDR], *list;
 	const char *why = NULL;
 	int rc;
 
-	ov = dd_get_le64(lm_node_key(node) + lm_node_ksize(node));
+	ov = dd_get_le64(dd_lm_node_key(node) + dd_lm_node_ksize(node));
 	need = (LM_PAGEHDR + dsize + db->db_psize - 1) / db->db_psize;
 	if (lg_memo(db, ov) == lg_role(LM_TREE_FREE, true))
 		return 0;
@@ -562,7 +562,7 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	rc = dd_io_pread_full(err, db->db_fd, list, dsize,
 			      ov * db->db_psize + LM_PAGEHDR, db->db_file);
 	if (!rc)
-		why = lm_page_list(list, dsize, last);
+		why = dd_lm_page_list(list, dsize, last);
 	dd_free(list);
 	if (rc)
 		return rc;
@@ -588,10 +588,10 @@ int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
 		if (tree != DD_TREE_FREE)
 			continue;
 		rc = lg_page(txn, err, tree, leaf, true, true, &pg);
-		for (unsigned i = 0; !rc && i < lm_nkeys(pg); i++) {
-			const uint8_t *node = lm_node(pg, i);
+		for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
+			const uint8_t *node = dd_lm_node(pg, i);
 
-			if (!(lm_node_flags(node) & LM_F_BIGDATA))
+			if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
 				continue;
 			rc = lg_overflow_list(txn, err, leaf, node);
 			/* the page buffer may have been reused */
@@ -607,9 +607,9 @@ int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
 
 static int lg_record(dd_txn *txn, dd_err *err, int tree, const uint8_t *p)
 {
-	struct lm_db db;
+	struct dd_lm_db db;
 
-	lm_db_decode(p, &db);
+	dd_lm_db_decode(p, &db);
 	/* the free list is keyed by integer txnid; every other table by
 	 * bytes */
 	if (db.flags != (tree == DD_TREE_FREE ? 0x08 : 0) ||
@@ -706,17 +706,17 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 			     cur.gc_lv[cur.gc_depth - 1].pgno, true, true, &pg);
 		if (rc)
 			break;
-		i = lm_search(pg, true, name, strlen(name), &exact);
+		i = dd_lm_search(pg, true, name, strlen(name), &exact);
 		if (!exact)
 			continue; /* not created yet */
-		node = lm_node(pg, i);
-		if (!(lm_node_flags(node) & LM_F_SUBDATA))
+		node = dd_lm_node(pg, i);
+		if (!(dd_lm_node_flags(node) & LM_F_SUBDATA))
 			rc = lg_bad(txn, err, DD_TREE_MAIN,
 				    cur.gc_lv[cur.gc_depth - 1].pgno,
 				    "a table name without a table record");
 		else
-			rc = lg_record(txn, err, t, lm_node_key(node) +
-				       lm_node_ksize(node));
+			rc = lg_record(txn, err, t, dd_lm_node_key(node) +
+				       dd_lm_node_ksize(node));
 	}
 	if (!rc && txn->tx_write)
 		rc = dd_guard_table(txn, err, DD_TREE_FREE);
