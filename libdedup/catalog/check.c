@@ -53,9 +53,9 @@ struct dd_lm_check {
 static int dd_lm_bad(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		  const char *what)
 {
-	return dd_err_set(c->err, DD_ECORRUPT, "%s: page %llu of LMDB table "
-			  "'%s': %s (the file is damaged)", c->path,
-			  (unsigned long long)pgno, table, what);
+	return dd_db_damage(c->err, "%s: page %llu of LMDB table "
+			    "'%s': %s (the file is damaged)", c->path,
+			    (unsigned long long)pgno, table, what);
 }
 
 static bool dd_lm_bit(const uint8_t *bits, uint64_t i)
@@ -329,8 +329,8 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 	 * by name */
 	if ((freedb.flags & ~0x08) != 0 || maindb.flags != 0) {
 		dd_free(c.page);
-		return dd_err_set(err, DD_ECORRUPT, "%s: the newest meta page's "
-				  "table records are damaged", path);
+		return dd_db_damage(err, "%s: the newest meta page's "
+				    "table records are damaged", path);
 	}
 	dd_free(c.page);
 	c.page = dd_malloc(psize);

@@ -71,7 +71,22 @@ int dd_mdb_error(dd_err *err, int rc, const char *what)
 		code = rc > 0 ? dd_errno_code(rc) : DD_EIO;
 		break;
 	}
+	if (code == DD_ECORRUPT)
+		return dd_db_damage(err, "%s: %s", what, mdb_strerror(rc));
 	return dd_err_set(err, code, "%s: %s", what, mdb_strerror(rc));
+}
+
+#define DD_DB_REPAIR_HINT "the catalog is damaged: run dedup repair"
+
+int dd_db_damage(dd_err *err, const char *fmt, ...)
+{
+	char msg[DD_ERRMSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return dd_err_set(err, DD_ECORRUPT, "%s: " DD_DB_REPAIR_HINT, msg);
 }
 
 static int dd_db_open_dbis(dd_db *db, dd_err *err, bool create)
@@ -87,9 +102,9 @@ static int dd_db_open_dbis(dd_db *db, dd_err *err, bool create)
 		if (rc) {
 			mdb_txn_abort(txn);
 			if (rc == MDB_NOTFOUND)
-				return dd_err_set(err, DD_ECORRUPT,
-						  "lmdb table '%s' is missing",
-						  dd_db_names[i]);
+				return dd_db_damage(err,
+						    "lmdb table '%s' is missing",
+						    dd_db_names[i]);
 			return dd_mdb_error(err, rc, "lmdb open table");
 		}
 	}
@@ -242,10 +257,19 @@ static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
 int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	       bool readonly)
 {
-	struct stat st;
+	struct stat st, data;
+	char file[4200];
 	dd_db *db;
 	int rc;
 
+	/* LMDB creates a missing data.mdb: only a new store may get one.
+	 * A missing catalog is damage with a way out, and the command that
+	 * meets it must leave the store as it is for repair. */
+	snprintf(file, sizeof(file), "%s/data.mdb", dir);
+	if (!create && (stat(dir, &st) != 0 || stat(file, &data) != 0))
+		return errno == ENOENT
+			       ? dd_db_damage(err, "%s is missing", file)
+			       : dd_err_set_errno(err, errno, "%s", file);
 	if (stat(dir, &st) != 0)
 		return dd_err_set(err, dd_errno_code(errno), "%s: %s", dir,
 				  strerror(errno));
@@ -343,9 +367,9 @@ static int dd_txn_load_ddt(dd_txn *txn, dd_err *err)
 	else if (rc)
 		return rc;
 	if (which > 1)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "meta ddt.live is %llu, expected 0 or 1",
-				  (unsigned long long)which);
+		return dd_db_damage(err,
+				    "meta ddt.live is %llu, expected 0 or 1",
+				    (unsigned long long)which);
 	txn->tx_ddt = txn->tx_db->db_dbi[which ? DD_DBI_DDT1 : DD_DBI_DDT0];
 	txn->tx_ddt_other = txn->tx_db->db_dbi[which ? DD_DBI_DDT0 : DD_DBI_DDT1];
 	txn->tx_ddt_which = (unsigned)which;
@@ -555,9 +579,9 @@ int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out)
 	if (rc)
 		return rc;
 	if (v.mv_size != 8)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "meta %s has %zu bytes, expected 8", key,
-				  v.mv_size);
+		return dd_db_damage(err,
+				    "meta %s has %zu bytes, expected 8", key,
+				    v.mv_size);
 	*out = dd_get_le64(v.mv_data);
 	return 0;
 }

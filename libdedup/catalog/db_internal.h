@@ -175,4 +175,10 @@ int dd_table_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
 /* Translates an LMDB return code into a DD_E* code with a message. */
 int dd_mdb_error(dd_err *err, int rc, const char *what);
 
+/* Damage found in the catalog: DD_ECORRUPT with the message and the way
+ * out, so every command that meets it names it (format/store.md §7):
+ * "...: the catalog is damaged: run dedup repair". */
+int dd_db_damage(dd_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 #endif

@@ -34,9 +34,9 @@ static void dd_ddt_key_encode(uint8_t out[DD_DDT_KEY_SIZE],
 static int dd_ddt_key_decode(dd_err *err, const MDB_val *k, dd_ddt_key *out)
 {
 	if (k->mv_size != DD_DDT_KEY_SIZE)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "ddt key of %zu bytes, expected %d",
-				  k->mv_size, DD_DDT_KEY_SIZE);
+		return dd_db_damage(err,
+				    "ddt key of %zu bytes, expected %d",
+				    k->mv_size, DD_DDT_KEY_SIZE);
 	memcpy(out->dk_hash, k->mv_data, DD_HASH_SIZE);
 	out->dk_variant = ((const uint8_t *)k->mv_data)[DD_HASH_SIZE];
 	return 0;
@@ -61,9 +61,9 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	const uint8_t *p = v->mv_data;
 
 	if (v->mv_size != DD_DDT_VAL_SIZE)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "ddt value of %zu bytes, expected %d",
-				  v->mv_size, DD_DDT_VAL_SIZE);
+		return dd_db_damage(err,
+				    "ddt value of %zu bytes, expected %d",
+				    v->mv_size, DD_DDT_VAL_SIZE);
 	if (p[0] != DD_DDT_VAL_VERSION)
 		return dd_err_set(err, p[0] > DD_DDT_VAL_VERSION ? DD_EVERSION
 								  : DD_ECORRUPT,
@@ -79,10 +79,10 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	if ((e->de_flags & ~DD_DDE_KNOWN_FLAGS) || e->de_codec > 1 ||
 	    e->de_lsize == 0 || e->de_lsize > DD_BLOCK_SIZE_MAX ||
 	    e->de_psize > e->de_lsize)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "ddt value out of range (flags %#x, codec %u,"
-				  " lsize %u, psize %u)", e->de_flags,
-				  e->de_codec, e->de_lsize, e->de_psize);
+		return dd_db_damage(err,
+				    "ddt value out of range (flags %#x, codec %u,"
+				    " lsize %u, psize %u)", e->de_flags,
+				    e->de_codec, e->de_lsize, e->de_psize);
 	return 0;
 }
 
@@ -173,8 +173,8 @@ static int dd_compact_one(void *arg, const dd_ddt_key *key,
 		return 0;
 	}
 	if (ent->de_flags & DD_DDE_PENDING)
-		return dd_err_set(cc->cc_err, DD_ECORRUPT,
-				  "ddt entry still pending at compaction");
+		return dd_db_damage(cc->cc_err,
+				    "ddt entry still pending at compaction");
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
 	rc = mdb_cursor_put(cc->cc_dst, &k, &v, MDB_APPEND);

@@ -144,10 +144,10 @@ static enum dd_lm_tree_kind lg_kind(int tree)
 static int lg_bad(const dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		  const char *what)
 {
-	return dd_err_set(err, DD_ECORRUPT, "%s: page %llu of LMDB table "
-			  "'%s': %s (the file is damaged; run scrub)",
-			  txn->tx_db->db_file, (unsigned long long)pgno,
-			  lg_tree_name(tree), what);
+	return dd_db_damage(err, "%s: page %llu of LMDB table "
+			    "'%s': %s (the file is damaged; run scrub)",
+			    txn->tx_db->db_file, (unsigned long long)pgno,
+			    lg_tree_name(tree), what);
 }
 
 /*
@@ -678,11 +678,11 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 	gs->gs_last_pg = dd_get_le64(meta + LM_PAGEHDR + LM_META_LAST_PG);
 	if (gs->gs_last_pg >= (uint64_t)st.st_size / db->db_psize ||
 	    gs->gs_last_pg > db->db_max_pg)
-		return dd_err_set(err, DD_ECORRUPT, "%s: %lld bytes, too short "
-				  "for the %llu pages its meta page counts "
-				  "(truncated or damaged)", db->db_file,
-				  (long long)st.st_size,
-				  (unsigned long long)gs->gs_last_pg + 1);
+		return dd_db_damage(err, "%s: %lld bytes, too short "
+				    "for the %llu pages its meta page counts "
+				    "(truncated or damaged)", db->db_file,
+				    (long long)st.st_size,
+				    (unsigned long long)gs->gs_last_pg + 1);
 	rc = lg_record(txn, err, DD_TREE_FREE, meta + LM_PAGEHDR + LM_META_DBS);
 	if (!rc)
 		rc = lg_record(txn, err, DD_TREE_MAIN,

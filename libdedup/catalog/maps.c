@@ -41,9 +41,9 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, dd_snap_rec *r)
 	const uint8_t *p = v->mv_data;
 
 	if (v->mv_size != DD_SNAP_VAL_SIZE || p[0] != DD_SNAP_VAL_VERSION)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "snapshot record of %zu bytes, version %u",
-				  v->mv_size, v->mv_size ? p[0] : 0);
+		return dd_db_damage(err,
+				    "snapshot record of %zu bytes, version %u",
+				    v->mv_size, v->mv_size ? p[0] : 0);
 	r->sr_block_size = dd_get_le32(p + 4);
 	r->sr_id = dd_get_le64(p + 8);
 	r->sr_size = dd_get_le64(p + 16);
@@ -54,8 +54,8 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, dd_snap_rec *r)
 	if (r->sr_block_size == 0 || r->sr_zero_blocks > r->sr_blocks ||
 	    r->sr_blocks != r->sr_size / r->sr_block_size +
 				    (r->sr_size % r->sr_block_size != 0))
-		return dd_err_set(err, DD_ECORRUPT,
-				  "snapshot record sizes disagree");
+		return dd_db_damage(err,
+				    "snapshot record sizes disagree");
 	return 0;
 }
 
@@ -99,8 +99,8 @@ static int dd_snap_walk_one(void *arg, dd_err *err, const MDB_val *k,
 
 	if (k->mv_size == 0 || k->mv_size > DD_NAME_MAX ||
 	    memchr(k->mv_data, 0, k->mv_size))
-		return dd_err_set(err, DD_ECORRUPT, "snapshot name of %zu bytes",
-				  k->mv_size);
+		return dd_db_damage(err, "snapshot name of %zu bytes",
+				    k->mv_size);
 	memcpy(name, k->mv_data, k->mv_size);
 	name[k->mv_size] = 0;
 	rc = dd_snap_decode(err, v, &rec);
@@ -138,9 +138,9 @@ static int dd_bmap_decode(dd_err *err, const MDB_val *k, const MDB_val *v,
 			  uint64_t id, uint64_t *idx, dd_ddt_key *key)
 {
 	if (k->mv_size != DD_BMAP_KEY_SIZE || v->mv_size != DD_DDT_KEY_SIZE)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "block map entry of %zu/%zu bytes",
-				  k->mv_size, v->mv_size);
+		return dd_db_damage(err,
+				    "block map entry of %zu/%zu bytes",
+				    k->mv_size, v->mv_size);
 	if (dd_get_be64(k->mv_data) != id)
 		return 0;
 	*idx = dd_get_be64((const uint8_t *)k->mv_data + 8);
@@ -162,10 +162,10 @@ int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
 	rc = dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, MDB_APPEND,
 			  "block map put");
 	if (rc == DD_EEXIST)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "block map append out of order (id %llu, "
-				  "block %llu)", (unsigned long long)id,
-				  (unsigned long long)idx);
+		return dd_db_damage(err,
+				    "block map append out of order (id %llu, "
+				    "block %llu)", (unsigned long long)id,
+				    (unsigned long long)idx);
 	return rc;
 }
 
@@ -331,13 +331,13 @@ static int dd_pend_decode(dd_err *err, const MDB_val *k, const MDB_val *v,
 
 	if (k->mv_size != 8 || v->mv_size == 0 ||
 	    v->mv_size > DD_NAME_MAX + 1 + DD_PEND_STATE_MAX)
-		return dd_err_set(err, DD_ECORRUPT, "pending record damaged");
+		return dd_db_damage(err, "pending record damaged");
 	*id = dd_get_be64(k->mv_data);
 	nul = memchr(p, 0, v->mv_size);
 	nlen = nul ? (size_t)(nul - p) : v->mv_size;
 	if (nlen == 0 || nlen > DD_NAME_MAX ||
 	    (nul && v->mv_size - nlen - 1 > DD_PEND_STATE_MAX))
-		return dd_err_set(err, DD_ECORRUPT, "pending record damaged");
+		return dd_db_damage(err, "pending record damaged");
 	memcpy(rec->pr_name, p, nlen);
 	rec->pr_name[nlen] = 0;
 	rec->pr_state_len = nul ? v->mv_size - nlen - 1 : 0;
@@ -386,8 +386,8 @@ static int dd_pend_first_one(void *arg, dd_err *err, const MDB_val *k,
 {
 	(void)v;
 	if (k->mv_size != 8)
-		return dd_err_set(err, DD_ECORRUPT, "pending key of %zu bytes",
-				  k->mv_size);
+		return dd_db_damage(err, "pending key of %zu bytes",
+				    k->mv_size);
 	*(uint64_t *)arg = dd_get_be64(k->mv_data);
 	return 1;
 }
@@ -418,7 +418,7 @@ static int dd_packs_decode(dd_err *err, uint32_t id, const MDB_val *v,
 
 	if (v->mv_size != DD_PACKS_VAL_SIZE || p[0] != DD_PACKS_VAL_VERSION ||
 	    (p[1] & ~DD_PACKS_DOOMED))
-		return dd_err_set(err, DD_ECORRUPT, "pack record %u damaged", id);
+		return dd_db_damage(err, "pack record %u damaged", id);
 	*flags = p[1];
 	*val = dd_get_le64(p + 8);
 	return 0;
@@ -494,7 +494,7 @@ static int dd_packs_walk_one(void *arg, dd_err *err, const MDB_val *k,
 	int rc;
 
 	if (k->mv_size != 4)
-		return dd_err_set(err, DD_ECORRUPT, "pack record damaged");
+		return dd_db_damage(err, "pack record damaged");
 	id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
 	     (uint32_t)kp[2] << 8 | kp[3];
 	rc = dd_packs_decode(err, id, v, &flags, &val);
