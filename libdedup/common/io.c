@@ -360,3 +360,45 @@ int dd_io_fsize(dd_err *err, int fd, uint64_t *out, const char *what)
 	*out = st.st_size > 0 ? (uint64_t)st.st_size : 0;
 	return 0;
 }
+
+int dd_io_renameat(dd_err *err, int dirfd, const char *from, const char *to,
+		   unsigned flags)
+{
+	int e = dd_fault_check(DD_FAULT_RENAME);
+
+	if (e)
+		return dd_err_set_errno(err, e, "rename %s to %s", from, to);
+	if (renameat2(dirfd, from, dirfd, to, flags) < 0) {
+		e = errno;
+		if (e == EEXIST)
+			return dd_err_set(err, DD_EEXIST, "rename %s to %s: %s "
+					  "exists", from, to, to);
+		return dd_err_set_errno(err, e, "rename %s to %s", from, to);
+	}
+	return 0;
+}
+
+int dd_io_unlinkat(dd_err *err, int dirfd, const char *name, int flags)
+{
+	int e = dd_fault_check(DD_FAULT_RENAME);
+
+	if (e)
+		return dd_err_set_errno(err, e, "remove %s", name);
+	if (unlinkat(dirfd, name, flags) < 0)
+		return dd_err_set_errno(err, errno, "remove %s", name);
+	return 0;
+}
+
+int dd_io_fsync_dirfd(dd_err *err, int dirfd, const char *what)
+{
+	int e = dd_fault_check(DD_FAULT_SYNC), r;
+
+	if (e)
+		return dd_err_set_errno(err, e, "fsync directory %s", what);
+	do
+		r = fsync(dirfd);
+	while (r < 0 && errno == EINTR);
+	if (r < 0 && errno != EINVAL)
+		return dd_err_set_errno(err, errno, "fsync directory %s", what);
+	return 0;
+}

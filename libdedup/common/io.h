@@ -40,4 +40,15 @@ int dd_io_ftruncate(dd_err *err, int fd, uint64_t len, const char *what);
 int dd_io_rename(dd_err *err, const char *from, const char *to);
 int dd_io_fsize(dd_err *err, int fd, uint64_t *out, const char *what);
 
+/* Names relative to a directory descriptor (the store's manifests/ and
+ * packs/).  dd_io_renameat takes renameat2(2) flags (RENAME_NOREPLACE,
+ * RENAME_EXCHANGE); a rename and an unlink are faults of class RENAME,
+ * a directory sync of class SYNC. */
+int dd_io_renameat(dd_err *err, int dirfd, const char *from, const char *to,
+		   unsigned flags);
+int dd_io_unlinkat(dd_err *err, int dirfd, const char *name, int flags);
+/* fsync(2) of an open directory; a file system that cannot sync one
+ * (EINVAL) is not an error. */
+int dd_io_fsync_dirfd(dd_err *err, int dirfd, const char *what);
+
 #endif

@@ -1,0 +1,682 @@
+/*
+ * manifest.c -- snapshot manifests: encode, publish, read and verify
+ * (format/manifest.md).
+ *
+ * Writing streams entries through a buffer into ID.tmp after the header
+ * and the name; the header is written last, when the list's length and
+ * CRC are known.  The content digest is computed from the entries as they
+ * come and must equal the one the caller computed from the data, so a
+ * block map that damage changed is never published.
+ *
+ * Reading verifies first and hands out entries after: the open walks
+ * the whole list (tags, totals, CRC, then the content digest) and only
+ * then rewinds for dd_manifest_read_next.  The CRC is checked before the
+ * digest walks the runs of holes, so a damaged count is refused before it
+ * costs anything (§6).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/crc32c.h"
+#include "common/endian.h"
+#include "common/io.h"
+#include "store/manifest.h"
+#include "store/store_internal.h"
+
+#define DD_MF_MAGIC "\x89" "DDSNAP\n"
+#define DD_MF_END_MAGIC "DDME"
+#define DD_MF_TAG_BLOCK 0x01
+#define DD_MF_TAG_VBLOCK 0x02
+#define DD_MF_TAG_HOLES 0x03
+#define DD_MF_ENT_MAX 34          /* the longest entry */
+#define DD_MF_BUF (64u * 1024)
+
+static const char *const dd_mf_suffix[] = {
+	[DD_MANIFEST_SNAP] = "snap", [DD_MANIFEST_TMP] = "tmp",
+	[DD_MANIFEST_DEL] = "del",
+};
+
+void dd_manifest_name(char buf[DD_MANIFEST_NAME_MAX], uint64_t id, int state)
+{
+	snprintf(buf, DD_MANIFEST_NAME_MAX, "%016llx.%s",
+		 (unsigned long long)id, dd_mf_suffix[state]);
+}
+
+int dd_manifest_parse_name(const char *name, uint64_t *id, int *state)
+{
+	uint64_t v = 0;
+
+	if (strlen(name) < 18 || name[16] != '.')
+		return 0;
+	for (int i = 0; i < 16; i++) {
+		char c = name[i];
+		int d = c >= '0' && c <= '9' ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (d < 0)
+			return 0;
+		v = v << 4 | (uint64_t)d;
+	}
+	for (int st = DD_MANIFEST_SNAP; st <= DD_MANIFEST_DEL; st++) {
+		if (!strcmp(name + 17, dd_mf_suffix[st])) {
+			*id = v;
+			*state = st;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* ---- header (§3) -----------------------------------------------------------*/
+
+static void dd_mf_hdr_encode(uint8_t p[DD_MANIFEST_HDR_SIZE],
+			     const dd_manifest_hdr *h, size_t namelen)
+{
+	memset(p, 0, DD_MANIFEST_HDR_SIZE);
+	memcpy(p, DD_MF_MAGIC, 8);
+	dd_put_le32(p + 8, DD_MANIFEST_VERSION);
+	dd_put_le64(p + 16, h->mh_id);
+	dd_put_le64(p + 24, (uint64_t)h->mh_ctime);
+	dd_put_le64(p + 32, h->mh_size);
+	dd_put_le64(p + 40, h->mh_blocks);
+	dd_put_le64(p + 48, h->mh_zero_blocks);
+	dd_put_le32(p + 56, h->mh_block_size);
+	dd_put_le16(p + 60, (uint16_t)h->mh_hash_kind);
+	dd_put_le16(p + 62, (uint16_t)namelen);
+	memcpy(p + 64, h->mh_digest, DD_HASH_SIZE);
+	dd_put_le64(p + 96, h->mh_list_bytes);
+	dd_put_le32(p + 124, dd_crc32c(0, p, 124));
+}
+
+/* The checks of §3 that need only the header; *namelen gets n. */
+static int dd_mf_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
+			    dd_manifest_hdr *h, size_t *namelen)
+{
+	uint32_t version = dd_get_le32(p + 8), features = dd_get_le32(p + 12);
+	uint64_t bs;
+
+	if (memcmp(p, DD_MF_MAGIC, 8))
+		return dd_err_set(err, DD_ECORRUPT, "%s: not a manifest", label);
+	if (version > DD_MANIFEST_VERSION)
+		return dd_err_set(err, DD_EVERSION, "%s: manifest version %u "
+				  "is newer than this build reads (%u)", label,
+				  version, DD_MANIFEST_VERSION);
+	if (version == 0)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest version 0",
+				  label);
+	if (dd_get_le32(p + 124) != dd_crc32c(0, p, 124))
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest header "
+				  "checksum mismatch", label);
+	if (features)
+		return dd_err_set(err, DD_ENOTSUP, "%s: manifest uses features "
+				  "%#x this build does not know", label,
+				  features);
+	for (size_t i = 104; i < 124; i++)
+		if (p[i])
+			return dd_err_set(err, DD_ECORRUPT, "%s: reserved "
+					  "manifest header bytes are not zero",
+					  label);
+	memset(h, 0, sizeof(*h));
+	h->mh_id = dd_get_le64(p + 16);
+	h->mh_ctime = (int64_t)dd_get_le64(p + 24);
+	h->mh_size = dd_get_le64(p + 32);
+	h->mh_blocks = dd_get_le64(p + 40);
+	h->mh_zero_blocks = dd_get_le64(p + 48);
+	h->mh_block_size = dd_get_le32(p + 56);
+	h->mh_hash_kind = dd_get_le16(p + 60);
+	*namelen = dd_get_le16(p + 62);
+	memcpy(h->mh_digest, p + 64, DD_HASH_SIZE);
+	h->mh_list_bytes = dd_get_le64(p + 96);
+	bs = h->mh_block_size;
+	if (bs < DD_BLOCK_SIZE_MIN || bs > DD_BLOCK_SIZE_MAX || (bs & (bs - 1)))
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest block size "
+				  "%llu", label, (unsigned long long)bs);
+	if (h->mh_hash_kind != DD_HASH_SHA256 &&
+	    h->mh_hash_kind != DD_HASH_TEST_WEAK16)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest hash kind "
+				  "%#x", label, h->mh_hash_kind);
+	if (h->mh_blocks != h->mh_size / bs + (h->mh_size % bs != 0) ||
+	    h->mh_zero_blocks > h->mh_blocks)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest sizes "
+				  "disagree", label);
+	if (*namelen == 0 || *namelen > DD_NAME_MAX)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest name of %zu "
+				  "bytes", label, *namelen);
+	if (h->mh_list_bytes / DD_MF_ENT_MAX > h->mh_blocks)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list of "
+				  "%llu bytes for %llu blocks", label,
+				  (unsigned long long)h->mh_list_bytes,
+				  (unsigned long long)h->mh_blocks);
+	return 0;
+}
+
+/* ---- writing (§7) ----------------------------------------------------------*/
+
+struct dd_manifest_writer {
+	int mw_dirfd;
+	int mw_fd;
+	uint64_t mw_id;
+	char mw_name[DD_NAME_MAX + 1];
+	size_t mw_namelen;
+	char mw_tmp[DD_MANIFEST_NAME_MAX];
+	uint8_t *mw_buf;
+	size_t mw_fill;
+	uint64_t mw_list_off;      /* list bytes handed to the file */
+	uint32_t mw_crc;           /* over the name and the list so far */
+	uint64_t mw_blocks, mw_holes;
+	uint64_t mw_pending_holes; /* a run not yet written */
+	dd_digest *mw_digest;
+};
+
+int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
+			    uint64_t id, const char *name)
+{
+	dd_manifest_writer *mw;
+	int rc;
+
+	if (dd_name_check(name))
+		return dd_err_set(err, DD_ENAME, "invalid snapshot name");
+	mw = dd_calloc(1, sizeof(*mw));
+	if (!mw)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	strcpy(mw->mw_name, name);
+	mw->mw_namelen = strlen(name);
+	mw->mw_crc = dd_crc32c(0, name, mw->mw_namelen);
+	mw->mw_dirfd = dirfd;
+	mw->mw_fd = -1;
+	mw->mw_id = id;
+	dd_manifest_name(mw->mw_tmp, id, DD_MANIFEST_TMP);
+	mw->mw_buf = dd_malloc(DD_MF_BUF);
+	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err)
+			: dd_err_set(err, DD_ENOMEM, "out of memory");
+	if (!rc) {
+		mw->mw_fd = dd_io_openat(err, dirfd, mw->mw_tmp,
+					 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+					 0644);
+		if (mw->mw_fd < 0)
+			rc = mw->mw_fd;
+	}
+	if (rc) {
+		dd_manifest_write_free(mw);
+		return rc;
+	}
+	*out = mw;
+	return 0;
+}
+
+/* Writes the buffered entries at their place after the header and name. */
+static int dd_mf_flush(dd_manifest_writer *mw, dd_err *err)
+{
+	int rc;
+
+	if (!mw->mw_fill)
+		return 0;
+	mw->mw_crc = dd_crc32c(mw->mw_crc, mw->mw_buf, mw->mw_fill);
+	rc = dd_io_pwrite_full(err, mw->mw_fd, mw->mw_buf, mw->mw_fill,
+			       DD_MANIFEST_HDR_SIZE + mw->mw_namelen +
+				       mw->mw_list_off, mw->mw_tmp);
+	mw->mw_list_off += mw->mw_fill;
+	mw->mw_fill = 0;
+	return rc;
+}
+
+static int dd_mf_put(dd_manifest_writer *mw, dd_err *err, const uint8_t *e,
+		     size_t n)
+{
+	if (mw->mw_fill + n > DD_MF_BUF) {
+		int rc = dd_mf_flush(mw, err);
+
+		if (rc)
+			return rc;
+	}
+	memcpy(mw->mw_buf + mw->mw_fill, e, n);
+	mw->mw_fill += n;
+	return 0;
+}
+
+static int dd_mf_put_holes(dd_manifest_writer *mw, dd_err *err)
+{
+	uint8_t e[9];
+
+	if (!mw->mw_pending_holes)
+		return 0;
+	e[0] = DD_MF_TAG_HOLES;
+	dd_put_le64(e + 1, mw->mw_pending_holes);
+	mw->mw_pending_holes = 0;
+	return dd_mf_put(mw, err, e, sizeof(e));
+}
+
+int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,
+			    const uint8_t hash[DD_HASH_SIZE], uint8_t variant)
+{
+	uint8_t e[DD_MF_ENT_MAX];
+	size_t n = 0;
+	int rc = dd_mf_put_holes(mw, err);
+
+	if (rc)
+		return rc;
+	if (variant) {
+		e[n++] = DD_MF_TAG_VBLOCK;
+		e[n++] = variant;
+	} else {
+		e[n++] = DD_MF_TAG_BLOCK;
+	}
+	memcpy(e + n, hash, DD_HASH_SIZE);
+	dd_digest_block(mw->mw_digest, hash);
+	mw->mw_blocks++;
+	return dd_mf_put(mw, err, e, n + DD_HASH_SIZE);
+}
+
+int dd_manifest_write_holes(dd_manifest_writer *mw, dd_err *err, uint64_t n)
+{
+	(void)err;
+	for (uint64_t i = 0; i < n; i++)
+		dd_digest_block(mw->mw_digest, NULL);
+	mw->mw_pending_holes += n;
+	mw->mw_blocks += n;
+	mw->mw_holes += n;
+	return 0;
+}
+
+int dd_manifest_write_finish(dd_manifest_writer *mw, dd_err *err,
+			     const dd_manifest_hdr *hdr)
+{
+	uint8_t head[DD_MANIFEST_HDR_SIZE], tail[DD_MANIFEST_TRAILER_SIZE];
+	uint8_t digest[DD_HASH_SIZE];
+	dd_manifest_hdr h = *hdr;
+	uint64_t end;
+	int rc = dd_mf_put_holes(mw, err);
+
+	if (!rc)
+		rc = dd_mf_flush(mw, err);
+	if (rc)
+		return rc;
+	if (hdr->mh_id != mw->mw_id || strcmp(hdr->mh_name, mw->mw_name) ||
+	    mw->mw_blocks != hdr->mh_blocks ||
+	    mw->mw_holes != hdr->mh_zero_blocks)
+		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its block "
+				  "map covers %llu blocks (%llu holes), the "
+				  "snapshot %llu (%llu)", mw->mw_name,
+				  (unsigned long long)mw->mw_blocks,
+				  (unsigned long long)mw->mw_holes,
+				  (unsigned long long)hdr->mh_blocks,
+				  (unsigned long long)hdr->mh_zero_blocks);
+	dd_digest_final(mw->mw_digest, hdr->mh_size, hdr->mh_block_size, digest);
+	if (memcmp(digest, hdr->mh_digest, DD_HASH_SIZE))
+		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its block "
+				  "map does not give the content digest of the "
+				  "data written (damaged catalog: not "
+				  "committing it)", mw->mw_name);
+	h.mh_list_bytes = mw->mw_list_off;
+	end = DD_MANIFEST_HDR_SIZE + mw->mw_namelen + h.mh_list_bytes;
+	memcpy(tail, DD_MF_END_MAGIC, 4);
+	dd_put_le32(tail + 4, mw->mw_crc);
+	dd_mf_hdr_encode(head, &h, mw->mw_namelen);
+	rc = dd_io_pwrite_full(err, mw->mw_fd, tail, sizeof(tail), end,
+			       mw->mw_tmp);
+	if (!rc)
+		rc = dd_io_pwrite_full(err, mw->mw_fd, head, sizeof(head), 0,
+				       mw->mw_tmp);
+	if (!rc)
+		rc = dd_io_pwrite_full(err, mw->mw_fd, mw->mw_name,
+				       mw->mw_namelen, DD_MANIFEST_HDR_SIZE,
+				       mw->mw_tmp);
+	if (!rc)
+		rc = dd_io_fdatasync(err, mw->mw_fd, mw->mw_tmp);
+	return rc;
+}
+
+void dd_manifest_write_free(dd_manifest_writer *mw)
+{
+	if (!mw)
+		return;
+	/* an unpublished ID.tmp is no part of the store (a published one
+	 * has another name now); a failure to remove it leaves it to
+	 * recovery */
+	if (mw->mw_fd >= 0) {
+		dd_io_close(mw->mw_fd);
+		unlinkat(mw->mw_dirfd, mw->mw_tmp, 0);
+	}
+	dd_digest_free(mw->mw_digest);
+	dd_free(mw->mw_buf);
+	dd_free(mw);
+}
+
+int dd_manifest_move(int dirfd, dd_err *err, uint64_t id, int from, int to,
+		     bool *moved)
+{
+	char a[DD_MANIFEST_NAME_MAX], b[DD_MANIFEST_NAME_MAX];
+	int rc;
+
+	dd_manifest_name(a, id, from);
+	dd_manifest_name(b, id, to);
+	*moved = false;
+	rc = dd_io_renameat(err, dirfd, a, b, RENAME_NOREPLACE);
+	if (rc == DD_EEXIST)
+		return dd_err_set(err, DD_EEXIST, "manifest %s exists already "
+				  "(an older catalog reused a snapshot id?): "
+				  "run dedup repair", b);
+	if (rc)
+		return rc;
+	*moved = true;
+	return dd_io_fsync_dirfd(err, dirfd, DD_MANIFEST_DIR);
+}
+
+int dd_manifest_remove(int dirfd, dd_err *err, uint64_t id, int state)
+{
+	char n[DD_MANIFEST_NAME_MAX];
+
+	dd_manifest_name(n, id, state);
+	return dd_io_unlinkat(err, dirfd, n, 0);
+}
+
+/* ---- reading (§6) ----------------------------------------------------------*/
+
+struct dd_manifest_reader {
+	int mr_fd;
+	bool mr_own_fd;
+	char mr_label[64];
+	dd_manifest_hdr mr_hdr;
+	uint64_t mr_list_start;    /* file offset of the list */
+	uint64_t mr_pos;           /* list bytes consumed */
+	uint64_t mr_index;         /* next block */
+	uint8_t *mr_buf;
+	size_t mr_beg, mr_end;     /* unparsed bytes in mr_buf */
+	uint64_t mr_buf_pos;       /* list offset of mr_buf[mr_end] */
+};
+
+/* Makes at least `want` unparsed bytes available, or all that remain. */
+static int dd_mf_fill(dd_manifest_reader *mr, dd_err *err, size_t want)
+{
+	uint64_t left = mr->mr_hdr.mh_list_bytes - mr->mr_buf_pos;
+	size_t have = mr->mr_end - mr->mr_beg, n;
+	int rc;
+
+	if (have >= want || left == 0)
+		return 0;
+	memmove(mr->mr_buf, mr->mr_buf + mr->mr_beg, have);
+	mr->mr_beg = 0;
+	mr->mr_end = have;
+	n = DD_MF_BUF - have;
+	if (n > left)
+		n = (size_t)left;
+	rc = dd_io_pread_full(err, mr->mr_fd, mr->mr_buf + have, n,
+			      mr->mr_list_start + mr->mr_buf_pos, mr->mr_label);
+	if (rc)
+		return rc;
+	mr->mr_end += n;
+	mr->mr_buf_pos += n;
+	return 0;
+}
+
+static void dd_mf_rewind(dd_manifest_reader *mr)
+{
+	mr->mr_pos = 0;
+	mr->mr_index = 0;
+	mr->mr_beg = mr->mr_end = 0;
+	mr->mr_buf_pos = 0;
+}
+
+/* Decodes the next entry of the list, checking its tag, its fit in the
+ * list and, for holes, the canonical form (§4). */
+static int dd_mf_parse(dd_manifest_reader *mr, dd_err *err,
+		       dd_manifest_ent *e, bool prev_hole)
+{
+	const dd_manifest_hdr *h = &mr->mr_hdr;
+	const uint8_t *p;
+	size_t len;
+	int rc = dd_mf_fill(mr, err, DD_MF_ENT_MAX);
+
+	if (rc)
+		return rc;
+	p = mr->mr_buf + mr->mr_beg;
+	memset(e, 0, sizeof(*e));
+	e->me_index = mr->mr_index;
+	e->me_count = 1;
+	switch (p[0]) {
+	case DD_MF_TAG_BLOCK:
+		len = 1 + DD_HASH_SIZE;
+		break;
+	case DD_MF_TAG_VBLOCK:
+		len = 2 + DD_HASH_SIZE;
+		break;
+	case DD_MF_TAG_HOLES:
+		len = 9;
+		break;
+	default:
+		return dd_err_set(err, DD_ECORRUPT, "%s: unknown manifest "
+				  "entry tag %#x at list offset %llu",
+				  mr->mr_label, p[0],
+				  (unsigned long long)mr->mr_pos);
+	}
+	if (len > mr->mr_end - mr->mr_beg)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list ends "
+				  "inside an entry", mr->mr_label);
+	if (p[0] == DD_MF_TAG_HOLES) {
+		e->me_hole = true;
+		e->me_count = dd_get_le64(p + 1);
+		if (e->me_count == 0 || prev_hole)
+			return dd_err_set(err, DD_ECORRUPT, "%s: manifest hole "
+					  "run not canonical at block %llu",
+					  mr->mr_label,
+					  (unsigned long long)mr->mr_index);
+	} else if (p[0] == DD_MF_TAG_VBLOCK) {
+		e->me_variant = p[1];
+		if (e->me_variant == 0)
+			return dd_err_set(err, DD_ECORRUPT, "%s: manifest "
+					  "variant 0 in a variant entry",
+					  mr->mr_label);
+		memcpy(e->me_hash, p + 2, DD_HASH_SIZE);
+	} else {
+		memcpy(e->me_hash, p + 1, DD_HASH_SIZE);
+	}
+	if (e->me_count > h->mh_blocks - mr->mr_index)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list covers "
+				  "more than its %llu blocks", mr->mr_label,
+				  (unsigned long long)h->mh_blocks);
+	mr->mr_beg += len;
+	mr->mr_pos += len;
+	mr->mr_index += e->me_count;
+	return 1;
+}
+
+/* The walk of §6: structure, totals and trailer CRC, then the digest. */
+static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
+{
+	const dd_manifest_hdr *h = &mr->mr_hdr;
+	uint8_t tail[DD_MANIFEST_TRAILER_SIZE], digest[DD_HASH_SIZE];
+	uint32_t crc = dd_crc32c(0, h->mh_name, strlen(h->mh_name));
+	uint64_t holes = 0;
+	dd_manifest_ent e;
+	dd_digest *dg = NULL;
+	bool prev_hole = false;
+	int rc;
+
+	rc = dd_io_pread_full(err, mr->mr_fd, tail, sizeof(tail),
+			      mr->mr_list_start + h->mh_list_bytes, mr->mr_label);
+	if (rc)
+		return rc;
+	/* pass 1: CRC of the raw bytes, chunk by chunk */
+	for (uint64_t off = 0; off < h->mh_list_bytes;) {
+		size_t n = h->mh_list_bytes - off > DD_MF_BUF
+				   ? DD_MF_BUF : (size_t)(h->mh_list_bytes - off);
+
+		rc = dd_io_pread_full(err, mr->mr_fd, mr->mr_buf, n,
+				      mr->mr_list_start + off, mr->mr_label);
+		if (rc)
+			return rc;
+		crc = dd_crc32c(crc, mr->mr_buf, n);
+		off += n;
+	}
+	if (memcmp(tail, DD_MF_END_MAGIC, 4) || dd_get_le32(tail + 4) != crc)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list "
+				  "checksum mismatch", mr->mr_label);
+	/* pass 2: entries, totals and the content digest */
+	rc = dd_digest_new(&dg, err);
+	dd_mf_rewind(mr);
+	while (!rc && mr->mr_pos < h->mh_list_bytes) {
+		rc = dd_mf_parse(mr, err, &e, prev_hole);
+		if (rc < 0)
+			break;
+		rc = 0;
+		prev_hole = e.me_hole;
+		if (e.me_hole) {
+			holes += e.me_count;
+			for (uint64_t i = 0; i < e.me_count; i++)
+				dd_digest_block(dg, NULL);
+		} else {
+			dd_digest_block(dg, e.me_hash);
+		}
+	}
+	if (!rc && (mr->mr_index != h->mh_blocks || holes != h->mh_zero_blocks))
+		rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest list covers "
+				"%llu blocks (%llu holes), its header %llu "
+				"(%llu)", mr->mr_label,
+				(unsigned long long)mr->mr_index,
+				(unsigned long long)holes,
+				(unsigned long long)h->mh_blocks,
+				(unsigned long long)h->mh_zero_blocks);
+	if (!rc) {
+		dd_digest_final(dg, h->mh_size, h->mh_block_size, digest);
+		if (memcmp(digest, h->mh_digest, DD_HASH_SIZE))
+			rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest list "
+					"does not give its content digest",
+					mr->mr_label);
+	}
+	dd_digest_free(dg);
+	dd_mf_rewind(mr);
+	return rc;
+}
+
+/* Reads and checks the header and name of the manifest in fd. */
+static int dd_mf_read_head(dd_err *err, int fd, const char *label,
+			   uint64_t expect_id, dd_manifest_hdr *h)
+{
+	uint8_t head[DD_MANIFEST_HDR_SIZE];
+	uint64_t fsize;
+	size_t namelen = 0;
+	int rc = dd_io_fsize(err, fd, &fsize, label);
+
+	if (rc)
+		return rc;
+	if (fsize < DD_MANIFEST_HDR_SIZE + DD_MANIFEST_TRAILER_SIZE)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest of %llu "
+				  "bytes", label, (unsigned long long)fsize);
+	rc = dd_io_pread_full(err, fd, head, sizeof(head), 0, label);
+	if (!rc)
+		rc = dd_mf_hdr_decode(err, head, label, h, &namelen);
+	if (rc)
+		return rc;
+	if (expect_id != UINT64_MAX && h->mh_id != expect_id)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest of snapshot "
+				  "id %llx", label,
+				  (unsigned long long)h->mh_id);
+	if (fsize != DD_MANIFEST_HDR_SIZE + namelen + h->mh_list_bytes +
+			     DD_MANIFEST_TRAILER_SIZE)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest is %llu "
+				  "bytes, its header says %llu", label,
+				  (unsigned long long)fsize,
+				  (unsigned long long)(DD_MANIFEST_HDR_SIZE +
+						       namelen +
+						       h->mh_list_bytes +
+						       DD_MANIFEST_TRAILER_SIZE));
+	rc = dd_io_pread_full(err, fd, h->mh_name, namelen,
+			      DD_MANIFEST_HDR_SIZE, label);
+	if (rc)
+		return rc;
+	h->mh_name[namelen] = 0;
+	if (dd_name_check(h->mh_name))
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest names an "
+				  "invalid snapshot name", label);
+	return 0;
+}
+
+int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
+			  const char *label, uint64_t expect_id,
+			  uint64_t max_blocks, dd_manifest_hdr *hdr)
+{
+	dd_manifest_reader *mr = dd_calloc(1, sizeof(*mr));
+	int rc;
+
+	if (!mr)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	mr->mr_fd = fd;
+	snprintf(mr->mr_label, sizeof(mr->mr_label), "%s", label);
+	mr->mr_buf = dd_malloc(DD_MF_BUF);
+	rc = mr->mr_buf ? 0 : dd_err_set(err, DD_ENOMEM, "out of memory");
+	if (!rc)
+		rc = dd_mf_read_head(err, fd, mr->mr_label, expect_id,
+				     &mr->mr_hdr);
+	if (!rc && max_blocks && mr->mr_hdr.mh_blocks > max_blocks)
+		rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest claims %llu "
+				"blocks, more than %llu", mr->mr_label,
+				(unsigned long long)mr->mr_hdr.mh_blocks,
+				(unsigned long long)max_blocks);
+	mr->mr_list_start = DD_MANIFEST_HDR_SIZE + strlen(mr->mr_hdr.mh_name);
+	if (!rc)
+		rc = dd_mf_verify(mr, err);
+	if (rc) {
+		dd_manifest_read_close(mr);
+		return rc;
+	}
+	*hdr = mr->mr_hdr;
+	*out = mr;
+	return 0;
+}
+
+int dd_manifest_open_at(dd_manifest_reader **out, dd_err *err, int dirfd,
+			uint64_t id, int state, dd_manifest_hdr *hdr)
+{
+	char name[DD_MANIFEST_NAME_MAX];
+	int fd, rc;
+
+	dd_manifest_name(name, id, state);
+	fd = dd_io_openat(err, dirfd, name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	rc = dd_manifest_read_open(out, err, fd, name, id, 0, hdr);
+	if (rc) {
+		dd_io_close(fd);
+		return rc;
+	}
+	(*out)->mr_own_fd = true;
+	return 0;
+}
+
+int dd_manifest_read_header_at(int dirfd, dd_err *err, uint64_t id,
+			       dd_manifest_hdr *hdr)
+{
+	char name[DD_MANIFEST_NAME_MAX];
+	int fd, rc;
+
+	dd_manifest_name(name, id, DD_MANIFEST_SNAP);
+	fd = dd_io_openat(err, dirfd, name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	rc = dd_mf_read_head(err, fd, name, id, hdr);
+	dd_io_close(fd);
+	return rc;
+}
+
+int dd_manifest_read_next(dd_manifest_reader *mr, dd_err *err,
+			  dd_manifest_ent *ent)
+{
+	if (mr->mr_pos >= mr->mr_hdr.mh_list_bytes)
+		return 0;
+	/* verified at open: a failure here is a file changed since */
+	return dd_mf_parse(mr, err, ent, false);
+}
+
+void dd_manifest_read_close(dd_manifest_reader *mr)
+{
+	if (!mr)
+		return;
+	if (mr->mr_own_fd)
+		dd_io_close(mr->mr_fd);
+	dd_free(mr->mr_buf);
+	dd_free(mr);
+}

@@ -1,0 +1,480 @@
+/*
+ * test_manifest.c -- unit tests of snapshot manifests (format/manifest.md,
+ * libdedup/store/manifest.c): round trips on real bytes, the golden file
+ * tests/golden/manifest_v1.snap, every byte flip and truncation of it
+ * refused, hand-made lists that break the canonical form, the digest
+ * check at write time, and the rename rules of publishing and deleting.
+ *
+ * Regenerate the golden file with DD_REGEN_GOLDEN=1 only when the format
+ * version changes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/crc32c.h"
+#include "common/endian.h"
+#include "store/manifest.h"
+#include "store/store_internal.h"
+#include "helpers.h"
+
+#ifndef DD_GOLDEN_DIR
+#define DD_GOLDEN_DIR "tests/golden"
+#endif
+#define GOLDEN DD_GOLDEN_DIR "/manifest_v1.snap"
+
+struct fx {
+	char dir[64];
+	int dfd;
+};
+
+static int fx_setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+
+	strcpy(fx->dir, "/tmp/dd_test_manifest.XXXXXX");
+	assert_non_null(mkdtemp(fx->dir));
+	fx->dfd = open(fx->dir, O_RDONLY | O_DIRECTORY);
+	assert_true(fx->dfd >= 0);
+	*state = fx;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *fx = *state;
+
+	close(fx->dfd);
+	th_rm_rf(fx->dir);
+	free(fx);
+	return 0;
+}
+
+/* An image as a manifest sees it: per block a hash and variant, or a
+ * hole (hole[i] set). */
+struct img {
+	uint64_t nblocks;
+	uint64_t size;
+	uint32_t bs;
+	uint8_t (*hash)[32];
+	uint8_t *variant;
+	uint8_t *hole;
+};
+
+static void img_digest(const struct img *m, uint8_t out[32])
+{
+	dd_digest *d;
+	dd_err err;
+
+	assert_int_equal(dd_digest_new(&d, &err), 0);
+	for (uint64_t i = 0; i < m->nblocks; i++)
+		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i]);
+	dd_digest_final(d, m->size, m->bs, out);
+	dd_digest_free(d);
+}
+
+static void img_hdr(const struct img *m, uint64_t id, const char *name,
+		    dd_manifest_hdr *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->mh_id = id;
+	h->mh_ctime = 1764547200; /* 2025-12-01T00:00:00Z */
+	h->mh_size = m->size;
+	h->mh_blocks = m->nblocks;
+	h->mh_block_size = m->bs;
+	h->mh_hash_kind = DD_HASH_SHA256;
+	for (uint64_t i = 0; i < m->nblocks; i++)
+		h->mh_zero_blocks += m->hole[i] != 0;
+	img_digest(m, h->mh_digest);
+	snprintf(h->mh_name, sizeof(h->mh_name), "%s", name);
+}
+
+/* Writes m as manifests ID.tmp through the writer, holes in runs. */
+static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
+{
+	dd_manifest_writer *mw;
+	dd_err err;
+	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name);
+
+	if (rc)
+		return rc;
+	for (uint64_t i = 0; !rc && i < m->nblocks; i++)
+		rc = m->hole[i] ? dd_manifest_write_holes(mw, &err, 1)
+				: dd_manifest_write_block(mw, &err, m->hash[i],
+							  m->variant[i]);
+	if (!rc)
+		rc = dd_manifest_write_finish(mw, &err, h);
+	if (!rc) {
+		bool moved;
+
+		rc = dd_manifest_move(dfd, &err, h->mh_id, DD_MANIFEST_TMP,
+				      DD_MANIFEST_SNAP, &moved);
+	}
+	dd_manifest_write_free(mw);
+	return rc;
+}
+
+/* Reads manifest id back and checks header and every block against m. */
+static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
+{
+	dd_manifest_reader *mr;
+	dd_manifest_hdr got;
+	dd_manifest_ent e;
+	dd_err err;
+	uint64_t at = 0;
+	int rc;
+
+	assert_int_equal(dd_manifest_open_at(&mr, &err, dfd, h->mh_id,
+					     DD_MANIFEST_SNAP, &got), 0);
+	assert_int_equal(got.mh_id, h->mh_id);
+	assert_int_equal(got.mh_ctime, h->mh_ctime);
+	assert_int_equal(got.mh_size, h->mh_size);
+	assert_int_equal(got.mh_blocks, h->mh_blocks);
+	assert_int_equal(got.mh_zero_blocks, h->mh_zero_blocks);
+	assert_int_equal(got.mh_block_size, h->mh_block_size);
+	assert_string_equal(got.mh_name, h->mh_name);
+	assert_memory_equal(got.mh_digest, h->mh_digest, 32);
+	while ((rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
+		assert_int_equal(e.me_index, at);
+		for (uint64_t k = 0; k < e.me_count; k++) {
+			assert_int_equal(!!m->hole[at + k], e.me_hole);
+			if (!e.me_hole) {
+				assert_memory_equal(e.me_hash, m->hash[at], 32);
+				assert_int_equal(e.me_variant, m->variant[at]);
+			}
+		}
+		at += e.me_count;
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(at, m->nblocks);
+	dd_manifest_read_close(mr);
+}
+
+static void img_alloc(struct img *m, uint64_t n, uint32_t bs, uint64_t size)
+{
+	m->nblocks = n;
+	m->bs = bs;
+	m->size = size;
+	m->hash = calloc(n ? n : 1, 32);
+	m->variant = calloc(n ? n : 1, 1);
+	m->hole = calloc(n ? n : 1, 1);
+}
+
+static void img_free(struct img *m)
+{
+	free(m->hash);
+	free(m->variant);
+	free(m->hole);
+}
+
+static void test_roundtrip(void **state)
+{
+	struct fx *fx = *state;
+	const uint64_t n = 5000;
+	dd_manifest_hdr h;
+	struct img m;
+
+	img_alloc(&m, n, 4096, n * 4096 - 100);
+	th_rng_state = 11;
+	for (uint64_t i = 0; i < n; i++) {
+		/* runs of holes of every length up to 7, and collisions */
+		m.hole[i] = (i % 97) < (i % 8);
+		for (int k = 0; k < 32; k++)
+			m.hash[i][k] = (uint8_t)th_rng();
+		m.variant[i] = i % 13 == 0 ? (uint8_t)(1 + i % 255) : 0;
+	}
+	m.hole[n - 1] = 0;
+	img_hdr(&m, 0x1234, "round trip", &h);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_check(fx->dfd, &m, &h);
+	/* an image of holes only, and an empty one */
+	memset(m.hole, 1, n);
+	img_hdr(&m, 7, "holes", &h);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_check(fx->dfd, &m, &h);
+	img_free(&m);
+	img_alloc(&m, 0, 131072, 0);
+	img_hdr(&m, 8, "empty", &h);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_check(fx->dfd, &m, &h);
+	img_free(&m);
+}
+
+/* The golden image: block 0, three holes, block 4 of variant 2, block 5,
+ * and block 6 short (size ends 1000 bytes into it). */
+static void golden_img(struct img *m, dd_manifest_hdr *h)
+{
+	img_alloc(m, 7, 65536, 6 * 65536 + 1000);
+	for (int i = 0; i < 7; i++)
+		for (int k = 0; k < 32; k++)
+			m->hash[i][k] = (uint8_t)(i * 32 + k);
+	m->hole[1] = m->hole[2] = m->hole[3] = 1;
+	m->variant[4] = 2;
+	img_hdr(m, 0x2a, "golden", h);
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *buf = malloc(1 << 16);
+
+	if (!f)
+		fail_msg("cannot open %s: %s (regenerate with "
+			 "DD_REGEN_GOLDEN=1)", path, strerror(errno));
+	*len = fread(buf, 1, 1 << 16, f);
+	fclose(f);
+	return buf;
+}
+
+static void test_golden(void **state)
+{
+	struct fx *fx = *state;
+	char path[128];
+	uint8_t *want, *got;
+	size_t wlen, glen;
+	dd_manifest_hdr h;
+	struct img m;
+
+	golden_img(&m, &h);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
+	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
+		FILE *f = fopen(GOLDEN, "wb");
+
+		got = slurp(path, &glen);
+		assert_non_null(f);
+		assert_int_equal(fwrite(got, 1, glen, f), glen);
+		fclose(f);
+		free(got);
+	}
+	want = slurp(GOLDEN, &wlen);
+	got = slurp(path, &glen);
+	/* header 128 + name 6 + list (33 + 9 + 34 + 33 + 33) + trailer 8 */
+	assert_int_equal(wlen, 128 + 6 + 142 + 8);
+	assert_int_equal(glen, wlen);
+	assert_memory_equal(got, want, wlen);
+	/* the golden bytes decode to the image */
+	unlinkat(fx->dfd, "000000000000002a.snap", 0);
+	{
+		int fd = openat(fx->dfd, "000000000000002a.snap",
+				O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+		assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
+		close(fd);
+	}
+	img_check(fx->dfd, &m, &h);
+	free(want);
+	free(got);
+	img_free(&m);
+}
+
+/* Opens bytes as a manifest through a temporary file: the return code. */
+static int open_bytes(struct fx *fx, const uint8_t *buf, size_t len,
+		      dd_err *err)
+{
+	dd_manifest_reader *mr;
+	dd_manifest_hdr h;
+	int fd = openat(fx->dfd, "probe", O_RDWR | O_CREAT | O_TRUNC, 0644);
+	int rc;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	rc = dd_manifest_read_open(&mr, err, fd, "probe", 0x2a, 0, &h);
+	if (rc == 0) {
+		dd_manifest_ent e;
+
+		while ((rc = dd_manifest_read_next(mr, err, &e)) == 1)
+			;
+		dd_manifest_read_close(mr);
+	}
+	close(fd);
+	return rc;
+}
+
+static void test_damage_refused(void **state)
+{
+	struct fx *fx = *state;
+	size_t len;
+	uint8_t *g = slurp(GOLDEN, &len), *b = malloc(len + 1);
+	dd_err err;
+
+	assert_int_equal(open_bytes(fx, g, len, &err), 0);
+	/* every bit of every byte: CRCs and checks leave no silent flip */
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			int rc;
+
+			memcpy(b, g, len);
+			b[i] ^= (uint8_t)(1u << bit);
+			rc = open_bytes(fx, b, len, &err);
+			if (rc != DD_ECORRUPT && rc != DD_EVERSION &&
+			    rc != DD_ENOTSUP)
+				fail_msg("flip of bit %d of byte %zu: rc %d",
+					 bit, i, rc);
+			assert_non_null(strstr(err.de_msg, "DD_E"));
+		}
+	}
+	/* every truncation, and one byte too many */
+	for (size_t n = 0; n < len; n++)
+		assert_int_equal(open_bytes(fx, g, n, &err), DD_ECORRUPT);
+	memcpy(b, g, len);
+	b[len] = 0;
+	assert_int_equal(open_bytes(fx, b, len + 1, &err), DD_ECORRUPT);
+	free(b);
+	free(g);
+}
+
+/* Re-seals a hand-edited golden copy: both CRCs made right again, so
+ * only the rule under test can refuse it. */
+static void reseal(uint8_t *b, size_t len)
+{
+	size_t namelen = dd_get_le16(b + 62);
+
+	dd_put_le64(b + 96, len - 128 - namelen - 8);
+	dd_put_le32(b + 124, dd_crc32c(0, b, 124));
+	dd_put_le32(b + len - 4, dd_crc32c(0, b + 128, len - 128 - 8));
+}
+
+static void test_canonical_rules(void **state)
+{
+	struct fx *fx = *state;
+	size_t len;
+	uint8_t *g = slurp(GOLDEN, &len), *b = malloc(len + 64);
+	size_t list = 128 + 6;     /* block 0 at list+0, holes at list+33 */
+	dd_err err;
+
+	/* the three holes as 1 + 2: adjacent runs */
+	memcpy(b, g, list + 42);
+	b[list + 33 + 1] = 1;
+	b[list + 42] = 0x03;
+	dd_put_le64(b + list + 43, 2);
+	memcpy(b + list + 51, g + list + 42, len - list - 42);
+	reseal(b, len + 9);
+	assert_int_equal(open_bytes(fx, b, len + 9, &err), DD_ECORRUPT);
+	assert_non_null(strstr(err.de_msg, "canonical"));
+	/* a run of zero holes */
+	memcpy(b, g, len);
+	dd_put_le64(b + list + 34, 0);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* variant 0 written as a variant entry */
+	memcpy(b, g, len);
+	b[list + 42 + 1] = 0;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* an unknown tag */
+	memcpy(b, g, len);
+	b[list] = 0x04;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* a hash changed: the CRCs are right, the content digest is not */
+	memcpy(b, g, len);
+	b[list + 5] ^= 1;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	assert_non_null(strstr(err.de_msg, "digest"));
+	/* a newer version is named as such */
+	memcpy(b, g, len);
+	dd_put_le32(b + 8, 2);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_EVERSION);
+	assert_non_null(strstr(err.de_msg, "version 2"));
+	free(b);
+	free(g);
+}
+
+static void test_write_checks_digest(void **state)
+{
+	struct fx *fx = *state;
+	dd_manifest_hdr h;
+	struct img m;
+	uint8_t first;
+
+	golden_img(&m, &h);
+	/* the block map (what is written) differs from the data (the
+	 * digest): nothing is published, no temporary file stays */
+	first = m.hash[0][0];
+	m.hash[0][0] ^= 0xff;
+	assert_int_equal(img_write(fx->dfd, &m, &h), DD_ECORRUPT);
+	assert_int_equal(faccessat(fx->dfd, "000000000000002a.snap", F_OK, 0),
+			 -1);
+	assert_int_equal(faccessat(fx->dfd, "000000000000002a.tmp", F_OK, 0),
+			 -1);
+	m.hash[0][0] = first;
+	/* block totals that disagree with the header */
+	h.mh_blocks++;
+	assert_int_equal(img_write(fx->dfd, &m, &h), DD_ECORRUPT);
+	h.mh_blocks--;
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_free(&m);
+}
+
+static void test_names_and_moves(void **state)
+{
+	struct fx *fx = *state;
+	char name[DD_MANIFEST_NAME_MAX];
+	uint64_t id;
+	int st;
+	bool moved;
+	dd_manifest_hdr h;
+	dd_err err;
+	struct img m;
+
+	dd_manifest_name(name, 0xabcdef0123456789ull, DD_MANIFEST_DEL);
+	assert_string_equal(name, "abcdef0123456789.del");
+	assert_int_equal(dd_manifest_parse_name(name, &id, &st), 1);
+	assert_true(id == 0xabcdef0123456789ull && st == DD_MANIFEST_DEL);
+	assert_int_equal(dd_manifest_parse_name("abcdef0123456789.snap", &id,
+						&st), 1);
+	assert_int_equal(st, DD_MANIFEST_SNAP);
+	assert_int_equal(dd_manifest_parse_name("ABCDEF0123456789.snap", &id,
+						&st), 0);
+	assert_int_equal(dd_manifest_parse_name("abcdef012345678.snap", &id,
+						&st), 0);
+	assert_int_equal(dd_manifest_parse_name("abcdef0123456789.snapx", &id,
+						&st), 0);
+	assert_int_equal(dd_manifest_parse_name(".", &id, &st), 0);
+	/* publishing never replaces an ID.snap; a deleted one is gone */
+	golden_img(&m, &h);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	assert_int_equal(img_write(fx->dfd, &m, &h), DD_EEXIST);
+	assert_int_equal(dd_manifest_move(fx->dfd, &err, 0x2a, DD_MANIFEST_SNAP,
+					  DD_MANIFEST_DEL, &moved), 0);
+	assert_true(moved);
+	assert_int_equal(dd_manifest_open_at(NULL, &err, fx->dfd, 0x2a,
+					     DD_MANIFEST_SNAP, &h), DD_ENOENT);
+	assert_int_equal(dd_manifest_remove(fx->dfd, &err, 0x2a,
+					    DD_MANIFEST_DEL), 0);
+	assert_int_equal(dd_manifest_remove(fx->dfd, &err, 0x2a,
+					    DD_MANIFEST_DEL), DD_ENOENT);
+	img_free(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_roundtrip, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_golden, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_damage_refused, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_canonical_rules, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_write_checks_digest,
+						fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_names_and_moves, fx_setup,
+						fx_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
