@@ -87,11 +87,9 @@ int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
 		rc = dd_scratch_init(&r->r_sc, &r->r_err, s);
 	if (!rc)
 		rc = dd_txn_begin(s->st_db, &r->r_err, false, &r->r_txn);
-	if (!rc) {
-		rc = dd_snap_get(r->r_txn, &r->r_err, name, &r->r_snap);
-		if (rc == DD_ENOENT)
-			dd_err_set(&r->r_err, rc, "no snapshot '%s'", name);
-	}
+	if (!rc)
+		rc = dd_store_snap_get(s, &r->r_err, r->r_txn, name,
+				       &r->r_snap);
 	if (!rc && r->r_snap.sr_block_size != s->st_block_size)
 		rc = dd_err_set(&r->r_err, DD_ECORRUPT,
 				"snapshot '%s' has block size %u, store %u",

@@ -70,11 +70,8 @@ int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
 	rc = dd_scratch_init(&it->it_sc, err, s);
 	if (!rc)
 		rc = dd_txn_begin(s->st_db, err, false, &it->it_txn);
-	if (!rc) {
-		rc = dd_snap_get(it->it_txn, err, name, &rec);
-		if (rc == DD_ENOENT)
-			dd_err_set(err, rc, "no snapshot '%s'", name);
-	}
+	if (!rc)
+		rc = dd_store_snap_get(s, err, it->it_txn, name, &rec);
 	if (!rc)
 		rc = dd_bmap_open(it->it_txn, err, rec.sr_id, &it->it_cur);
 	if (rc) {

@@ -105,6 +105,12 @@ static void dd_info_fill(dd_snapshot_info *out, const char *name,
 	memcpy(out->digest, r->sr_digest, DD_HASH_SIZE);
 }
 
+static int dd_info_cmp(const void *a, const void *b)
+{
+	return strcmp(((const dd_snapshot_info *)a)->name,
+		      ((const dd_snapshot_info *)b)->name);
+}
+
 struct dd_list_ctx {
 	dd_err *lc_err;
 	dd_snapshot_info *lc_list;
@@ -139,15 +145,21 @@ int dd_snapshot_list(dd_store *s, dd_snapshot_info **out, size_t *count)
 		return s ? dd_store_failf(s, DD_EINVAL,
 					  "dd_snapshot_list: NULL argument")
 			 : DD_EINVAL;
-	rc = dd_txn_begin(s->st_db, &err, false, &txn);
+	rc = dd_commit_check(s, &err);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, &err, false, &txn);
 	if (rc)
 		return dd_store_fail(s, &err);
-	rc = dd_snap_walk(txn, &err, dd_list_one, &lc);
+	rc = dd_store_snap_walk(s, &err, txn, dd_list_one, &lc);
 	dd_txn_abort(txn);
 	if (rc) {
 		dd_free(lc.lc_list);
 		return dd_store_fail(s, &err);
 	}
+	/* in name order: one published after a crash comes last */
+	if (lc.lc_count > 1)
+		qsort(lc.lc_list, lc.lc_count, sizeof(*lc.lc_list),
+		      dd_info_cmp);
 	*out = lc.lc_list;
 	*count = lc.lc_count;
 	return 0;
@@ -173,10 +185,8 @@ int dd_snapshot_stat(dd_store *s, const char *name, dd_snapshot_info *out)
 	rc = dd_txn_begin(s->st_db, &err, false, &txn);
 	if (rc)
 		return dd_store_fail(s, &err);
-	rc = dd_snap_get(txn, &err, name, &r);
+	rc = dd_store_snap_get(s, &err, txn, name, &r);
 	dd_txn_abort(txn);
-	if (rc == DD_ENOENT)
-		dd_err_set(&err, rc, "no snapshot '%s'", name);
 	if (rc)
 		return dd_store_fail(s, &err);
 	dd_info_fill(out, name, &r);
@@ -198,19 +208,31 @@ int dd_snapshot_delete(dd_store *s, const char *name)
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_txn_begin(s->st_db, &err, true, &txn);
-	if (!rc) {
-		rc = dd_snap_get(txn, &err, name, &r);
-		if (rc == DD_ENOENT)
-			dd_err_set(&err, rc, "no snapshot '%s'", name);
-		if (!rc)
-			rc = dd_snap_drop_refs(txn, &err, r.sr_id);
-		if (!rc)
-			rc = dd_snap_del(txn, &err, name);
-		if (rc)
-			dd_txn_abort(txn);
-		else
-			rc = dd_txn_commit(txn, &err);
+	if (rc)
+		goto unlock;
+	rc = dd_snap_get(txn, &err, name, &r);
+	if (rc == DD_ENOENT)
+		dd_err_set(&err, rc, "no snapshot '%s'", name);
+	/* the deletion itself: its manifest renamed (format/manifest.md
+	 * §7); then the catalog follows */
+	if (!rc)
+		rc = dd_commit_delete_begin(s, &err, r.sr_id);
+	if (rc) {
+		dd_txn_abort(txn);
+		goto unlock;
 	}
+	rc = dd_snap_drop_refs(txn, &err, r.sr_id);
+	if (!rc)
+		rc = dd_snap_del(txn, &err, name);
+	if (rc)
+		dd_txn_abort(txn);
+	else
+		rc = dd_txn_commit(txn, &err);
+	if (rc)
+		dd_commit_delete_undo(s, r.sr_id);
+	else
+		dd_commit_delete_end(s, r.sr_id);
+unlock:
 	dd_store_unlock(s);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

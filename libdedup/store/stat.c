@@ -94,12 +94,14 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 	memset(&st, 0, sizeof(st));
 	st.version = out->version;
 	sp = (struct dd_stat_packs){s, &st};
-	rc = dd_txn_begin(s->st_db, &err, false, &txn);
+	rc = dd_commit_check(s, &err);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, &err, false, &txn);
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_ddt_walk(txn, &err, dd_stat_ddt, &st);
 	if (!rc)
-		rc = dd_snap_walk(txn, &err, dd_stat_snap, &st);
+		rc = dd_store_snap_walk(s, &err, txn, dd_stat_snap, &st);
 	if (!rc)
 		rc = dd_packs_walk(txn, &err, dd_stat_pack, &sp);
 	if (!rc)

@@ -25,6 +25,7 @@
 
 #include "common/alloc.h"
 #include "common/io.h"
+#include "store/manifest.h"
 #include "store/store_internal.h"
 
 int dd_store_fail(dd_store *s, const dd_err *err)
@@ -117,154 +118,48 @@ void dd_scratch_fini(dd_scratch *sc)
 	memset(sc, 0, sizeof(*sc));
 }
 
-/* ---- the DEDUP file (format/store.md §1) ---------------------------------*/
+/* ---- options: DEDUP and meta (layout.c) ----------------------------------*/
 
-static int dd_format_file_check(dd_err *err, const char *path)
+/* Reads the options from meta; in format 2 they must be DEDUP's. */
+static int dd_store_load_options(dd_store *s, dd_err *err,
+				 const dd_store_conf *conf)
 {
-	char fpath[4096], buf[512], *line, *save = NULL;
-	size_t got = 0;
-	long fmt = -1;
-	int fd, rc;
-
-	snprintf(fpath, sizeof(fpath), "%s/DEDUP", path);
-	fd = dd_io_open(err, fpath, O_RDONLY, 0);
-	if (fd == DD_ENOENT) {
-		struct stat st;
-
-		if (stat(path, &st) != 0)
-			return dd_err_set(err, DD_ENOENT, "%s: no such store",
-					  path);
-		return dd_err_set(err, DD_ENOENT,
-				  "%s: not a libdedup store (no DEDUP file)",
-				  path);
-	}
-	if (fd < 0)
-		return fd;
-	rc = dd_io_read(err, fd, buf, sizeof(buf) - 1, &got, fpath);
-	dd_io_close(fd);
-	if (rc)
-		return rc;
-	buf[got] = 0;
-	line = strtok_r(buf, "\n", &save);
-	if (!line || strcmp(line, DD_STORE_MAGIC_LINE) != 0)
-		return dd_err_set(err, DD_EFORMAT,
-				  "%s: not a libdedup store (bad DEDUP file)",
-				  path);
-	while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
-		if (!strncmp(line, "format ", 7)) {
-			char *end;
-
-			errno = 0;
-			fmt = strtol(line + 7, &end, 10);
-			if (errno || *end || fmt < 1)
-				fmt = 0;
-		}
-	}
-	if (fmt == 0 || fmt == -1)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "%s: DEDUP file has no valid format line", path);
-	if (fmt > DD_STORE_FORMAT)
-		return dd_err_set(err, DD_EVERSION,
-				  "%s: store format %ld is newer than this "
-				  "build reads (format %d); upgrade libdedup",
-				  path, fmt, DD_STORE_FORMAT);
-	return 0;
-}
-
-static int dd_format_file_write(dd_err *err, const char *path)
-{
-	char tmp[4096], fin[4096], body[64];
-	int fd, rc, n;
-
-	snprintf(tmp, sizeof(tmp), "%s/DEDUP.tmp", path);
-	snprintf(fin, sizeof(fin), "%s/DEDUP", path);
-	n = snprintf(body, sizeof(body), "%s\nformat %d\n", DD_STORE_MAGIC_LINE,
-		     DD_STORE_FORMAT);
-	fd = dd_io_open(err, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return fd;
-	rc = dd_io_pwrite_full(err, fd, body, (size_t)n, 0, tmp);
-	if (!rc)
-		rc = dd_io_fdatasync(err, fd, tmp);
-	dd_io_close(fd);
-	if (!rc)
-		rc = dd_io_rename(err, tmp, fin);
-	if (!rc)
-		rc = dd_io_fsync_dir(err, path);
-	return rc;
-}
-
-/* ---- options kept in meta (format/store.md §2) ---------------------------*/
-
-static const char *const dd_meta_opts[] = {
-	"block_size", "verify", "compress", "compress_level", "hash",
-};
-
-static int dd_store_load_options(dd_store *s, dd_err *err)
-{
-	uint64_t v[5], fmt, features;
+	dd_store_conf meta = {0};
 	dd_txn *txn;
 	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
 	if (rc)
 		return rc;
-	rc = dd_meta_get_u64(txn, err, "format", &fmt);
-	if (!rc)
-		rc = dd_meta_get_u64(txn, err, "features", &features);
-	for (size_t i = 0; !rc && i < 5; i++)
-		rc = dd_meta_get_u64(txn, err, dd_meta_opts[i], &v[i]);
+	rc = dd_store_meta_read(txn, err, s->st_path, &meta);
 	dd_txn_abort(txn);
-	if (rc == DD_ENOENT)
-		return dd_err_set(err, DD_ECORRUPT,
-				  "%s: store metadata is incomplete", s->st_path);
 	if (rc)
 		return rc;
-	if (fmt > DD_STORE_FORMAT)
-		return dd_err_set(err, DD_EVERSION,
-				  "%s: store format %llu is newer than this "
-				  "build reads (format %d)", s->st_path,
-				  (unsigned long long)fmt, DD_STORE_FORMAT);
-	if (features != 0)
-		return dd_err_set(err, DD_ENOTSUP,
-				  "%s: store uses features %#llx this build "
-				  "does not know", s->st_path,
-				  (unsigned long long)features);
-	if (v[0] < DD_BLOCK_SIZE_MIN || v[0] > DD_BLOCK_SIZE_MAX ||
-	    (v[0] & (v[0] - 1)) || v[1] > 1 || v[2] > DD_COMPRESS_ZSTD ||
-	    v[3] > 22 || (v[4] != DD_HASH_SHA256 && v[4] != DD_HASH_TEST_WEAK16))
-		return dd_err_set(err, DD_ECORRUPT,
-				  "%s: store options out of range", s->st_path);
-	s->st_block_size = (uint32_t)v[0];
-	s->st_verify = (int)v[1];
-	s->st_compress = (int)v[2];
-	s->st_level = (int)v[3];
-	s->st_hash_kind = (int)v[4];
+	if (conf->sc_format >= 2 &&
+	    (memcmp(meta.sc_opt, conf->sc_opt, sizeof(meta.sc_opt)) ||
+	     !meta.sc_have_uuid ||
+	     memcmp(meta.sc_uuid, conf->sc_uuid, sizeof(meta.sc_uuid))))
+		return dd_err_set(err, DD_ECORRUPT, "%s: the catalog's options "
+				  "or identity differ from the DEDUP file's "
+				  "(a catalog of another store, or damaged): "
+				  "run dedup repair", s->st_path);
+	s->st_format = conf->sc_format;
+	s->st_block_size = (uint32_t)meta.sc_opt[0];
+	s->st_verify = (int)meta.sc_opt[1];
+	s->st_compress = (int)meta.sc_opt[2];
+	s->st_level = (int)meta.sc_opt[3];
+	s->st_hash_kind = (int)meta.sc_opt[4];
 	return 0;
 }
 
 static int dd_store_init_meta(dd_store *s, dd_err *err,
-			      const dd_create_opts *o, int hash_kind)
+			      const dd_store_conf *conf)
 {
-	const uint64_t vals[] = {
-		o->block_size, o->verify ? 1 : 0, (uint64_t)o->compress,
-		(uint64_t)o->compress_level, (uint64_t)hash_kind,
-	};
 	dd_txn *txn;
 	int rc = dd_txn_begin(s->st_db, err, true, &txn);
 
 	if (rc)
 		return rc;
-	rc = dd_meta_put_u64(txn, err, "format", DD_STORE_FORMAT);
-	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "features", 0);
-	for (size_t i = 0; !rc && i < 5; i++)
-		rc = dd_meta_put_u64(txn, err, dd_meta_opts[i], vals[i]);
-	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "pack.next", 1);
-	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "snap.next", 1);
-	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "ddt.live", 0);
+	rc = dd_store_meta_init(txn, err, conf, 1, 1);
 	if (rc) {
 		dd_txn_abort(txn);
 		return rc;
@@ -288,6 +183,7 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	if (!s)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	s->st_packdir = -1;
+	s->st_mfdir = -1;
 	s->st_lockfd = -1;
 	pthread_mutex_init(&s->st_lock, NULL);
 	pthread_mutex_init(&s->st_pool_lock, NULL);
@@ -308,8 +204,9 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	return 0;
 }
 
-/* Opens db, packs and lock, reads options, starts the pool. */
-static int dd_store_attach(dd_store *s, dd_err *err, bool create)
+/* Opens db, packs, manifests and lock. */
+static int dd_store_attach(dd_store *s, dd_err *err, bool create,
+			   const dd_store_conf *conf)
 {
 	char p[4096];
 	int rc;
@@ -326,6 +223,12 @@ static int dd_store_attach(dd_store *s, dd_err *err, bool create)
 	s->st_packdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
 	if (s->st_packdir < 0)
 		return s->st_packdir;
+	if (conf->sc_format >= 2) {
+		snprintf(p, sizeof(p), "%s/" DD_MANIFEST_DIR, s->st_path);
+		s->st_mfdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
+		if (s->st_mfdir < 0)
+			return s->st_mfdir;
+	}
 	snprintf(p, sizeof(p), "%s/lock", s->st_path);
 	s->st_lockfd = dd_io_open(err, p, O_RDWR | O_CREAT, 0644);
 	if (s->st_lockfd == DD_EPERM)
@@ -357,10 +260,11 @@ static int dd_store_start_pool(dd_store *s, dd_err *err)
 
 /* The common end of open and create: options, workers, caches; on any
  * failure (rc, or one of these) the handle is closed. */
-static int dd_store_ready(dd_store *s, dd_err *err, int rc, dd_store **out)
+static int dd_store_ready(dd_store *s, dd_err *err, int rc,
+			  const dd_store_conf *conf, dd_store **out)
 {
 	if (!rc)
-		rc = dd_store_load_options(s, err);
+		rc = dd_store_load_options(s, err, conf);
 	if (!rc)
 		rc = dd_store_start_pool(s, err);
 	if (!rc)
@@ -376,18 +280,19 @@ static int dd_store_ready(dd_store *s, dd_err *err, int rc, dd_store **out)
 int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 {
 	dd_err *err = dd_thread_err();
+	dd_store_conf conf;
 	dd_store *s = NULL;
 	int rc;
 
 	dd_err_clear(err);
 	if (!out || !path || !*path)
 		return dd_err_set(err, DD_EINVAL, "dd_store_open: no path");
-	rc = dd_format_file_check(err, path);
+	rc = dd_store_conf_read(err, path, &conf);
 	if (!rc)
 		rc = dd_store_alloc(&s, err, path, oopts);
 	if (!rc)
-		rc = dd_store_attach(s, err, false);
-	return dd_store_ready(s, err, rc, out);
+		rc = dd_store_attach(s, err, false, &conf);
+	return dd_store_ready(s, err, rc, &conf, out);
 }
 
 static int dd_dir_prepare(dd_err *err, const char *path)
@@ -455,7 +360,9 @@ int dd_store_create_kind(dd_store **out, const char *path,
 {
 	dd_err *err = dd_thread_err();
 	dd_create_opts o;
+	dd_store_conf conf = {.sc_format = DD_STORE_FORMAT};
 	dd_store *s = NULL;
+	static const char *const dirs[] = {"db", "packs", DD_MANIFEST_DIR};
 	char p[4096];
 	int rc;
 
@@ -472,25 +379,31 @@ int dd_store_create_kind(dd_store **out, const char *path,
 				  oopts->version);
 	rc = dd_create_opts_check(err, opts, &o);
 	if (!rc)
+		rc = dd_store_conf_new_uuid(err, &conf);
+	if (!rc)
 		rc = dd_dir_prepare(err, path);
 	if (rc)
 		return rc;
-	snprintf(p, sizeof(p), "%s/db", path);
-	if (mkdir(p, 0755) != 0)
-		return dd_err_set(err, dd_errno_code(errno), "%s: %s", p,
-				  strerror(errno));
-	snprintf(p, sizeof(p), "%s/packs", path);
-	if (mkdir(p, 0755) != 0)
-		return dd_err_set(err, dd_errno_code(errno), "%s: %s", p,
-				  strerror(errno));
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", path, dirs[i]);
+		if (mkdir(p, 0755) != 0)
+			return dd_err_set(err, dd_errno_code(errno), "%s: %s",
+					  p, strerror(errno));
+	}
+	conf.sc_opt[0] = o.block_size;
+	conf.sc_opt[1] = o.verify ? 1 : 0;
+	conf.sc_opt[2] = (uint64_t)o.compress;
+	conf.sc_opt[3] = (uint64_t)o.compress_level;
+	conf.sc_opt[4] = (uint64_t)hash_kind;
 	rc = dd_store_alloc(&s, err, path, oopts);
 	if (!rc)
-		rc = dd_store_attach(s, err, true);
+		rc = dd_store_attach(s, err, true, &conf);
 	if (!rc)
-		rc = dd_store_init_meta(s, err, &o, hash_kind);
+		rc = dd_store_init_meta(s, err, &conf);
+	/* written last: a directory without it is not a store */
 	if (!rc)
-		rc = dd_format_file_write(err, path);
-	return dd_store_ready(s, err, rc, out);
+		rc = dd_store_conf_write(err, path, &conf);
+	return dd_store_ready(s, err, rc, &conf, out);
 }
 
 int dd_store_create(dd_store **out, const char *path,
@@ -520,6 +433,8 @@ void dd_store_close(dd_store *s)
 		dd_io_close(s->st_lockfd);
 	if (s->st_packdir >= 0)
 		dd_io_close(s->st_packdir);
+	if (s->st_mfdir >= 0)
+		dd_io_close(s->st_mfdir);
 	dd_db_close(s->st_db);
 	pthread_mutex_destroy(&s->st_lock);
 	pthread_mutex_destroy(&s->st_pool_lock);
@@ -614,6 +529,8 @@ int dd_store_lock(dd_store *s, dd_err *err)
 		goto fail;
 	}
 	rc = dd_store_recover(s, err);
+	if (!rc)
+		rc = dd_commit_upgrade(s, err);
 	if (rc) {
 		flock(s->st_lockfd, LOCK_UN);
 		goto fail;
@@ -849,6 +766,28 @@ static int dd_pack_unnamed(dd_txn *txn, dd_err *err, uint32_t id)
 			  "run scrub)", name);
 }
 
+struct dd_pack_present {
+	dd_store *pp_store;
+	dd_err *pp_err;
+};
+
+static int dd_pack_present(void *arg, uint32_t id, uint64_t end)
+{
+	struct dd_pack_present *pp = arg;
+	char name[16];           /* dd_pack_name's size */
+	struct stat st;
+
+	(void)end;
+	dd_pack_name(name, sizeof(name), id);
+	if (fstatat(pp->pp_store->st_packdir, name, &st, 0) == 0)
+		return 0;
+	if (errno != ENOENT)
+		return dd_err_set_errno(pp->pp_err, errno, "%s", name);
+	return dd_err_set(pp->pp_err, DD_ECORRUPT, "pack %s is in the catalog "
+			  "but not in packs/ (a catalog older than the store, "
+			  "or a lost file): run dedup repair", name);
+}
+
 /* Truncates pack tails past their committed end; removes pack files that
  * no commit recorded (created by a writer that died before committing).
  * Neither happens to a pack holding a block the DDT names (metadata
@@ -875,6 +814,12 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 		return rc;
 	}
 	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &doomed);
+	/* every pack the catalog records must be there before anything is
+	 * cut: a catalog that lists vanished packs is not one to trust with
+	 * deciding what else is dead */
+	if (!rc)
+		rc = dd_packs_walk(txn, err, dd_pack_present,
+				   &(struct dd_pack_present){s, err});
 	rewinddir(d);
 	while (!rc && (de = readdir(d)) != NULL) {
 		char *end;
@@ -949,8 +894,12 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 int dd_store_recover(dd_store *s, dd_err *err)
 {
 	uint64_t freed;
-	int rc = dd_recover_pending(s, err);
+	/* the manifests first: they say what is committed, and nothing is
+	 * cut or removed from a store whose catalog disagrees with them */
+	int rc = dd_commit_recover(s, err);
 
+	if (!rc)
+		rc = dd_recover_pending(s, err);
 	if (!rc)
 		rc = dd_store_reap(s, err, &freed);
 	if (!rc)

@@ -32,7 +32,9 @@
 #include "store/replica.h"
 #include "cache/cache.h"
 
-#define DD_STORE_FORMAT 1
+/* Format 2 added the manifests (format/manifest.md) and the options in
+ * DEDUP; this build reads format 1 and upgrades it at the first write. */
+#define DD_STORE_FORMAT 2
 #define DD_STORE_MAGIC_LINE "libdedup store"
 /* Packs roll over past this size; small enough that gc rewrites little. */
 #define DD_PACK_MAX_BYTES ((uint64_t)256 << 20)
@@ -49,6 +51,8 @@ typedef struct dd_scratch {
 struct dd_store {
 	char *st_path;
 	int st_packdir;            /* fd of STORE/packs */
+	int st_mfdir;              /* fd of STORE/manifests; -1 in format 1 */
+	int st_format;             /* of the DEDUP file (format/store.md §1) */
 	int st_lockfd;             /* fd of STORE/lock */
 	dd_db *st_db;
 	dd_open_opts st_opts;
@@ -76,6 +80,30 @@ struct dd_store {
 	dd_cache *st_cache;        /* L1 + L2 (cache/cache.h); always set
 				      once open, also counts pack reads */
 };
+
+/* ---- layout.c: the DEDUP file and meta -----------------------------------*/
+
+#define DD_STORE_NOPTS 5
+/* What DEDUP says (format/store.md §1); sc_opt as meta's option keys:
+ * block_size, verify, compress, compress_level, hash. */
+typedef struct dd_store_conf {
+	int sc_format;
+	uint64_t sc_opt[DD_STORE_NOPTS];
+	unsigned sc_have;          /* bit i: sc_opt[i] was given */
+	bool sc_have_uuid;
+	uint8_t sc_uuid[16];
+} dd_store_conf;
+
+int dd_store_conf_read(dd_err *err, const char *path, dd_store_conf *c);
+int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c);
+int dd_store_conf_check(dd_err *err, const char *path, const dd_store_conf *c);
+int dd_store_conf_new_uuid(dd_err *err, dd_store_conf *c);
+/* meta's format, features, options, counters and identity. */
+int dd_store_meta_init(dd_txn *txn, dd_err *err, const dd_store_conf *c,
+		       uint64_t pack_next, uint64_t snap_next);
+/* meta's options and identity (sc_format is not set). */
+int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
+		       dd_store_conf *out);
 
 /* ---- store.c -----------------------------------------------------------*/
 
@@ -127,6 +155,60 @@ int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
  * problems are warnings, not errors); closes it. */
 int dd_store_cache_open(dd_store *s, dd_err *err);
 void dd_store_cache_close(dd_store *s);
+
+/* ---- commit.c: manifests are the truth, the catalog follows -------------*/
+
+/* A sorted set of snapshot ids. */
+typedef struct dd_idset {
+	uint64_t *is_ids;
+	size_t is_n, is_cap;
+} dd_idset;
+bool dd_idset_has(const dd_idset *set, uint64_t id);
+
+/* The manifests directory's ids by state (enum dd_manifest_state). */
+typedef struct dd_mfstate {
+	dd_idset ms_set[3];
+} dd_mfstate;
+int dd_mfstate_read(dd_store *s, dd_err *err, dd_mfstate *ms);
+void dd_mfstate_free(dd_mfstate *ms);
+
+/* The writer's commit: manifests/ID.snap from the block map of rec's id as
+ * txn sees it (checked against rec's digest), durable and published. */
+int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
+		      const dd_snap_rec *rec);
+/* Takes a publication back when the catalog commit after it failed. */
+void dd_commit_unpublish(dd_store *s, uint64_t id);
+/* rm: ID.snap -> ID.del (the deletion), undone if the catalog commit
+ * fails; _end removes ID.del once the catalog has dropped the snapshot. */
+int dd_commit_delete_begin(dd_store *s, dd_err *err, uint64_t id);
+void dd_commit_delete_undo(dd_store *s, uint64_t id);
+void dd_commit_delete_end(dd_store *s, uint64_t id);
+
+/* DD_ECORRUPT, naming `dedup repair`, when the catalog and the manifests
+ * disagree beyond what a crash leaves (format/manifest.md §7). */
+int dd_commit_check(dd_store *s, dd_err *err);
+/* Under the writer lock: brings the catalog up to the manifests after a
+ * crash, refusing (as dd_commit_check) one that is older or damaged. */
+int dd_commit_recover(dd_store *s, dd_err *err);
+/* A new snapshot id must name nothing yet: no block map, no pending
+ * writer, no manifest.  A damaged or older snap.next that hands out a used
+ * id is DD_ECORRUPT here, before anything is written under it (a rollback
+ * of the failed writer would drop the other snapshot's map). */
+int dd_commit_id_unused(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id);
+/* Under the writer lock, a store of format 1: writes the manifests of its
+ * snapshots and its options into DEDUP, then makes it format 2. */
+int dd_commit_upgrade(dd_store *s, dd_err *err);
+/* Compares snapshot id's block map (txn's view) with its manifest, entry
+ * by entry: DD_ECORRUPT naming the first block that differs. */
+int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
+			  const char *name);
+
+/* Committed snapshots as the manifests say: the catalog's, without those
+ * being deleted, with those published but not yet recorded. */
+int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
+		      dd_snap_rec *out);
+int dd_store_snap_walk(dd_store *s, dd_err *err, dd_txn *txn,
+		       dd_snap_walk_fn fn, void *ctx);
 
 /* ---- snapshots.c --------------------------------------------------------*/
 

@@ -638,6 +638,9 @@ static int dd_writer_reserve(dd_writer *w)
 	else if (rc == DD_ENOENT) {
 		rc = dd_meta_get_u64(txn, &w->w_err, "snap.next", &w->w_id);
 		if (!rc)
+			rc = dd_commit_id_unused(w->w_store, &w->w_err, txn,
+						 w->w_id);
+		if (!rc)
 			rc = dd_meta_put_u64(txn, &w->w_err, "snap.next",
 					     w->w_id + 1);
 		if (!rc)
@@ -930,14 +933,29 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 		rc = dd_err_set(&w->w_err, DD_EEXIST,
 				"snapshot '%s' already exists", w->w_name);
 	else if (rc == DD_ENOENT)
-		rc = dd_snap_put(w->w_txn, &w->w_err, w->w_name, &rec);
+		rc = 0;
+	/* The commit (format/manifest.md §7): data and block map durable
+	 * first, the snapshot still pending; then the manifest, published
+	 * from that map -- from here on the snapshot is committed --; then
+	 * the catalog records it.  Should that last commit fail, the
+	 * publication is taken back: a failed commit leaves no snapshot. */
+	if (!rc)
+		rc = dd_writer_sync_commit(w, true);
+	if (!rc)
+		rc = dd_commit_publish(w->w_store, &w->w_err, w->w_txn,
+				       w->w_name, &rec);
+	if (rc)
+		return rc;
+	rc = dd_snap_put(w->w_txn, &w->w_err, w->w_name, &rec);
 	if (!rc)
 		rc = dd_pend_del(w->w_txn, &w->w_err, w->w_id);
 	w->w_resumable = false; /* done: no state to keep */
 	if (!rc)
 		rc = dd_writer_sync_commit(w, false);
-	if (rc)
+	if (rc) {
+		dd_commit_unpublish(w->w_store, w->w_id);
 		return rc;
+	}
 	w->w_state = DD_W_COMMITTED;
 	dd_writer_probe_end(w);
 	dd_pack_close(w->w_pack);

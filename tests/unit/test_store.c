@@ -815,7 +815,7 @@ static void test_newer_format_refused(void **state)
 	dd_store_close(s);
 	snprintf(f, sizeof(f), "%s/DEDUP", path);
 	fp = fopen(f, "w");
-	fputs("libdedup store\nformat 2\n", fp);
+	fputs("libdedup store\nformat 3\n", fp);
 	fclose(fp);
 	assert_int_equal(dd_store_open(&s, path, NULL), DD_EVERSION);
 	assert_non_null(strstr(dd_store_errmsg(NULL), "newer"));

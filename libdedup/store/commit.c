@@ -1,0 +1,804 @@
+/*
+ * commit.c -- the commit protocol: manifests are the truth, the catalog
+ * follows them (format/manifest.md §7, format/store.md §7).
+ *
+ * A snapshot is committed when its manifest is published (ID.tmp renamed
+ * to ID.snap) and deleted when it is renamed to ID.del; the catalog
+ * transaction that records either comes right after.  A crash in between
+ * leaves the catalog one step behind, which this file resolves in two
+ * ways:
+ *
+ *  - readers see the manifests' state (dd_store_snap_get/_walk): a `pend`
+ *    entry whose ID.snap exists is a committed snapshot, its record taken
+ *    from the manifest header; a snapshot with an ID.del is gone;
+ *  - the next writer's recovery (dd_commit_recover, under the writer lock)
+ *    brings the catalog up to date: drops ID.del snapshots, rolls forward
+ *    a published `pend` entry after checking its block map against the
+ *    manifest, removes ID.tmp files.
+ *
+ * Anything else that disagrees -- an ID.snap the catalog does not know, a
+ * catalog snapshot without a manifest -- means the catalog is older than
+ * the store or damaged: dd_commit_check says so, naming `dedup repair`,
+ * and writers refuse to build on it.
+ *
+ * A store of format 1 has no manifests (st_mfdir < 0): everything here is
+ * then a no-op and the catalog alone is the truth, until the first writer
+ * upgrades it (dd_commit_upgrade): a manifest for every snapshot, then
+ * DEDUP rewritten as format 2 -- the last step, so a crash before it
+ * leaves a format-1 store that the next writer upgrades again.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/endian.h"
+#include "common/io.h"
+#include "store/manifest.h"
+#include "store/store_internal.h"
+
+/* ---- the manifests directory --------------------------------------------*/
+
+static int dd_id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int dd_idset_add(dd_err *err, dd_idset *set, uint64_t id)
+{
+	if (set->is_n == set->is_cap) {
+		size_t n = set->is_cap ? set->is_cap * 2 : 32;
+		uint64_t *ids = dd_realloc(set->is_ids, n * sizeof(*ids));
+
+		if (!ids)
+			return dd_err_set(err, DD_ENOMEM, "out of memory");
+		set->is_ids = ids;
+		set->is_cap = n;
+	}
+	set->is_ids[set->is_n++] = id;
+	return 0;
+}
+
+bool dd_idset_has(const dd_idset *set, uint64_t id)
+{
+	return set->is_n && bsearch(&id, set->is_ids, set->is_n,
+				    sizeof(uint64_t), dd_id_cmp) != NULL;
+}
+
+void dd_mfstate_free(dd_mfstate *ms)
+{
+	for (int i = 0; i < 3; i++)
+		dd_free(ms->ms_set[i].is_ids);
+	memset(ms, 0, sizeof(*ms));
+}
+
+int dd_mfstate_read(dd_store *s, dd_err *err, dd_mfstate *ms)
+{
+	int dfd;
+	DIR *d;
+	struct dirent *de;
+	int rc = 0;
+
+	memset(ms, 0, sizeof(*ms));
+	if (s->st_mfdir < 0)
+		return 0;
+	dfd = dup(s->st_mfdir);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return dd_err_set_errno(err, errno, "%s/%s", s->st_path,
+					DD_MANIFEST_DIR);
+	}
+	rewinddir(d);
+	while (!rc && (errno = 0, de = readdir(d)) != NULL) {
+		uint64_t id;
+		int state;
+
+		if (dd_manifest_parse_name(de->d_name, &id, &state))
+			rc = dd_idset_add(err, &ms->ms_set[state], id);
+	}
+	if (!rc && errno)
+		rc = dd_err_set_errno(err, errno, "read %s/%s", s->st_path,
+				      DD_MANIFEST_DIR);
+	closedir(d);
+	for (int i = 0; i < 3; i++)
+		if (ms->ms_set[i].is_n)
+			qsort(ms->ms_set[i].is_ids, ms->ms_set[i].is_n,
+			      sizeof(uint64_t), dd_id_cmp);
+	if (rc)
+		dd_mfstate_free(ms);
+	return rc;
+}
+
+/* Does manifests/ID exist in this state? */
+static bool dd_mf_exists(const dd_store *s, uint64_t id, int state)
+{
+	char name[DD_MANIFEST_NAME_MAX];
+
+	dd_manifest_name(name, id, state);
+	return faccessat(s->st_mfdir, name, F_OK, 0) == 0;
+}
+
+/* ---- lookups the catalog has no index for -----------------------------------*/
+
+struct dd_find {
+	uint64_t fd_id;
+	const char *fd_name;
+	char *fd_name_out;
+	dd_snap_rec *fd_rec;
+};
+
+static int dd_find_id(void *arg, const char *name, const dd_snap_rec *rec)
+{
+	struct dd_find *f = arg;
+
+	if (rec->sr_id != f->fd_id)
+		return 0;
+	strcpy(f->fd_name_out, name);
+	*f->fd_rec = *rec;
+	return 1;
+}
+
+/* The catalog snapshot with this id (a walk: used after a crash only). */
+static int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
+			   char name[DD_NAME_MAX + 1], dd_snap_rec *rec)
+{
+	struct dd_find f = {.fd_id = id, .fd_name_out = name, .fd_rec = rec};
+	int rc = dd_snap_walk(txn, err, dd_find_id, &f);
+
+	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
+}
+
+static int dd_find_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_find *f = arg;
+
+	if (strcmp(rec->pr_name, f->fd_name))
+		return 0;
+	f->fd_id = id;
+	return 1;
+}
+
+/* The pending writer of snapshot name (a walk of the few pending). */
+static int dd_pend_find_name(dd_txn *txn, dd_err *err, const char *name,
+			     uint64_t *id)
+{
+	struct dd_find f = {.fd_name = name};
+	int rc = dd_pend_walk(txn, err, dd_find_pend, &f);
+
+	if (rc == 1)
+		*id = f.fd_id;
+	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
+}
+
+static int dd_pend_has_id(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	(void)rec;
+	return id == *(const uint64_t *)arg;
+}
+
+int dd_commit_id_unused(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
+{
+	dd_bmap_cur *cur;
+	dd_ddt_key key;
+	uint64_t idx;
+	int rc = dd_bmap_open(txn, err, id, &cur), used = 0;
+
+	if (!rc) {
+		rc = dd_bmap_seek(cur, err, 0, &idx, &key);
+		dd_bmap_close(cur);
+		used = rc == 1;
+	}
+	if (rc >= 0 && !used) {
+		rc = dd_pend_walk(txn, err, dd_pend_has_id, &id);
+		used = rc == 1;
+	}
+	for (int st = DD_MANIFEST_SNAP; rc >= 0 && !used && s->st_mfdir >= 0 &&
+	     st <= DD_MANIFEST_DEL; st++)
+		used = dd_mf_exists(s, id, st);
+	if (rc < 0)
+		return rc;
+	if (used)
+		return dd_err_set(err, DD_ECORRUPT, "the catalog's next snapshot "
+				  "id %llu is in use (an older or damaged "
+				  "catalog): run dedup repair",
+				  (unsigned long long)id);
+	return 0;
+}
+
+/* ---- writing a manifest from a block map ----------------------------------*/
+
+/* Writes manifests/ID.tmp of snapshot id from its block map as txn sees
+ * it, checked against rec's digest, and durable; mw is the caller's. */
+static int dd_mf_write_from_map(dd_store *s, dd_err *err, dd_txn *txn,
+				const char *name, const dd_snap_rec *rec,
+				dd_manifest_writer **mwp)
+{
+	dd_manifest_hdr h = {
+		.mh_id = rec->sr_id, .mh_ctime = rec->sr_ctime,
+		.mh_size = rec->sr_size, .mh_blocks = rec->sr_blocks,
+		.mh_zero_blocks = rec->sr_zero_blocks,
+		.mh_block_size = rec->sr_block_size,
+		.mh_hash_kind = (uint32_t)s->st_hash_kind,
+	};
+	dd_bmap_cur *cur = NULL;
+	dd_ddt_key key;
+	uint64_t idx, at = 0;
+	int rc;
+
+	memcpy(h.mh_digest, rec->sr_digest, DD_HASH_SIZE);
+	snprintf(h.mh_name, sizeof(h.mh_name), "%s", name);
+	rc = dd_manifest_write_begin(mwp, err, s->st_mfdir, rec->sr_id, name);
+	if (!rc)
+		rc = dd_bmap_open(txn, err, rec->sr_id, &cur);
+	for (rc = rc ? rc : dd_bmap_seek(cur, err, 0, &idx, &key); rc == 1;
+	     rc = dd_bmap_next(cur, err, &idx, &key)) {
+		if (idx >= rec->sr_blocks) {
+			rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': block "
+					"map entry %llu past its %llu blocks",
+					name, (unsigned long long)idx,
+					(unsigned long long)rec->sr_blocks);
+			break;
+		}
+		rc = dd_manifest_write_holes(*mwp, err, idx - at);
+		if (!rc)
+			rc = dd_manifest_write_block(*mwp, err, key.dk_hash,
+						     key.dk_variant);
+		if (rc)
+			break;
+		at = idx + 1;
+	}
+	dd_bmap_close(cur);
+	if (!rc)
+		rc = dd_manifest_write_holes(*mwp, err, rec->sr_blocks - at);
+	if (!rc)
+		rc = dd_manifest_write_finish(*mwp, err, &h);
+	return rc;
+}
+
+int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
+		      const dd_snap_rec *rec)
+{
+	dd_manifest_writer *mw = NULL;
+	bool moved = false;
+	int rc;
+
+	if (s->st_mfdir < 0)
+		return 0;
+	rc = dd_mf_write_from_map(s, err, txn, name, rec, &mw);
+	if (!rc)
+		rc = dd_manifest_move(s->st_mfdir, err, rec->sr_id,
+				      DD_MANIFEST_TMP, DD_MANIFEST_SNAP, &moved);
+	/* published but not known durable: a failure must leave no
+	 * committed snapshot behind */
+	if (rc && moved)
+		dd_commit_unpublish(s, rec->sr_id);
+	dd_manifest_write_free(mw);
+	return rc;
+}
+
+void dd_commit_unpublish(dd_store *s, uint64_t id)
+{
+	dd_err err;
+	bool moved;
+
+	if (s->st_mfdir < 0)
+		return;
+	/* back to a temporary name first, so that a crash in between leaves
+	 * a file recovery removes, never a published one */
+	dd_manifest_move(s->st_mfdir, &err, id, DD_MANIFEST_SNAP,
+			 DD_MANIFEST_TMP, &moved);
+	if (moved)
+		dd_manifest_remove(s->st_mfdir, &err, id, DD_MANIFEST_TMP);
+}
+
+int dd_commit_delete_begin(dd_store *s, dd_err *err, uint64_t id)
+{
+	bool moved = false;
+	int rc;
+
+	if (s->st_mfdir < 0)
+		return 0;
+	rc = dd_manifest_move(s->st_mfdir, err, id, DD_MANIFEST_SNAP,
+			      DD_MANIFEST_DEL, &moved);
+	if (rc == DD_ENOENT)
+		return dd_err_set(err, DD_ECORRUPT, "the snapshot has no "
+				  "manifest: the catalog does not match the "
+				  "store: run dedup repair");
+	/* renamed but not known durable: as if it never happened */
+	if (rc && moved)
+		dd_commit_delete_undo(s, id);
+	return rc;
+}
+
+void dd_commit_delete_undo(dd_store *s, uint64_t id)
+{
+	dd_err err;
+	bool moved;
+
+	if (s->st_mfdir >= 0)
+		dd_manifest_move(s->st_mfdir, &err, id, DD_MANIFEST_DEL,
+				 DD_MANIFEST_SNAP, &moved);
+}
+
+void dd_commit_delete_end(dd_store *s, uint64_t id)
+{
+	dd_err err;
+
+	/* a leftover ID.del names a snapshot the catalog no longer has:
+	 * recovery removes it */
+	if (s->st_mfdir >= 0)
+		dd_manifest_remove(s->st_mfdir, &err, id, DD_MANIFEST_DEL);
+}
+
+/* ---- comparing a block map with a manifest --------------------------------*/
+
+int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
+			  const char *name)
+{
+	dd_manifest_reader *mr = NULL;
+	dd_manifest_hdr h;
+	dd_manifest_ent e;
+	dd_bmap_cur *cur = NULL;
+	dd_ddt_key key;
+	uint64_t idx = 0;
+	int have, rc;
+
+	rc = dd_manifest_open_at(&mr, err, s->st_mfdir, id, DD_MANIFEST_SNAP,
+				 &h);
+	if (rc == DD_ENOENT)
+		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s' has no "
+				  "manifest", name);
+	if (rc)
+		return rc;
+	if (strcmp(h.mh_name, name)) {
+		rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its manifest "
+				"names '%s'", name, h.mh_name);
+		goto out;
+	}
+	rc = dd_bmap_open(txn, err, id, &cur);
+	if (rc)
+		goto out;
+	have = dd_bmap_seek(cur, err, 0, &idx, &key);
+	while (have >= 0 && (rc = dd_manifest_read_next(mr, err, &e)) == 1) {
+		if (e.me_hole) {
+			if (have == 1 && idx < e.me_index + e.me_count)
+				break;   /* a map entry where a hole is */
+			continue;
+		}
+		if (have != 1 || idx != e.me_index ||
+		    memcmp(key.dk_hash, e.me_hash, DD_HASH_SIZE) ||
+		    key.dk_variant != e.me_variant)
+			break;
+		have = dd_bmap_next(cur, err, &idx, &key);
+	}
+	if (have < 0)
+		rc = have;
+	else if (rc == 1 || (rc == 0 && have == 1))
+		rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its block "
+				"map differs from its manifest at block %llu",
+				name, (unsigned long long)(rc == 1 ? e.me_index
+								  : idx));
+out:
+	dd_bmap_close(cur);
+	dd_manifest_read_close(mr);
+	return rc;
+}
+
+/* ---- the catalog against the manifests -------------------------------------*/
+
+struct dd_cc {
+	dd_store *cc_store;
+	dd_err *cc_err;
+	const dd_mfstate *cc_ms;
+	dd_idset cc_snaps;        /* ids of the catalog's snapshots */
+	dd_idset cc_pend;         /* ids of pending writers */
+};
+
+static int dd_cc_snap(void *arg, const char *name, const dd_snap_rec *rec)
+{
+	struct dd_cc *cc = arg;
+
+	if (!dd_idset_has(&cc->cc_ms->ms_set[DD_MANIFEST_SNAP], rec->sr_id) &&
+	    !dd_idset_has(&cc->cc_ms->ms_set[DD_MANIFEST_DEL], rec->sr_id))
+		return dd_err_set(cc->cc_err, DD_ECORRUPT, "the catalog does "
+				  "not match the snapshot manifests (snapshot "
+				  "'%s' has none): run dedup repair", name);
+	return dd_idset_add(cc->cc_err, &cc->cc_snaps, rec->sr_id);
+}
+
+static int dd_cc_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_cc *cc = arg;
+
+	(void)rec;
+	return dd_idset_add(cc->cc_err, &cc->cc_pend, id);
+}
+
+/* Checks that every published manifest is a catalog snapshot or a
+ * pending one, and every catalog snapshot has a manifest (published or
+ * being deleted). */
+static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
+			       const dd_mfstate *ms)
+{
+	struct dd_cc cc = {.cc_store = s, .cc_err = err, .cc_ms = ms};
+	const dd_idset *pub = &ms->ms_set[DD_MANIFEST_SNAP];
+	int rc = dd_snap_walk(txn, err, dd_cc_snap, &cc);
+
+	if (!rc)
+		rc = dd_pend_walk(txn, err, dd_cc_pend, &cc);
+	if (!rc) {
+		qsort(cc.cc_snaps.is_ids, cc.cc_snaps.is_n, sizeof(uint64_t),
+		      dd_id_cmp);
+		qsort(cc.cc_pend.is_ids, cc.cc_pend.is_n, sizeof(uint64_t),
+		      dd_id_cmp);
+	}
+	for (size_t i = 0; !rc && i < pub->is_n; i++) {
+		uint64_t id = pub->is_ids[i];
+		char mf[DD_MANIFEST_NAME_MAX];
+
+		if (dd_idset_has(&cc.cc_snaps, id) ||
+		    dd_idset_has(&cc.cc_pend, id))
+			continue;
+		dd_manifest_name(mf, id, DD_MANIFEST_SNAP);
+		rc = dd_err_set(err, DD_ECORRUPT, "the catalog does not match "
+				"the snapshot manifests (%s is not in it: an "
+				"older or damaged catalog): run dedup repair",
+				mf);
+	}
+	dd_free(cc.cc_snaps.is_ids);
+	dd_free(cc.cc_pend.is_ids);
+	return rc;
+}
+
+int dd_commit_check(dd_store *s, dd_err *err)
+{
+	dd_mfstate ms;
+	dd_txn *txn;
+	int rc;
+
+	if (s->st_mfdir < 0)
+		return 0;
+	rc = dd_mfstate_read(s, err, &ms);
+	if (rc)
+		return rc;
+	rc = dd_txn_begin(s->st_db, err, false, &txn);
+	if (!rc) {
+		rc = dd_commit_check_txn(s, err, txn, &ms);
+		dd_txn_abort(txn);
+	}
+	dd_mfstate_free(&ms);
+	return rc;
+}
+
+/* ---- recovery -------------------------------------------------------------*/
+
+/* The record of a published snapshot, from its manifest header. */
+static void dd_rec_from_hdr(dd_snap_rec *rec, const dd_manifest_hdr *h)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->sr_id = h->mh_id;
+	rec->sr_block_size = h->mh_block_size;
+	rec->sr_size = h->mh_size;
+	rec->sr_blocks = h->mh_blocks;
+	rec->sr_zero_blocks = h->mh_zero_blocks;
+	rec->sr_ctime = h->mh_ctime;
+	memcpy(rec->sr_digest, h->mh_digest, DD_HASH_SIZE);
+}
+
+struct dd_rf {
+	dd_store *rf_store;
+	dd_err *rf_err;
+	const dd_mfstate *rf_ms;
+	dd_idset rf_ids;          /* pending ids with a published manifest */
+};
+
+static int dd_rf_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_rf *rf = arg;
+
+	(void)rec;
+	if (!dd_idset_has(&rf->rf_ms->ms_set[DD_MANIFEST_SNAP], id))
+		return 0;
+	return dd_idset_add(rf->rf_err, &rf->rf_ids, id);
+}
+
+/* Rolls pending snapshot id forward: its manifest is published, so it is
+ * committed; its block map must be the manifest's, entry for entry (a
+ * catalog older than the writer's last intermediate commit would have a
+ * shorter one -- then nothing is rolled and repair is named). */
+static int dd_roll_forward(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
+{
+	dd_manifest_hdr h;
+	dd_snap_rec rec, existing;
+	int rc = dd_manifest_read_header_at(s->st_mfdir, err, id, &h);
+
+	if (!rc)
+		rc = dd_commit_compare_map(s, err, txn, id, h.mh_name);
+	if (rc == DD_ECORRUPT)
+		return dd_err_set(err, DD_ECORRUPT, "the catalog does not match "
+				  "the snapshot manifests (%s): run dedup "
+				  "repair", err->de_msg);
+	if (rc)
+		return rc;
+	rc = dd_snap_get(txn, err, h.mh_name, &existing);
+	if (rc == 0)
+		return dd_err_set(err, DD_ECORRUPT, "the catalog does not "
+				  "match the snapshot manifests (two snapshots "
+				  "named '%s'): run dedup repair", h.mh_name);
+	if (rc != DD_ENOENT)
+		return rc;
+	dd_rec_from_hdr(&rec, &h);
+	rc = dd_snap_put(txn, err, h.mh_name, &rec);
+	if (!rc)
+		rc = dd_pend_del(txn, err, id);
+	return rc;
+}
+
+/* The catalog's side of a crash: drops the snapshots of ID.del files and
+ * rolls published pending ones forward, in one transaction. */
+static int dd_commit_catch_up(dd_store *s, dd_err *err, const dd_mfstate *ms,
+			      bool *changed)
+{
+	struct dd_rf rf = {.rf_store = s, .rf_err = err, .rf_ms = ms};
+	const dd_idset *del = &ms->ms_set[DD_MANIFEST_DEL];
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	*changed = false;
+	if (rc)
+		return rc;
+	rc = dd_pend_walk(txn, err, dd_rf_collect, &rf);
+	for (size_t i = 0; !rc && i < rf.rf_ids.is_n; i++, *changed = true)
+		rc = dd_roll_forward(s, err, txn, rf.rf_ids.is_ids[i]);
+	for (size_t i = 0; !rc && i < del->is_n; i++) {
+		dd_snap_rec r;
+		char name[DD_NAME_MAX + 1];
+
+		rc = dd_snap_find_id(txn, err, del->is_ids[i], name, &r);
+		if (rc == DD_ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (!rc)
+			rc = dd_snap_drop_refs(txn, err, r.sr_id);
+		if (!rc)
+			rc = dd_snap_del(txn, err, name);
+		*changed = true;
+	}
+	dd_free(rf.rf_ids.is_ids);
+	if (!rc && *changed)
+		return dd_txn_commit(txn, err);
+	dd_txn_abort(txn);
+	return rc;
+}
+
+int dd_commit_recover(dd_store *s, dd_err *err)
+{
+	dd_mfstate ms;
+	dd_txn *txn;
+	bool changed = false;
+	int rc;
+
+	if (s->st_mfdir < 0)
+		return 0;
+	rc = dd_mfstate_read(s, err, &ms);
+	if (rc)
+		return rc;
+	/* nothing is changed unless the catalog agrees with the manifests
+	 * once the crash's last step is accounted for */
+	rc = dd_txn_begin(s->st_db, err, false, &txn);
+	if (!rc) {
+		rc = dd_commit_check_txn(s, err, txn, &ms);
+		dd_txn_abort(txn);
+	}
+	if (!rc)
+		rc = dd_commit_catch_up(s, err, &ms, &changed);
+	for (int st = DD_MANIFEST_TMP; !rc && st <= DD_MANIFEST_DEL; st++) {
+		const dd_idset *set = &ms.ms_set[st];
+
+		for (size_t i = 0; !rc && i < set->is_n; i++) {
+			rc = dd_manifest_remove(s->st_mfdir, err, set->is_ids[i],
+						st);
+			if (rc == DD_ENOENT)
+				rc = 0;
+			changed = true;
+		}
+	}
+	if (!rc && changed)
+		rc = dd_io_fsync_dirfd(err, s->st_mfdir, DD_MANIFEST_DIR);
+	dd_mfstate_free(&ms);
+	return rc;
+}
+
+/* ---- snapshots as the manifests have them -----------------------------------*/
+
+int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
+		      dd_snap_rec *out)
+{
+	dd_manifest_hdr h;
+	uint64_t pid = 0;
+	int rc = dd_snap_get(txn, err, name, out);
+
+	if (s->st_mfdir < 0)
+		return rc;
+	if (rc == 0 && dd_mf_exists(s, out->sr_id, DD_MANIFEST_DEL))
+		return dd_err_set(err, DD_ENOENT, "no snapshot '%s' (being "
+				  "deleted)", name);
+	if (rc != DD_ENOENT)
+		return rc;
+	/* committed by its manifest, not yet by the catalog? */
+	rc = dd_pend_find_name(txn, err, name, &pid);
+	if (rc == DD_ENOENT || (!rc && !dd_mf_exists(s, pid, DD_MANIFEST_SNAP)))
+		return dd_err_set(err, DD_ENOENT, "no snapshot '%s'", name);
+	if (rc)
+		return rc;
+	rc = dd_manifest_read_header_at(s->st_mfdir, err, pid, &h);
+	if (rc)
+		return rc;
+	if (strcmp(h.mh_name, name))
+		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s' is being "
+				  "committed under id %llu, whose manifest "
+				  "names '%s': run dedup repair", name,
+				  (unsigned long long)pid, h.mh_name);
+	dd_rec_from_hdr(out, &h);
+	return 0;
+}
+
+struct dd_sw {
+	dd_store *sw_store;
+	dd_err *sw_err;
+	const dd_mfstate *sw_ms;
+	dd_snap_walk_fn sw_fn;
+	void *sw_ctx;
+};
+
+static int dd_sw_snap(void *arg, const char *name, const dd_snap_rec *rec)
+{
+	struct dd_sw *sw = arg;
+
+	if (dd_idset_has(&sw->sw_ms->ms_set[DD_MANIFEST_DEL], rec->sr_id))
+		return 0;
+	return sw->sw_fn(sw->sw_ctx, name, rec);
+}
+
+static int dd_sw_pend(void *arg, uint64_t id, const dd_pend_rec *prec)
+{
+	struct dd_sw *sw = arg;
+	dd_manifest_hdr h;
+	dd_snap_rec rec;
+	int rc;
+
+	if (!dd_idset_has(&sw->sw_ms->ms_set[DD_MANIFEST_SNAP], id))
+		return 0;
+	rc = dd_manifest_read_header_at(sw->sw_store->st_mfdir, sw->sw_err,
+					id, &h);
+	if (rc)
+		return rc;
+	if (strcmp(h.mh_name, prec->pr_name))
+		return dd_err_set(sw->sw_err, DD_ECORRUPT, "snapshot '%s' is "
+				  "being committed under id %llu, whose "
+				  "manifest names '%s': run dedup repair",
+				  prec->pr_name, (unsigned long long)id,
+				  h.mh_name);
+	dd_rec_from_hdr(&rec, &h);
+	return sw->sw_fn(sw->sw_ctx, h.mh_name, &rec);
+}
+
+int dd_store_snap_walk(dd_store *s, dd_err *err, dd_txn *txn,
+		       dd_snap_walk_fn fn, void *ctx)
+{
+	dd_mfstate ms;
+	struct dd_sw sw = {s, err, &ms, fn, ctx};
+	int rc;
+
+	if (s->st_mfdir < 0)
+		return dd_snap_walk(txn, err, fn, ctx);
+	rc = dd_mfstate_read(s, err, &ms);
+	if (rc)
+		return rc;
+	rc = dd_snap_walk(txn, err, dd_sw_snap, &sw);
+	if (!rc)
+		rc = dd_pend_walk(txn, err, dd_sw_pend, &sw);
+	dd_mfstate_free(&ms);
+	return rc;
+}
+
+/* ---- upgrading a store of format 1 -------------------------------------------*/
+
+struct dd_up {
+	dd_store *up_store;
+	dd_err *up_err;
+	dd_txn *up_txn;
+};
+
+static int dd_up_snap(void *arg, const char *name, const dd_snap_rec *rec)
+{
+	struct dd_up *up = arg;
+	dd_manifest_writer *mw = NULL;
+	char tmp[DD_MANIFEST_NAME_MAX], fin[DD_MANIFEST_NAME_MAX];
+	int rc = dd_mf_write_from_map(up->up_store, up->up_err, up->up_txn,
+				      name, rec, &mw);
+
+	/* a crashed upgrade may have left this one: replaced, as the
+	 * store is format 1 until DEDUP says otherwise */
+	dd_manifest_name(tmp, rec->sr_id, DD_MANIFEST_TMP);
+	dd_manifest_name(fin, rec->sr_id, DD_MANIFEST_SNAP);
+	if (!rc)
+		rc = dd_io_renameat(up->up_err, up->up_store->st_mfdir, tmp,
+				    fin, 0);
+	dd_manifest_write_free(mw);
+	return rc;
+}
+
+/* Gives meta an identity if it has none, and returns the options. */
+static int dd_up_conf(dd_store *s, dd_err *err, dd_store_conf *conf)
+{
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_store_meta_read(txn, err, s->st_path, conf);
+	if (!rc && !conf->sc_have_uuid) {
+		rc = dd_store_conf_new_uuid(err, conf);
+		if (!rc)
+			rc = dd_meta_put_u64(txn, err, "store.uuid0",
+					     dd_get_le64(conf->sc_uuid));
+		if (!rc)
+			rc = dd_meta_put_u64(txn, err, "store.uuid1",
+					     dd_get_le64(conf->sc_uuid + 8));
+		if (!rc)
+			return dd_txn_commit(txn, err);
+	}
+	dd_txn_abort(txn);
+	return rc;
+}
+
+int dd_commit_upgrade(dd_store *s, dd_err *err)
+{
+	struct dd_up up = {.up_store = s, .up_err = err};
+	dd_store_conf conf = {0};
+	char p[4096];
+	int rc;
+
+	if (s->st_format >= 2)
+		return 0;
+	snprintf(p, sizeof(p), "%s/" DD_MANIFEST_DIR, s->st_path);
+	if (mkdir(p, 0755) != 0 && errno != EEXIST)
+		return dd_err_set_errno(err, errno, "mkdir %s", p);
+	if (s->st_mfdir < 0) {
+		s->st_mfdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
+		if (s->st_mfdir < 0) {
+			rc = s->st_mfdir;
+			s->st_mfdir = -1;
+			return rc;
+		}
+	}
+	rc = dd_up_conf(s, err, &conf);
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, err, false, &up.up_txn);
+	if (!rc) {
+		rc = dd_snap_walk(up.up_txn, err, dd_up_snap, &up);
+		dd_txn_abort(up.up_txn);
+	}
+	if (!rc)
+		rc = dd_io_fsync_dirfd(err, s->st_mfdir, DD_MANIFEST_DIR);
+	if (!rc)
+		rc = dd_io_fsync_dir(err, s->st_path);
+	/* the last step: from here on the store is format 2 */
+	conf.sc_format = 2;
+	if (!rc)
+		rc = dd_store_conf_write(err, s->st_path, &conf);
+	if (!rc)
+		s->st_format = 2;
+	return rc;
+}
