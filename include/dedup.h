@@ -443,6 +443,91 @@ DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
  * dd_stream_check, dd_scan_*).  Never NULL. */
 DD_API const char *dd_last_errmsg(void);
 
+/* ---- repair -------------------------------------------------------------*/
+
+/*
+ * The packs (every record carries its block's hash) and the snapshot
+ * manifests (format/manifest.md) are a store's truth; the catalog in
+ * STORE/db (the DDT, snapshots, block maps, reference counts, the pack
+ * table) is an index over them.  dd_store_repair rebuilds that index from
+ * them: when db/ is missing, damaged, or an older copy.  It builds the new
+ * catalog beside the old one (STORE/db.repair) and swaps it in with one
+ * rename, so a crash during repair leaves the old catalog in place; run
+ * again, it gives the same catalog.  It walks record headers, not
+ * payloads, unless opts->verify.
+ *
+ * What it cannot use it reports through opts->report and moves aside so
+ * that the store works without it: a pack whose file header is
+ * unreadable (renamed NNNNNNNN.pack.damaged), a manifest that fails its
+ * checks (ID.snap.damaged), damaged records inside a pack (skipped: the
+ * walk finds the next good record).  A snapshot whose manifest names a
+ * block no pack holds is restored all the same, that block marked lost
+ * (reads of it fail with DD_ECORRUPT; a later put or receive of data
+ * holding it brings it back), and reported with its first missing byte.
+ */
+enum dd_repair_event_kind {
+	DD_REPAIR_INCOMPLETE = 1,  /* snapshot `name` lacks blocks; `offset`:
+				      its first missing byte, `length`: the
+				      blocks missing */
+	DD_REPAIR_BAD_MANIFEST = 2,/* manifest file `name` refused (moved
+				      aside) */
+	DD_REPAIR_BAD_PACK = 3,    /* pack file `name` unreadable (moved
+				      aside) */
+	DD_REPAIR_BAD_RECORDS = 4  /* pack `name`: `length` bytes from
+				      `offset` skipped as damaged */
+};
+
+typedef struct dd_repair_event {
+	int kind;                  /* enum dd_repair_event_kind */
+	const char *name;          /* valid during the call only */
+	uint64_t offset;
+	uint64_t length;
+	int error;                 /* the DD_E* code behind it */
+	const char *message;       /* one line */
+} dd_repair_event;
+typedef void (*dd_repair_report_fn)(void *ctx, const dd_repair_event *ev);
+
+typedef struct dd_repair_opts {
+	unsigned version;          /* DD_REPAIR_OPTS_VERSION */
+	int verify;                /* also decompress and hash every record */
+	int wait_for_lock;         /* wait for a running writer */
+	dd_repair_report_fn report;/* may be NULL */
+	void *report_ctx;
+	dd_progress_fn progress;   /* pack bytes walked; may be NULL */
+	void *progress_ctx;
+} dd_repair_opts;
+#define DD_REPAIR_OPTS_VERSION 1
+#define DD_REPAIR_OPTS_INIT {DD_REPAIR_OPTS_VERSION, 0, 0, NULL, NULL, NULL, \
+			     NULL}
+
+typedef struct dd_repair_result {
+	unsigned version;          /* DD_REPAIR_RESULT_VERSION: set by caller */
+	uint64_t snapshots;        /* restored (incomplete ones included) */
+	uint64_t incomplete_snapshots; /* lacking at least one block */
+	uint64_t blocks;           /* distinct blocks found in the packs */
+	uint64_t unreferenced_blocks;  /* of those, used by no snapshot: gc
+					  reclaims them */
+	uint64_t missing_blocks;   /* distinct blocks no pack holds */
+	uint64_t packs;            /* pack files walked */
+	uint64_t pack_bytes;       /* their bytes */
+	uint64_t records;          /* good records walked */
+	uint64_t damaged_records;  /* damaged stretches skipped */
+	uint64_t damaged_bytes;    /* their bytes */
+	uint64_t damaged_packs;    /* pack files moved aside */
+	uint64_t damaged_manifests;/* manifests moved aside */
+} dd_repair_result;
+#define DD_REPAIR_RESULT_VERSION 1
+
+/* Rebuilds the catalog of the store at path (format 2; a format-1 store
+ * has no manifests and gets DD_ENOTSUP).  Takes the writer lock (DD_EBUSY,
+ * or waits).  Returns 0 when the new catalog is in place -- check
+ * out->incomplete_snapshots and damaged_manifests: a store can be repaired
+ * and still have lost data.  out may be NULL.  Errors (the old catalog
+ * stays): DD_ENOENT, DD_EVERSION, DD_ENOTSUP (a test-hash store), DD_EBUSY,
+ * DD_ENOMEM, DD_EIO, DD_ENOSPC; the reason in dd_last_errmsg(). */
+DD_API int dd_store_repair(const char *path, const dd_repair_opts *opts,
+			   dd_repair_result *out);
+
 /* ---- scanning existing data (dedup scan) ---------------------------------*/
 
 /*

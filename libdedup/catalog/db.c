@@ -254,8 +254,29 @@ static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
 	return NULL;
 }
 
+static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
+			    bool create, bool readonly, unsigned mdb_flags);
+
 int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	       bool readonly)
+{
+	return dd_db_open_flags(out, err, dir, create, readonly, 0);
+}
+
+int dd_db_open_unsynced(dd_db **out, dd_err *err, const char *dir)
+{
+	return dd_db_open_flags(out, err, dir, true, false, MDB_NOSYNC);
+}
+
+int dd_db_sync(dd_db *db, dd_err *err)
+{
+	int rc = mdb_env_sync(db->db_env, 1);
+
+	return rc ? dd_mdb_error(err, rc, "lmdb sync") : 0;
+}
+
+static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
+			    bool create, bool readonly, unsigned mdb_flags)
 {
 	struct stat st, data;
 	char file[4200];
@@ -295,7 +316,8 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	mdb_env_set_mapsize(db->db_env, DD_DB_MAPSIZE);
 	mdb_env_set_maxreaders(db->db_env, 1022);
 	rc = mdb_env_open(db->db_env, dir,
-			  MDB_NOTLS | (readonly ? MDB_RDONLY : 0), 0644);
+			  MDB_NOTLS | mdb_flags | (readonly ? MDB_RDONLY : 0),
+			  0644);
 	if (rc) {
 		rc = dd_mdb_error(err, rc, dir);
 		goto fail;

@@ -37,6 +37,12 @@ int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	       bool readonly);
 void dd_db_close(dd_db *db);
 
+/* A new catalog that nobody reads until it is complete (dedup repair
+ * builds one beside the store's): its commits are not synced one by one;
+ * dd_db_sync makes all of it durable at the end. */
+int dd_db_open_unsynced(dd_db **out, dd_err *err, const char *dir);
+int dd_db_sync(dd_db *db, dd_err *err);
+
 /* Walks every page of data.mdb's newest snapshot through pread and checks
  * LMDB's own structure (check.c), so that damage LMDB would crash on is
  * DD_ECORRUPT instead.  dd_db_open does it for files of up to
@@ -73,6 +79,10 @@ int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t v);
 #define DD_DDE_PENDING 0x0001u /* in the writer's current batch, not yet in a
 				  pack: de_offset is the batch index.  Never
 				  committed (format/ddt.md §3). */
+#define DD_DDE_MISSING 0x0002u /* no pack holds the block: repair found it
+				  in a manifest only.  Pack, offset, psize and
+				  codec are 0; a read fails, a writer that
+				  brings the block stores it here */
 
 typedef struct dd_ddt_key {
 	uint8_t dk_hash[DD_HASH_SIZE];

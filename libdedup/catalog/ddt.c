@@ -22,7 +22,7 @@
 #include "catalog/db_internal.h"
 
 #define DD_DDT_VAL_VERSION 1
-#define DD_DDE_KNOWN_FLAGS DD_DDE_PENDING
+#define DD_DDE_KNOWN_FLAGS (DD_DDE_PENDING | DD_DDE_MISSING)
 
 static void dd_ddt_key_encode(uint8_t out[DD_DDT_KEY_SIZE],
 			      const dd_ddt_key *key)
@@ -78,7 +78,9 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	e->de_refcnt = dd_get_le64(p + 24);
 	if ((e->de_flags & ~DD_DDE_KNOWN_FLAGS) || e->de_codec > 1 ||
 	    e->de_lsize == 0 || e->de_lsize > DD_BLOCK_SIZE_MAX ||
-	    e->de_psize > e->de_lsize)
+	    e->de_psize > e->de_lsize ||
+	    ((e->de_flags & DD_DDE_MISSING) &&
+	     (e->de_pack || e->de_offset || e->de_psize || e->de_codec)))
 		return dd_db_damage(err,
 				    "ddt value out of range (flags %#x, codec %u,"
 				    " lsize %u, psize %u)", e->de_flags,

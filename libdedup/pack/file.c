@@ -453,28 +453,72 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 	return 0;
 }
 
-static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t limit,
-			    bool payloads, dd_pack_walk_fn fn, void *ctx,
-			    uint64_t *end);
+static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
+			    uint64_t limit, bool payloads, dd_pack_walk_fn fn,
+			    void *ctx, uint64_t *end);
 
 int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
 		 void *ctx, uint64_t *end)
 {
-	return dd_pack_walk_any(p, err, limit, true, fn, ctx, end);
+	return dd_pack_walk_any(p, err, DD_PACK_FILE_HDR_SIZE, limit, true, fn,
+				ctx, end);
 }
 
 int dd_pack_walk_headers(dd_pack *p, dd_err *err, dd_pack_walk_fn fn,
 			 void *ctx, uint64_t *end)
 {
-	return dd_pack_walk_any(p, err, 0, false, fn, ctx, end);
+	return dd_pack_walk_any(p, err, DD_PACK_FILE_HDR_SIZE, 0, false, fn,
+				ctx, end);
 }
 
-static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t limit,
-			    bool payloads, dd_pack_walk_fn fn, void *ctx,
-			    uint64_t *end)
+int dd_pack_walk_from(dd_pack *p, dd_err *err, uint64_t from, bool payloads,
+		      dd_pack_walk_fn fn, void *ctx, uint64_t *end)
+{
+	return dd_pack_walk_any(p, err, from, 0, payloads, fn, ctx, end);
+}
+
+int dd_pack_find_record(dd_pack *p, dd_err *err, uint64_t from,
+			uint64_t *next)
+{
+	const size_t chunk = (size_t)1 << 20;
+	uint8_t *buf = dd_malloc(chunk + DD_PACK_REC_HDR_SIZE);
+	uint64_t size;
+	int rc;
+
+	if (!buf)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	/* chunks overlap by a header, so a header across two is seen */
+	for (uint64_t at = from; !rc && at + DD_PACK_REC_HDR_SIZE <= size;
+	     at += chunk) {
+		size_t got = 0;
+
+		rc = dd_io_pread(err, p->pk_fd, buf, chunk + DD_PACK_REC_HDR_SIZE,
+				 at, &got, p->pk_name);
+		for (size_t i = 0; !rc && i + DD_PACK_REC_HDR_SIZE <= got &&
+				   i < chunk; i++) {
+			dd_pack_rec rec;
+			dd_err inner;
+
+			if (memcmp(buf + i, "DDRC", 4) ||
+			    dd_pack_rec_decode(&inner, buf + i, &rec) != 0 ||
+			    rec.pr_psize > size - (at + i) - DD_PACK_REC_HDR_SIZE)
+				continue;
+			*next = at + i;
+			dd_free(buf);
+			return 1;
+		}
+	}
+	dd_free(buf);
+	return rc;
+}
+
+static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
+			    uint64_t limit, bool payloads, dd_pack_walk_fn fn,
+			    void *ctx, uint64_t *end)
 {
 	const size_t buflen = DD_PACK_REC_HDR_SIZE + DD_BLOCK_SIZE_MAX;
-	uint64_t size, bound, off = DD_PACK_FILE_HDR_SIZE;
+	uint64_t size, bound, off = from;
 	uint8_t *buf = NULL;
 	dd_pack_rec rec;
 	size_t got;

@@ -18,6 +18,7 @@
 #ifndef DD_PACK_PACK_H
 #define DD_PACK_PACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -147,5 +148,17 @@ int dd_pack_walk(dd_pack *p, dd_err *err, uint64_t limit, dd_pack_walk_fn fn,
  * still stops the walk). */
 int dd_pack_walk_headers(dd_pack *p, dd_err *err, dd_pack_walk_fn fn,
 			 void *ctx, uint64_t *end);
+/* The same from offset `from` (a record's start) to the end of file, with
+ * or without payloads: repair goes on past damage from where
+ * dd_pack_find_record finds the next record. */
+int dd_pack_walk_from(dd_pack *p, dd_err *err, uint64_t from, bool payloads,
+		      dd_pack_walk_fn fn, void *ctx, uint64_t *end);
+/* The first offset >= from where a record header decodes (format/pack.md
+ * §3, CRC included) and its payload fits in the file: 1 with *next, 0 if
+ * there is none.  Damage between records is skipped this way; a false
+ * match needs a valid CRC-32C over random bytes (1 in 2^32 per offset
+ * that also reads "DDRC"), and its payload is still checked by hash. */
+int dd_pack_find_record(dd_pack *p, dd_err *err, uint64_t from,
+			uint64_t *next);
 
 #endif

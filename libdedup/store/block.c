@@ -28,6 +28,14 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 	dd_pack *p;
 	int rc;
 
+	if (ent->de_flags & DD_DDE_MISSING) {
+		char hex[2 * DD_HASH_SIZE + 1];
+
+		dd_hash_hex(key->dk_hash, hex);
+		return dd_err_set(err, DD_ECORRUPT, "block %.16s is lost: no "
+				  "pack holds it (a put or receive of data "
+				  "holding it stores it again)", hex);
+	}
 	if (ent->de_lsize > s->st_block_size ||
 	    (size_t)ent->de_psize + DD_PACK_REC_HDR_SIZE > sc->sc_rbuf_len)
 		return dd_err_set(err, DD_ECORRUPT,

@@ -48,8 +48,8 @@ static int dd_gc_sum_live(void *arg, const dd_ddt_key *key,
 	dd_gc *gc = arg;
 
 	(void)key;
-	if (e->de_refcnt == 0)
-		return 0;
+	if (e->de_refcnt == 0 || (e->de_flags & DD_DDE_MISSING))
+		return 0;   /* nothing, or no bytes, in a pack */
 	if (e->de_pack >= gc->gc_npacks)
 		return dd_err_set(gc->gc_err, DD_ECORRUPT,
 				  "ddt entry names pack %u beyond pack.next",
@@ -95,7 +95,8 @@ static int dd_gc_collect_moves(void *arg, const dd_ddt_key *key,
 {
 	dd_gc *gc = arg;
 
-	if (e->de_refcnt == 0 || gc->gc_fate[e->de_pack] != DD_GC_REWRITE)
+	if (e->de_refcnt == 0 || (e->de_flags & DD_DDE_MISSING) ||
+	    gc->gc_fate[e->de_pack] != DD_GC_REWRITE)
 		return 0;
 	if (gc->gc_nmove == gc->gc_capmove) {
 		size_t n = gc->gc_capmove ? gc->gc_capmove * 2 : 1024;

@@ -99,12 +99,14 @@ static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
 
 /* Finds the variant of key holding these bytes (verify mode compares),
  * 1 if found (refcount taken), 0 if the block is new (key->dk_variant is
- * then the first free variant). */
+ * then the first free variant).  A lost block (DD_DDE_MISSING) is new
+ * too, stored under its own key: *refs gets the references it has. */
 static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
-			  uint32_t lsize)
+			  uint32_t lsize, uint64_t *refs)
 {
 	dd_ddt_ent ent;
 
+	*refs = 0;
 	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
 		bool same = true;
 		int rc;
@@ -115,6 +117,10 @@ static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
 			return 0;
 		if (rc)
 			return rc;
+		if (ent.de_flags & DD_DDE_MISSING) {
+			*refs = ent.de_refcnt;
+			return 0;
+		}
 		if (w->w_store->st_verify) {
 			same = ent.de_lsize == lsize;
 			if (same) {
@@ -144,6 +150,7 @@ int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 			   .pr_psize = psize};
 	dd_ddt_key key;
 	uint8_t got[DD_HASH_SIZE];
+	uint64_t refs;
 	int rc = dd_recv_advance(w, idx, lsize);
 
 	if (rc)
@@ -164,10 +171,10 @@ int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 				  "does not match the stream",
 				  (unsigned long long)idx);
 	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
-	rc = dd_recv_lookup(w, &key, w->w_sc.sc_dbuf, lsize);
+	rc = dd_recv_lookup(w, &key, w->w_sc.sc_dbuf, lsize, &refs);
 	if (rc == 0) {
 		dd_ddt_ent ent = {.de_codec = codec, .de_psize = psize,
-				  .de_lsize = lsize, .de_refcnt = 1};
+				  .de_lsize = lsize, .de_refcnt = refs + 1};
 
 		rc = dd_writer_append(w, &rec, payload, &ent.de_pack,
 				      &ent.de_offset);
@@ -203,6 +210,11 @@ int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 				  "block %llu: reference of %u bytes to a "
 				  "block of %u", (unsigned long long)idx, lsize,
 				  ent.de_lsize);
+	if (!rc && (ent.de_flags & DD_DDE_MISSING))
+		return dd_err_set(&w->w_err, DD_ECORRUPT,
+				  "block %llu refers to a block this store has "
+				  "lost (no pack holds it): send it as data "
+				  "(a full stream)", (unsigned long long)idx);
 	if (!rc) {
 		ent.de_refcnt++;
 		rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);

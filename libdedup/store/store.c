@@ -88,20 +88,27 @@ int dd_name_check(const char *name)
 
 int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s)
 {
+	return dd_scratch_init_for(sc, err, s->st_compress, s->st_level,
+				   s->st_hash_kind, s->st_block_size);
+}
+
+int dd_scratch_init_for(dd_scratch *sc, dd_err *err, int compress, int level,
+			int hash_kind, uint32_t block_size)
+{
 	int rc;
 
 	memset(sc, 0, sizeof(*sc));
-	rc = dd_codec_new(&sc->sc_codec, s->st_compress, s->st_level);
+	rc = dd_codec_new(&sc->sc_codec, compress, level);
 	if (rc)
 		return dd_err_set(err, rc, "cannot create codec context");
-	rc = dd_hasher_new(&sc->sc_hasher, s->st_hash_kind);
+	rc = dd_hasher_new(&sc->sc_hasher, hash_kind);
 	if (rc) {
 		dd_scratch_fini(sc);
 		return dd_err_set(err, rc, "cannot create hasher");
 	}
-	sc->sc_rbuf_len = DD_PACK_REC_HDR_SIZE + dd_codec_bound(s->st_block_size);
+	sc->sc_rbuf_len = DD_PACK_REC_HDR_SIZE + dd_codec_bound(block_size);
 	sc->sc_rbuf = dd_malloc(sc->sc_rbuf_len);
-	sc->sc_dbuf = dd_malloc(s->st_block_size);
+	sc->sc_dbuf = dd_malloc(block_size);
 	if (!sc->sc_rbuf || !sc->sc_dbuf) {
 		dd_scratch_fini(sc);
 		return dd_err_set(err, DD_ENOMEM, "out of memory");

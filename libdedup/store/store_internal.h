@@ -127,6 +127,9 @@ int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed);
 int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out);
 
 int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s);
+/* The same without a store handle (repair has none). */
+int dd_scratch_init_for(dd_scratch *sc, dd_err *err, int compress, int level,
+			int hash_kind, uint32_t block_size);
 void dd_scratch_fini(dd_scratch *sc);
 
 /* ---- writer.c ----------------------------------------------------------*/

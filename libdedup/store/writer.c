@@ -112,7 +112,9 @@ static bool dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
 			return false;
 		txn = *t;
 	}
-	return txn && dd_ddt_get(txn, &err, key, &ent) == 0;
+	/* a lost block (DD_DDE_MISSING) is to be stored: its bytes count */
+	return txn && dd_ddt_get(txn, &err, key, &ent) == 0 &&
+	       !(ent.de_flags & DD_DDE_MISSING);
 }
 
 /* Parks the probes' read txns: called before every commit, so that none
@@ -269,6 +271,18 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 		}
 		if (rc)
 			return rc;
+		if (ent.de_flags & DD_DDE_MISSING) {
+			/* a block repair found no copy of: this one is it
+			 * (its hash says so), stored under the same key so
+			 * that every snapshot using it reads again */
+			ent.de_flags = DD_DDE_PENDING;
+			ent.de_offset = (uint64_t)(b - w->w_batch) << 32 | i;
+			ent.de_lsize = sl->sl_lsize;
+			ent.de_refcnt++;
+			sl->sl_kind = DD_SLOT_NEW;
+			b->bt_new[b->bt_nnew++] = (uint32_t)i;
+			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		}
 		if (w->w_store->st_verify) {
 			rc = dd_same_bytes(w, b, &sl->sl_key, &ent, data,
 					   sl->sl_lsize, &same);
