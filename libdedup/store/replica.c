@@ -6,11 +6,12 @@
  * each block's hash from the block map alone; only a block the sender
  * carries as DATA is looked up in the DDT and read from its pack
  * (dd_snap_iter_load), so a block already sent costs no random DDT page
- * and no pack read.  Its record is read with its header checked (CRC, and
- * that it matches the DDT entry: sizes and hash) but the payload is passed
- * on compressed; the receiver decompresses and checks the SHA-256 of
- * every block.
+ * and no pack read.  Its record is read and checked in full, as a get
+ * checks it (header CRC, sizes and hash against the DDT entry, payload
+ * decompressed and hashed: block.c), and its payload passed on as stored;
+ * the receiver checks the SHA-256 of every block again.
  */
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -131,8 +132,6 @@ int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
 int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk)
 {
 	dd_ddt_ent ent;
-	dd_pack_rec expect, rec;
-	dd_pack *p;
 	int rc;
 
 	rc = dd_ddt_get(it->it_txn, err, &it->it_key, &ent);
@@ -147,17 +146,23 @@ int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk)
 				  "the snapshot's block is %u bytes",
 				  (unsigned long long)it->it_idx, ent.de_lsize,
 				  blk->rb_lsize);
-	expect = (dd_pack_rec){.pr_codec = ent.de_codec,
-			       .pr_lsize = ent.de_lsize,
-			       .pr_psize = ent.de_psize};
-	memcpy(expect.pr_hash, it->it_key.dk_hash, DD_HASH_SIZE);
-	rc = dd_store_pack(it->it_store, err, ent.de_pack, &p);
-	if (!rc)
-		rc = dd_pack_read_rec(p, err, ent.de_offset, &expect, &rec,
-				      it->it_sc.sc_rbuf, it->it_sc.sc_rbuf_len);
+	/* the whole checked read, as a get does: a block whose bytes do not
+	 * match its hash stops the stream here, at the sender, not at a
+	 * receiver that may be a file nobody reads until the day of the
+	 * restore.  The payload goes on as stored (never recompressed). */
+	rc = dd_block_read(it->it_store, err, &it->it_sc, &it->it_key, &ent,
+			   it->it_sc.sc_dbuf);
+	if (rc == DD_ECHECKSUM || rc == DD_ECORRUPT) {
+		char why[DD_ERRMSG_MAX];
+		const char *colon = strstr(err->de_msg, ": ");
+
+		snprintf(why, sizeof(why), "%s", colon ? colon + 2 : err->de_msg);
+		return dd_err_set(err, rc, "block %llu of the snapshot: %s",
+				  (unsigned long long)it->it_idx, why);
+	}
 	if (rc)
 		return rc;
-	blk->rb_codec = rec.pr_codec;
+	blk->rb_codec = ent.de_codec;
 	blk->rb_psize = ent.de_psize;
 	blk->rb_payload = it->it_sc.sc_rbuf + DD_PACK_REC_HDR_SIZE;
 	return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_dedup_damage.sh -- damaged stores: flipped pack bytes, a truncated
-# pack, a newer format version; and gc giving space back.
+# test_dedup_damage.sh -- damaged stores: flipped pack bytes (get, ddsend,
+# scrub), a truncated pack, a newer format version; and gc giving space
+# back.
 #
 # Invariant 2 (DESIGN.md): never return wrong bytes.  A failing `get` may
 # have written a prefix of the image to stdout, never anything else.
@@ -66,6 +67,15 @@ run "$DEDUP" get "$S@a" "$T/restored"
 assert_nonzero "get of a damaged snapshot to a file"
 assert_one_line "get of a damaged snapshot to a file"
 [ ! -e "$T/restored" ] || fail "a failed get left a partial output file"
+
+# ddsend checks what it sends, as get does: the damage stops the stream
+# at the sender, with an error, never a stream that only fails on receive
+run "$DDSEND" "$S@a"
+assert_rc 1 "ddsend of a damaged snapshot"
+assert_one_line "ddsend of a damaged snapshot"
+assert_grep 'DD_ECHECKSUM' "$T/err" "ddsend of a damaged snapshot names the error"
+run "$DDSEND" "$S@b"
+assert_rc 0 "ddsend of an undamaged snapshot"
 
 # an undamaged snapshot in the same store still reads back exact
 run "$DEDUP" get "$S@b"
