@@ -355,7 +355,7 @@ int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
 	rc = dd_manifest_open_at(&mr, err, s->st_mfdir, id, DD_MANIFEST_SNAP,
 				 &h);
 	if (rc == DD_ENOENT)
-		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s' has no "
+		return dd_err_set(err, DD_ENOENT, "snapshot '%s' has no "
 				  "manifest", name);
 	if (rc)
 		return rc;
@@ -398,17 +398,25 @@ out:
 struct dd_cc {
 	dd_store *cc_store;
 	dd_err *cc_err;
-	const dd_mfstate *cc_ms;
+	const dd_mfstate *cc_before, *cc_after;
 	dd_idset cc_snaps;        /* ids of the catalog's snapshots */
 	dd_idset cc_pend;         /* ids of pending writers */
 };
+
+static bool dd_cc_has_file(const dd_mfstate *ms, uint64_t id)
+{
+	return dd_idset_has(&ms->ms_set[DD_MANIFEST_SNAP], id) ||
+	       dd_idset_has(&ms->ms_set[DD_MANIFEST_DEL], id);
+}
 
 static int dd_cc_snap(void *arg, const char *name, const dd_snap_rec *rec)
 {
 	struct dd_cc *cc = arg;
 
-	if (!dd_idset_has(&cc->cc_ms->ms_set[DD_MANIFEST_SNAP], rec->sr_id) &&
-	    !dd_idset_has(&cc->cc_ms->ms_set[DD_MANIFEST_DEL], rec->sr_id))
+	/* committed before the transaction began: its manifest was
+	 * published before that, and stays until its rm ends after it */
+	if (!dd_cc_has_file(cc->cc_before, rec->sr_id) &&
+	    !dd_cc_has_file(cc->cc_after, rec->sr_id))
 		return dd_err_set(cc->cc_err, DD_ECORRUPT, "the catalog does "
 				  "not match the snapshot manifests (snapshot "
 				  "'%s' has none): run dedup repair", name);
@@ -423,14 +431,20 @@ static int dd_cc_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
 	return dd_idset_add(cc->cc_err, &cc->cc_pend, id);
 }
 
-/* Checks that every published manifest is a catalog snapshot or a
- * pending one, and every catalog snapshot has a manifest (published or
- * being deleted). */
+/* Checks that every catalog snapshot has a manifest (published or being
+ * deleted), and that every manifest published is a catalog snapshot or a
+ * pending one.  `before` was read before txn began, `after` after it:
+ * against writers running meanwhile (each publishes before its catalog
+ * commit, and renames before it drops), a snapshot of txn has its file in
+ * one of them, and a manifest `after` lists is in txn (pending since the
+ * writer began).  Under the writer lock both are the same. */
 static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
-			       const dd_mfstate *ms)
+			       const dd_mfstate *before,
+			       const dd_mfstate *after)
 {
-	struct dd_cc cc = {.cc_store = s, .cc_err = err, .cc_ms = ms};
-	const dd_idset *pub = &ms->ms_set[DD_MANIFEST_SNAP];
+	struct dd_cc cc = {.cc_store = s, .cc_err = err, .cc_before = before,
+			   .cc_after = after};
+	const dd_idset *pub = &after->ms_set[DD_MANIFEST_SNAP];
 	int rc = dd_snap_walk(txn, err, dd_cc_snap, &cc);
 
 	if (!rc)
@@ -461,21 +475,33 @@ static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 
 int dd_commit_check(dd_store *s, dd_err *err)
 {
-	dd_mfstate ms;
+	dd_mfstate before, after;
 	dd_txn *txn;
-	int rc;
+	int rc = 0;
 
 	if (s->st_mfdir < 0)
 		return 0;
-	rc = dd_mfstate_read(s, err, &ms);
-	if (rc)
-		return rc;
-	rc = dd_txn_begin(s->st_db, err, false, &txn);
-	if (!rc) {
-		rc = dd_commit_check_txn(s, err, txn, &ms);
-		dd_txn_abort(txn);
+	/* a writer of another process can finish a commit and then an rm
+	 * of the same snapshot between the two reads: a mismatch is only
+	 * believed when it is seen three times */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		rc = dd_mfstate_read(s, err, &before);
+		if (rc)
+			return rc;
+		rc = dd_txn_begin(s->st_db, err, false, &txn);
+		if (!rc) {
+			rc = dd_mfstate_read(s, err, &after);
+			if (!rc) {
+				rc = dd_commit_check_txn(s, err, txn, &before,
+							 &after);
+				dd_mfstate_free(&after);
+			}
+			dd_txn_abort(txn);
+		}
+		dd_mfstate_free(&before);
+		if (rc != DD_ECORRUPT)
+			break;
 	}
-	dd_mfstate_free(&ms);
 	return rc;
 }
 
@@ -523,7 +549,7 @@ static int dd_roll_forward(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
 
 	if (!rc)
 		rc = dd_commit_compare_map(s, err, txn, id, h.mh_name);
-	if (rc == DD_ECORRUPT)
+	if (rc == DD_ECORRUPT || rc == DD_ENOENT)
 		return dd_err_set(err, DD_ECORRUPT, "the catalog does not match "
 				  "the snapshot manifests (%s): run dedup "
 				  "repair", err->de_msg);
@@ -597,7 +623,7 @@ int dd_commit_recover(dd_store *s, dd_err *err)
 	 * once the crash's last step is accounted for */
 	rc = dd_txn_begin(s->st_db, err, false, &txn);
 	if (!rc) {
-		rc = dd_commit_check_txn(s, err, txn, &ms);
+		rc = dd_commit_check_txn(s, err, txn, &ms, &ms);
 		dd_txn_abort(txn);
 	}
 	if (!rc)
@@ -621,6 +647,32 @@ int dd_commit_recover(dd_store *s, dd_err *err)
 
 /* ---- snapshots as the manifests have them -----------------------------------*/
 
+/* The catalog's record of a snapshot must be its manifest's: LMDB keeps
+ * no checksum, and a name, size, time or digest damaged in data.mdb would
+ * otherwise be listed as it is.  DD_ENOENT when the manifest is gone
+ * (deleted meanwhile). */
+static int dd_snap_matches_manifest(dd_store *s, dd_err *err,
+				    const char *name, const dd_snap_rec *rec)
+{
+	dd_manifest_hdr h;
+	dd_snap_rec m;
+	int rc = dd_manifest_read_header_at(s->st_mfdir, err, rec->sr_id, &h);
+
+	if (rc)
+		return rc;
+	dd_rec_from_hdr(&m, &h);
+	if (strcmp(h.mh_name, name) || m.sr_id != rec->sr_id ||
+	    m.sr_block_size != rec->sr_block_size || m.sr_size != rec->sr_size ||
+	    m.sr_blocks != rec->sr_blocks ||
+	    m.sr_zero_blocks != rec->sr_zero_blocks ||
+	    m.sr_ctime != rec->sr_ctime ||
+	    memcmp(m.sr_digest, rec->sr_digest, DD_HASH_SIZE))
+		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s': the "
+				  "catalog's record differs from its manifest "
+				  "(a damaged catalog): run dedup repair", name);
+	return 0;
+}
+
 int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 		      dd_snap_rec *out)
 {
@@ -630,9 +682,13 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 
 	if (s->st_mfdir < 0)
 		return rc;
-	if (rc == 0 && dd_mf_exists(s, out->sr_id, DD_MANIFEST_DEL))
-		return dd_err_set(err, DD_ENOENT, "no snapshot '%s' (being "
-				  "deleted)", name);
+	if (rc == 0) {
+		rc = dd_snap_matches_manifest(s, err, name, out);
+		if (rc == DD_ENOENT)
+			return dd_err_set(err, DD_ENOENT, "no snapshot '%s' "
+					  "(being deleted)", name);
+		return rc;
+	}
 	if (rc != DD_ENOENT)
 		return rc;
 	/* committed by its manifest, not yet by the catalog? */
@@ -664,10 +720,14 @@ struct dd_sw {
 static int dd_sw_snap(void *arg, const char *name, const dd_snap_rec *rec)
 {
 	struct dd_sw *sw = arg;
+	int rc;
 
 	if (dd_idset_has(&sw->sw_ms->ms_set[DD_MANIFEST_DEL], rec->sr_id))
 		return 0;
-	return sw->sw_fn(sw->sw_ctx, name, rec);
+	rc = dd_snap_matches_manifest(sw->sw_store, sw->sw_err, name, rec);
+	if (rc == DD_ENOENT)
+		return 0;    /* deleted since the directory was read */
+	return rc ? rc : sw->sw_fn(sw->sw_ctx, name, rec);
 }
 
 static int dd_sw_pend(void *arg, uint64_t id, const dd_pend_rec *prec)

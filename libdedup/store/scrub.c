@@ -15,7 +15,11 @@
  * entries that name it): a count damaged low would let a later rm bring
  * a live block to 0 (gc then refuses: dd_gc_check_map), one damaged high
  * keeps a dead block forever; neither changes what reads return, so only
- * this pass can name it.
+ * this pass can name it.  Since the block maps are checked against the
+ * manifests (pass 3, format/manifest.md), the counts are checked against
+ * the manifests too; and before all, the catalog's set of snapshots
+ * against the manifests' (dd_commit_check): a catalog that went back in
+ * time lacks the last snapshots.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +262,15 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 		rc = dd_bmap_open(sc->sc_txn, sc->sc_err, r->sr_id, &cur);
 	if (!rc) {
 		rc = dd_scrub_map_check(sc, dg, cur, r);
+		/* the map against the snapshot's manifest, the truth that
+		 * repair rebuilds from (one deleted since this scrub began
+		 * has none any more: dd_commit_check sees to the set) */
+		if (!rc && sc->sc_store->st_mfdir >= 0) {
+			rc = dd_commit_compare_map(sc->sc_store, sc->sc_err,
+						   sc->sc_txn, r->sr_id, name);
+			if (rc == DD_ENOENT)
+				rc = 0;
+		}
 		if (rc == DD_ECORRUPT) {
 			const char *m = sc->sc_err->de_msg;
 			size_t n = strlen(dd_err_symbol(rc));
@@ -405,6 +418,10 @@ int dd_store_scrub(dd_store *s, dd_scrub_cb cb, void *ctx,
 	sc->sc_cb = cb;
 	sc->sc_ctx = ctx;
 	rc = dd_db_check(s->st_db, &err);
+	/* the catalog's snapshots are the manifests' (a catalog that went
+	 * back in time lacks the last ones) */
+	if (!rc)
+		rc = dd_commit_check(s, &err);
 	if (!rc)
 		rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
 	if (!rc) {

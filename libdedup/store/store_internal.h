@@ -202,7 +202,8 @@ int dd_commit_id_unused(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id);
  * snapshots and its options into DEDUP, then makes it format 2. */
 int dd_commit_upgrade(dd_store *s, dd_err *err);
 /* Compares snapshot id's block map (txn's view) with its manifest, entry
- * by entry: DD_ECORRUPT naming the first block that differs. */
+ * by entry: DD_ECORRUPT naming the first block that differs, DD_ENOENT
+ * when there is no manifest. */
 int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
 			  const char *name);
 

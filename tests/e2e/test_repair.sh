@@ -138,6 +138,43 @@ assert_rc 0 "repair of an older catalog"
 check_store "$W" "older catalog repaired (b stays deleted)" a,c,d a c d
 "$DEDUP" ls --json "$S" >"$T/ls.want"
 
+note "a catalog gone back in time (the older LMDB meta page chosen)"
+W="$T/w-back"
+cp -a "$S" "$W"
+"$DEDUP" put "$W@d" "$T/d.img"
+"$DEDUP" rm "$W@b"
+# LMDB picks the meta page with the larger txnid (offset 144 of pages 0
+# and 1 in the 64-bit layout): raising the older one's drops the last
+# commit, here the one that dropped b.  LMDB keeps no checksum to see
+# it.  (One commit back from a put is its manifest's published, pending
+# state: consistent, and listed as committed.)
+python3 - "$W/db/data.mdb" <<'EOF'
+import struct, sys
+f = open(sys.argv[1], 'r+b')
+psize = 4096
+ids = []
+for page in (0, 1):
+    f.seek(page * psize + 144)
+    ids.append(struct.unpack('<Q', f.read(8))[0])
+old = 0 if ids[0] < ids[1] else 1
+f.seek(old * psize + 144)
+f.write(struct.pack('<Q', max(ids) + 1))
+EOF
+for cmd in "ls $W" "scrub $W" "put $W@e $T/b.img"; do
+	# shellcheck disable=SC2086
+	run "$DEDUP" $cmd
+	assert_rc 1 "catalog back in time: dedup $cmd"
+	assert_one_line "catalog back in time: dedup $cmd"
+	assert_grep 'dedup repair' "$T/err" "catalog back in time: dedup $cmd"
+done
+run "$DEDUP" repair "$W"
+assert_rc 0 "repair of a catalog gone back in time"
+run "$DEDUP" ls "$W"
+assert_eq "a c d" "$(awk 'NR > 1 { print $1 }' "$T/out" | xargs)" \
+	"repair: b deleted, d committed"
+run "$DEDUP" get "$W@d" "$T/got"
+assert_same "$T/got" "$T/d.img" "the lost commit's snapshot"
+
 note "a damaged payload byte"
 W="$T/w-payload"
 cp -a "$S" "$W"
