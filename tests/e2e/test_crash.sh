@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# test_crash.sh -- SIGKILL of writers (put, rm, gc) at random moments.
+# test_crash.sh -- SIGKILL of writers (put, rm, gc, repair) at random
+# moments; after each, a copy of the store without its catalog is
+# repaired and must list exactly the committed set.
 #
 # Invariant 1 (DESIGN.md) and format/store.md §5, §7: a crash at any instant
 # leaves the store opening cleanly, every committed snapshot reading back
@@ -150,6 +152,38 @@ EOF
 	done
 	run "$DEDUP" scrub "$S"
 	assert_rc 0 "scrub after $what"
+	repair_check "$what"
+}
+
+# repair_check WHAT: the catalog is an index over the packs and manifests
+# (format/store.md §9): a copy of the store without its catalog, repaired,
+# lists exactly what the store lists -- no deleted snapshot back, no
+# committed one missing -- and reads a and b back exact.  The copy links
+# the packs and manifests (repair only reads and renames them).
+repair_check() {
+	local what=$1 r="$T/r"
+	rm -rf "$r"
+	cp -al "$S" "$r"
+	rm -rf "$r/db" "$r/db.repair"
+	run "$DEDUP" repair "$r"
+	assert_rc 0 "repair of a copy without its catalog after $what"
+	run "$DEDUP" ls --json "$r"
+	assert_rc 0 "ls of the repaired copy after $what"
+	python3 - "$T/ls.json" "$T/out" <<'EOF' || fail "repair after $what does not give the committed set"
+import json, sys
+key = lambda s: (s['name'], s['size'], s['ctime'], s['digest'])
+a = sorted(key(s) for s in json.load(open(sys.argv[1])))
+b = sorted(key(s) for s in json.load(open(sys.argv[2])))
+if a != b:
+    print('store   ', a, '\nrepaired', b, file=sys.stderr)
+    sys.exit(1)
+EOF
+	for n in a b; do
+		run "$DEDUP" get "$r@$n"
+		assert_rc 0 "get $n from the repaired copy after $what"
+		assert_same "$T/$n.img" "$T/out" "$n from the repaired copy after $what"
+	done
+	rm -rf "$r"
 }
 
 # check_new NAME RC WHAT: a snapshot whose writer was killed (RC 137) may
@@ -169,7 +203,7 @@ check_new() {
 	fi
 }
 
-midput=0 doneput=0 midrm=0 midgc=0 nrm=0 ngc=0
+midput=0 doneput=0 midrm=0 midgc=0 nrm=0 ngc=0 midrep=0 nrep=0
 for ((k = 1; k <= KILLS; k++)); do
 	make_big "$k" "$T/big.img"
 	# 0..PUT_MS-1 ms: from "killed while opening (and rolling back the previous
@@ -211,6 +245,12 @@ for ((k = 1; k <= KILLS; k++)); do
 			assert_rc 0 "rm $old"
 			sed -i 1d "$T/committed"
 		done
+		# a repair killed at any point leaves a catalog that works:
+		# the old one until the swap, the new one after it
+		kill_after 30 "$DEDUP" repair "$S"
+		nrep=$((nrep + 1))
+		[ "$KRC" -eq 137 ] && midrep=$((midrep + 1))
+		check_store "repair killed (exit $KRC)"
 		kill_after 150 "$DEDUP" gc "$S"
 		ngc=$((ngc + 1))
 		[ "$KRC" -eq 137 ] && midgc=$((midgc + 1))
@@ -224,7 +264,7 @@ for ((k = 1; k <= KILLS; k++)); do
 	fi
 done
 note "put kills: $midput of $KILLS landed mid-write ($doneput puts had finished)"
-note "rm kills: $midrm of $nrm mid-run; gc kills: $midgc of $ngc mid-run"
+note "rm kills: $midrm of $nrm mid-run; gc kills: $midgc of $ngc mid-run; repair kills: $midrep of $nrep mid-run"
 
 # ---- clean up and check that gc reclaimed what the killed runs wrote ------------
 run "$DEDUP" ls --json "$S"
