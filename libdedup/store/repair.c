@@ -77,6 +77,14 @@ typedef struct dd_repair {
 	uint64_t rp_nmissing;
 } dd_repair;
 
+/* Codes that say the bytes read are damaged -- what repair goes on past;
+ * any other failure (I/O, memory) stops it with the store as it was. */
+static bool dd_is_damage(int rc)
+{
+	return rc == DD_ECORRUPT || rc == DD_ECHECKSUM || rc == DD_EVERSION ||
+	       rc == DD_ENOTSUP;
+}
+
 static void dd_repair_note(dd_repair *rp, int kind, const char *name,
 			   uint64_t offset, uint64_t length, const dd_err *e)
 {
@@ -117,9 +125,7 @@ static int dd_remove_flat_dir(dd_err *err, const char *path)
 	while (!rc && (de = readdir(d)) != NULL) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (unlinkat(dirfd(d), de->d_name, 0) != 0)
-			rc = dd_err_set_errno(err, errno, "remove %s/%s", path,
-					      de->d_name);
+		rc = dd_io_unlinkat(err, dirfd(d), de->d_name, 0);
 	}
 	closedir(d);
 	if (!rc && rmdir(path) != 0)
@@ -222,9 +228,13 @@ static int dd_repair_verify_rec(dd_repair *rp, const dd_pack_rec *rec,
 				const void *payload, dd_err *why)
 {
 	uint8_t got[DD_HASH_SIZE];
-	int rc = dd_codec_decompress(rp->rp_sc.sc_codec, why, rec, payload,
-				     rp->rp_sc.sc_dbuf);
+	int rc;
 
+	dd_err_clear(why);
+	rc = dd_codec_decompress(rp->rp_sc.sc_codec, why, rec, payload,
+				 rp->rp_sc.sc_dbuf);
+	if (rc && why->de_code != rc)
+		dd_err_set(why, rc, "cannot decompress the record");
 	if (rc)
 		return rc;
 	dd_hasher_sum(rp->rp_sc.sc_hasher, rp->rp_sc.sc_dbuf, rec->pr_lsize,
@@ -266,7 +276,10 @@ static int dd_repair_rec_add(dd_repair *rp, uint64_t offset,
 	if (payload) {
 		dd_err why;
 
-		if (dd_repair_verify_rec(rp, rec, payload, &why)) {
+		rc = dd_repair_verify_rec(rp, rec, payload, &why);
+		if (rc && !dd_is_damage(rc))
+			return dd_err_copy(rp->rp_err, &why);
+		if (rc) {
 			rp->rp_res.damaged_records++;
 			rp->rp_res.damaged_bytes += DD_PACK_REC_HDR_SIZE +
 						    rec->pr_psize;
@@ -308,7 +321,7 @@ static int dd_repair_pack(dd_repair *rp, uint32_t id)
 	rp->rp_pack_id = id;
 	dd_pack_name(rp->rp_pack_name, sizeof(rp->rp_pack_name), id);
 	rc = dd_pack_open(&p, &e, rp->rp_packdir, id, 0);
-	if (rc == DD_ENOMEM || rc == DD_EIO)
+	if (rc && !dd_is_damage(rc))
 		return dd_err_copy(rp->rp_err, &e);
 	if (rc) {
 		rp->rp_res.damaged_packs++;
@@ -329,7 +342,7 @@ static int dd_repair_pack(dd_repair *rp, uint32_t id)
 			break;
 		if (rp->rp_cb_rc)
 			goto out;          /* rp_err says why */
-		if (rc != DD_ECORRUPT && rc != DD_EVERSION && rc != DD_ENOTSUP) {
+		if (!dd_is_damage(rc)) {
 			dd_err_copy(rp->rp_err, &e);
 			goto out;
 		}
@@ -457,7 +470,7 @@ static int dd_repair_manifest(dd_repair *rp, uint64_t id)
 
 	rc = dd_manifest_open_at(&mr, &why, rp->rp_mfdir, id, DD_MANIFEST_SNAP,
 				 &h);
-	if (rc == DD_ENOMEM || rc == DD_EIO)
+	if (rc && !dd_is_damage(rc))
 		return dd_err_copy(rp->rp_err, &why);
 	if (!rc && (h.mh_block_size != rp->rp_conf.sc_opt[0] ||
 		    h.mh_hash_kind != rp->rp_conf.sc_opt[4]))
@@ -513,15 +526,18 @@ static int dd_repair_dup_names(dd_repair *rp, uint64_t *ids, size_t *n)
 {
 	dd_manifest_hdr *h = dd_calloc(*n ? *n : 1, sizeof(*h));
 	size_t kept = 0;
-	int rc = h ? 0 : dd_err_set(rp->rp_err, DD_ENOMEM, "out of memory");
+	int rc = 0;
 
+	if (!h)
+		return dd_err_set(rp->rp_err, DD_ENOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < *n; i++) {
-		dd_err e;
-
-		/* an unreadable one is refused by its full read, later */
-		if (dd_manifest_read_header_at(rp->rp_mfdir, &e, ids[i],
-					       &h[i]) != 0)
+		/* a damaged one is refused by its full read, later */
+		rc = dd_manifest_read_header_at(rp->rp_mfdir, rp->rp_err,
+						ids[i], &h[i]);
+		if (dd_is_damage(rc)) {
 			h[i].mh_name[0] = 0;
+			rc = 0;
+		}
 	}
 	for (size_t i = 0; !rc && i < *n; i++) {
 		bool later = false;
@@ -610,32 +626,36 @@ static int dd_repair_swap(dd_repair *rp, const char *fresh, const char *db)
 {
 	struct stat st;
 	int rc, exists = stat(db, &st) == 0;
+	int sfd = dd_io_open(rp->rp_err, rp->rp_path, O_RDONLY | O_DIRECTORY, 0);
 
+	if (sfd < 0)
+		return sfd;
+	rc = dd_io_renameat(rp->rp_err, sfd, DD_REPAIR_DIR, "db",
+			    exists ? RENAME_EXCHANGE : RENAME_NOREPLACE);
+	if (!rc)
+		rc = dd_io_fsync_dirfd(rp->rp_err, sfd, rp->rp_path);
+	dd_io_close(sfd);
+	if (rc)
+		return rc;
+	/* The repair is done.  What follows tidies up, and a failure of it
+	 * is no failure of the repair: the next repair removes a leftover
+	 * db.repair, the next writer's recovery the manifests. */
 	if (exists)
-		rc = renameat2(AT_FDCWD, fresh, AT_FDCWD, db, RENAME_EXCHANGE);
-	else
-		rc = rename(fresh, db);
-	if (rc != 0)
-		return dd_err_set_errno(rp->rp_err, errno, "rename %s to %s",
-					fresh, db);
-	rc = dd_io_fsync_dir(rp->rp_err, rp->rp_path);
-	if (!rc && exists)
-		rc = dd_remove_flat_dir(rp->rp_err, fresh);
-	for (int st_ = DD_MANIFEST_TMP; !rc && st_ <= DD_MANIFEST_DEL; st_++) {
+		dd_remove_flat_dir(&(dd_err){0}, fresh);
+	for (int st_ = DD_MANIFEST_TMP; st_ <= DD_MANIFEST_DEL; st_++) {
 		uint64_t *ids = NULL, max = 0;
 		size_t n = 0;
+		dd_err e;
 
-		rc = dd_list_ids(rp->rp_err, rp->rp_mfdir,
-				 dd_manifest_parse_name, st_, &ids, &n, &max);
-		for (size_t i = 0; !rc && i < n; i++)
-			rc = dd_manifest_remove(rp->rp_mfdir, rp->rp_err,
-						ids[i], st_);
+		if (dd_list_ids(&e, rp->rp_mfdir, dd_manifest_parse_name, st_,
+				&ids, &n, &max) != 0)
+			continue;
+		for (size_t i = 0; i < n; i++)
+			dd_manifest_remove(rp->rp_mfdir, &e, ids[i], st_);
 		dd_free(ids);
 	}
-	if (!rc)
-		rc = dd_io_fsync_dirfd(rp->rp_err, rp->rp_mfdir,
-				       DD_MANIFEST_DIR);
-	return rc;
+	dd_io_fsync_dirfd(&(dd_err){0}, rp->rp_mfdir, DD_MANIFEST_DIR);
+	return 0;
 }
 
 static int dd_repair_lock(dd_repair *rp)

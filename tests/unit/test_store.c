@@ -1064,6 +1064,104 @@ static void test_fault_walk_gc(void **state)
 	free(c);
 }
 
+/* repair under injected faults of every class, from a catalog of random
+ * bytes (so that the new one is exchanged with it): a failure is a clean
+ * error that leaves either the old catalog, byte for byte, or the whole
+ * new one; and a repair without faults then succeeds.  With verify, so
+ * that every payload is read and hashed as well. */
+typedef struct repair_walk {
+	char *tmpl;               /* a th_tmp_store path: the template */
+	char work[4200];
+	char garbage[4200];       /* the damaged catalog's bytes */
+	th_image imgs[2];
+} repair_walk;
+
+static void repair_walk_reset(void *ctx)
+{
+	repair_walk *r = ctx;
+
+	th_copy_tree(r->tmpl, r->work);
+}
+
+static int repair_walk_op(void *ctx)
+{
+	repair_walk *r = ctx;
+	dd_repair_opts o = DD_REPAIR_OPTS_INIT;
+	dd_repair_result res = {.version = DD_REPAIR_RESULT_VERSION};
+	int rc;
+
+	o.verify = 1;
+	rc = dd_store_repair(r->work, &o, &res);
+	if (rc == 0) {
+		assert_int_equal(res.snapshots, 2);
+		assert_int_equal(res.incomplete_snapshots, 0);
+		assert_int_equal(res.damaged_records, 0);
+	}
+	return rc;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+	char cmd[9000];
+
+	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+	return system(cmd) == 0;
+}
+
+static void repair_walk_after(void *ctx, int rc)
+{
+	repair_walk *r = ctx;
+	char db[4300];
+	dd_repair_opts o = DD_REPAIR_OPTS_INIT;
+
+	snprintf(db, sizeof(db), "%s/db/data.mdb", r->work);
+	if (rc) {
+		th_check_errmsg(dd_last_errmsg(), rc);
+		/* before the exchange: the old catalog as it was */
+		if (same_file(db, r->garbage)) {
+			assert_int_equal(dd_store_repair(r->work, &o, NULL), 0);
+		}
+	}
+	th_check_store(r->work, r->imgs, 2);
+}
+
+static void test_fault_walk_repair(void **state)
+{
+	const size_t n = 192 * KiB;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	repair_walk r = {.imgs = {{"a", a, n}, {"b", b, n}}};
+	th_walk w = {.what = "repair", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &r, .reset = repair_walk_reset,
+		     .reset_every_step = true, .op = repair_walk_op,
+		     .after = repair_walk_after};
+	dd_store *s;
+	char cmd[9000];
+
+	(void)state;
+	r.tmpl = th_tmp_store();
+	s = create(r.tmpl, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	th_rng_state = 23;
+	fill_random(a, n / 2);
+	fill_text(a + n / 2, n / 2);
+	memcpy(b, a, n);
+	fill_random(b, n / 4);
+	memset(b + n / 4, 0, 8 * KiB);
+	assert_int_equal(th_put(s, "a", a, n, 50000), 0);
+	assert_int_equal(th_put(s, "b", b, n, 50000), 0);
+	dd_store_close(s);
+	snprintf(r.work, sizeof(r.work), "%s.work", r.tmpl);
+	snprintf(r.garbage, sizeof(r.garbage), "%s.garbage", r.tmpl);
+	snprintf(cmd, sizeof(cmd), "head -c $(stat -c %%s '%s/db/data.mdb') "
+		 "/dev/urandom > '%s' && cp '%s' '%s/db/data.mdb'", r.tmpl,
+		 r.garbage, r.garbage, r.tmpl);
+	assert_int_equal(system(cmd), 0);
+	assert_true(th_fault_walk(&w) > 0);
+	th_rm_store(r.tmpl);   /* work and garbage are beside it */
+	free(a);
+	free(b);
+}
+
 /* put under injected faults of every class, in verify mode (a hash match
  * reads the stored block to compare) and with intermediate commits: a
  * failure is a clean error, leaves no snapshot, the store opens, scrub
@@ -1250,6 +1348,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_gc),
 		cmocka_unit_test(test_fault_walk_put_verify),
 		cmocka_unit_test(test_fault_walk_get),
+		cmocka_unit_test(test_fault_walk_repair),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
