@@ -205,6 +205,19 @@ DD_API const char *dd_last_errmsg(void)
 	return dd_thread_err_rec.de_code ? dd_thread_err_rec.de_msg : "no error";
 }
 
+int dd_err_wrap(dd_err *err, int code, const char *prefix, const char *suffix)
+{
+	char old[DD_ERRMSG_MAX];
+	const char *m = err->de_msg, *sym = dd_err_symbol(err->de_code);
+	size_t n = strlen(sym);
+
+	if (!strncmp(m, sym, n) && m[n] == ':')
+		m += n + 1 + (m[n + 1] == ' ');
+	snprintf(old, sizeof(old), "%s", m);
+	return dd_err_set(err, code ? code : err->de_code, "%s: %s%s", prefix,
+			  old, suffix ? suffix : "");
+}
+
 int dd_err_set_msg(dd_err *err, int code, const char *msg)
 {
 	if (!err)

@@ -32,6 +32,11 @@ int dd_err_copy(dd_err *dst, const dd_err *src);
 
 void dd_err_clear(dd_err *err);
 
+/* Puts context before err's message, keeping its code unless code is not
+ * 0: "DD_EX: <prefix>: <the message without its symbol><suffix>".  The
+ * old message may be passed to nothing else: it is copied first. */
+int dd_err_wrap(dd_err *err, int code, const char *prefix, const char *suffix);
+
 /* Records code with a message that may already carry its symbol (one
  * taken from another handle): "DD_EX: ..." is kept as it is. */
 int dd_err_set_msg(dd_err *err, int code, const char *msg);

@@ -550,9 +550,9 @@ static int dd_roll_forward(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
 	if (!rc)
 		rc = dd_commit_compare_map(s, err, txn, id, h.mh_name);
 	if (rc == DD_ECORRUPT || rc == DD_ENOENT)
-		return dd_err_set(err, DD_ECORRUPT, "the catalog does not match "
-				  "the snapshot manifests (%s): run dedup "
-				  "repair", err->de_msg);
+		return dd_err_wrap(err, DD_ECORRUPT, "the catalog does not "
+				   "match the snapshot manifests",
+				   ": run dedup repair");
 	if (rc)
 		return rc;
 	rc = dd_snap_get(txn, err, h.mh_name, &existing);

@@ -2,7 +2,10 @@
  * gc.c -- reclaiming the space of blocks no snapshot references.
  *
  * Under the writer lock, in one write transaction:
- *   0. every block a map names must have a refcount (dd_gc_check_map);
+ *   0. every block map must be its snapshot's manifest, entry by entry
+ *      (dd_gc_check_manifest), and every block a map names must have a
+ *      refcount (dd_gc_check_map): a damaged catalog never frees a block
+ *      a committed snapshot needs;
  *   1. live bytes per pack are summed from the DDT (refcount > 0);
  *   2. packs with nothing live are dropped; packs whose live fraction is
  *      below the threshold have their live records read (and verified),
@@ -76,6 +79,22 @@ static int dd_gc_check_map(void *arg, uint64_t id, uint64_t idx,
 				  "collected; run scrub)",
 				  (unsigned long long)idx,
 				  (unsigned long long)id);
+	return rc;
+}
+
+static int dd_gc_check_manifest(void *arg, const char *name,
+				const dd_snap_rec *rec)
+{
+	dd_gc *gc = arg;
+	int rc;
+
+	if (gc->gc_store->st_mfdir < 0)
+		return 0;
+	rc = dd_commit_compare_map(gc->gc_store, gc->gc_err, gc->gc_txn,
+				   rec->sr_id, name);
+	if (rc == DD_ECORRUPT || rc == DD_ENOENT)
+		return dd_err_wrap(gc->gc_err, DD_ECORRUPT, "gc stopped, store "
+				   "unchanged", ": run dedup repair");
 	return rc;
 }
 
@@ -215,7 +234,14 @@ static int dd_gc_run(dd_gc *gc, double below)
 	gc->gc_fate = dd_calloc(gc->gc_npacks, 1);
 	if (!gc->gc_live || !gc->gc_end || !gc->gc_fate)
 		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
-	rc = dd_bmap_walk_all(gc->gc_txn, gc->gc_err, dd_gc_check_map, gc);
+	/* nothing is freed on the word of a catalog the manifests do not
+	 * back: every block map is first the manifest's, entry by entry, so
+	 * with dd_gc_check_map every block a committed snapshot needs has a
+	 * reference counted */
+	rc = dd_snap_walk(gc->gc_txn, gc->gc_err, dd_gc_check_manifest, gc);
+	if (!rc)
+		rc = dd_bmap_walk_all(gc->gc_txn, gc->gc_err, dd_gc_check_map,
+				      gc);
 	if (!rc)
 		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_sum_live, gc);
 	if (!rc)

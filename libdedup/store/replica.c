@@ -153,12 +153,11 @@ int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk)
 	rc = dd_block_read(it->it_store, err, &it->it_sc, &it->it_key, &ent,
 			   it->it_sc.sc_dbuf);
 	if (rc == DD_ECHECKSUM || rc == DD_ECORRUPT) {
-		char why[DD_ERRMSG_MAX];
-		const char *colon = strstr(err->de_msg, ": ");
+		char where[64];
 
-		snprintf(why, sizeof(why), "%s", colon ? colon + 2 : err->de_msg);
-		return dd_err_set(err, rc, "block %llu of the snapshot: %s",
-				  (unsigned long long)it->it_idx, why);
+		snprintf(where, sizeof(where), "block %llu of the snapshot",
+			 (unsigned long long)it->it_idx);
+		return dd_err_wrap(err, 0, where, NULL);
 	}
 	if (rc)
 		return rc;

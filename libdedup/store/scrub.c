@@ -272,13 +272,11 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 				rc = 0;
 		}
 		if (rc == DD_ECORRUPT) {
-			const char *m = sc->sc_err->de_msg;
-			size_t n = strlen(dd_err_symbol(rc));
+			char where[DD_NAME_MAX + 16];
 
-			if (!strncmp(m, dd_err_symbol(rc), n) && m[n] == ':')
-				m += n + 2;
-			dd_err_set(sc->sc_err, rc, "snapshot '%s': %s (damaged "
-				   "metadata)", name, m);
+			snprintf(where, sizeof(where), "snapshot '%s'", name);
+			dd_err_wrap(sc->sc_err, 0, where, " (damaged metadata: "
+				    "run dedup repair)");
 		}
 	}
 	dd_bmap_close(cur);

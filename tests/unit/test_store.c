@@ -690,6 +690,62 @@ static void test_gc_refuses_lost_refcount(void **state)
 	th_rm_store(path);
 }
 
+/* A block map damaged so that the catalog agrees with itself: snapshot
+ * "b"'s map now names "a"'s blocks and b's own blocks count no reference
+ * (as a rewritten map and counts would).  gc, which frees what counts no
+ * reference, must first find the maps unlike the manifests and stop:
+ * b stays readable after a repair. */
+static void test_gc_refuses_map_unlike_manifest(void **state)
+{
+	const size_t n = 32 * KiB, bs = 4 * KiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, bs, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	uint8_t *a = malloc(n), *b = malloc(n);
+	dd_snap_rec rec;
+	dd_txn *txn;
+	dd_err err;
+	uint64_t before;
+
+	(void)state;
+	th_rng_state = 19;
+	fill_random(a, n);
+	fill_random(b, n);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	assert_int_equal(th_put(s, "b", b, n, n), 0);
+	before = STAT(s, pack_bytes);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_snap_get(txn, &err, "b", &rec), 0);
+	assert_int_equal(dd_snap_drop_refs(txn, &err, rec.sr_id), 0);
+	for (size_t i = 0; i < n / bs; i++) {
+		dd_ddt_key key = {.dk_variant = 0};
+		dd_ddt_ent ent;
+
+		dd_sha256_sw(a + i * bs, bs, key.dk_hash);
+		assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
+		ent.de_refcnt++;
+		assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
+		assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, i, &key),
+				 0);
+	}
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+
+	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "differs from its manifest"));
+	assert_non_null(strstr(dd_store_errmsg(s), "dedup repair"));
+	assert_int_equal(STAT(s, pack_bytes), before);   /* nothing freed */
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECORRUPT);
+	dd_store_close(s);
+	assert_int_equal(dd_store_repair(path, NULL, NULL), 0);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	th_check_image(s, "a", a, n);
+	th_check_image(s, "b", b, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(a);
+	free(b);
+	th_rm_store(path);
+}
+
 /* Scrub counts the block-map entries naming each block and compares the
  * DDT's reference counts: one damaged high (never collected) or low but
  * not 0 (the next rm would bring a live block to 0) is named; repaired,
@@ -1338,6 +1394,7 @@ int main(void)
 		cmocka_unit_test(test_killed_writer_rolled_back),
 		cmocka_unit_test(test_recovery_keeps_live_blocks),
 		cmocka_unit_test(test_gc_refuses_lost_refcount),
+		cmocka_unit_test(test_gc_refuses_map_unlike_manifest),
 		cmocka_unit_test(test_scrub_counts_references),
 		cmocka_unit_test(test_writer_lock),
 		cmocka_unit_test(test_names_and_misuse),
