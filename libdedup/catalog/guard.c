@@ -281,10 +281,45 @@ static void lg_fence(uint8_t *to, unsigned *len, const uint8_t *node)
  * mdb_page_search_root goes: by key, leftmost or rightmost.  Fills the
  * levels below `from`, and cur's leaf and last key.  With f, from the
  * root: narrows f to the keys whose descent is this one. */
+/* Are the keys of page pg, reached as a child of the range r, inside it?
+ * A B+tree sends the keys in [separator i, separator i+1) to child i and
+ * LMDB keeps it so; a key damaged in place can still sort right within
+ * its page (the last key of a leaf, say), and is then caught only here.
+ * A branch's node 0 has no key.  The free list is keyed by integers, not
+ * bytes: not compared. */
+static int lg_in_range(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
+		       const uint8_t *pg, bool leaf,
+		       const struct dd_guard_fences *r)
+{
+	unsigned n = dd_lm_nkeys(pg), first = leaf ? 0 : 1;
+	const uint8_t *lo, *hi;
+
+	if (tree == DD_TREE_FREE || n <= first)
+		return 0;
+	lo = dd_lm_node(pg, first);
+	hi = dd_lm_node(pg, n - 1);
+	if ((!r->gf_lo_inf &&
+	     dd_lm_cmp(dd_lm_node_key(lo), dd_lm_node_ksize(lo), r->gf_lo,
+		       r->gf_lo_len) < 0) ||
+	    (!r->gf_hi_inf &&
+	     dd_lm_cmp(dd_lm_node_key(hi), dd_lm_node_ksize(hi), r->gf_hi,
+		       r->gf_hi_len) >= 0)) {
+		/* it passed as a page; as a child here it does not */
+		lg_memo_set(txn->tx_db, pgno, 0);
+		return lg_bad(txn, err, tree, pgno, "keys outside the range "
+			      "its parent page sends to it");
+	}
+	return 0;
+}
+
 static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		   unsigned from, uint64_t pgno, enum lg_to to,
 		   const void *key, size_t klen, struct dd_guard_fences *f)
 {
+	/* the range of the page at level l (open above `from`: a step or a
+	 * neighbour's walk resumes below a checked branch) */
+	struct dd_guard_fences r = {.gf_lo_inf = true, .gf_hi_inf = true};
+
 	for (unsigned l = from; l < cur->gc_depth; l++) {
 		bool leaf = l + 1 == cur->gc_depth, exact = false;
 		const uint8_t *pg = NULL;
@@ -292,6 +327,9 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		int rc = lg_page(txn, err, cur->gc_tree, pgno, leaf,
 				 !leaf || cur->gc_read_leaf, &pg);
 
+		if (!rc && pg)
+			rc = lg_in_range(txn, err, cur->gc_tree, pgno, pg, leaf,
+					 &r);
 		if (rc)
 			return rc;
 		if (!pg) { /* a leaf that passed before, not read */
@@ -315,6 +353,15 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		cur->gc_lv[l].nkeys = n;
 		if (!leaf) {
 			/* a branch sends keys in [key i, key i+1) to child i */
+			if (i > 0) {
+				r.gf_lo_inf = false;
+				lg_fence(r.gf_lo, &r.gf_lo_len, dd_lm_node(pg, i));
+			}
+			if (i + 1 < n) {
+				r.gf_hi_inf = false;
+				lg_fence(r.gf_hi, &r.gf_hi_len,
+					 dd_lm_node(pg, i + 1));
+			}
 			if (f && i > 0) {
 				f->gf_lo_inf = false;
 				lg_fence(f->gf_lo, &f->gf_lo_len, dd_lm_node(pg, i));
