@@ -163,6 +163,17 @@ static dd_store *open_store(const char *path, int wait, int readonly)
 	return s;
 }
 
+/* The subcommands that take options and one STORE (ls stat gc scrub):
+ * parses both and opens the store, waiting for the writer lock with
+ * --wait. */
+static dd_store *open_store_arg(int argc, char **argv, const int *allow,
+				struct common_opts *o, int readonly)
+{
+	parse_common(argc, argv, allow, o);
+	want_args(argc, argv, 1, 1);
+	return open_store(argv[optind], o->wait, readonly);
+}
+
 static _Noreturn void die_store(dd_store *s, int rc)
 {
 	die("%s", lib_msg(dd_store_errmsg(s), rc));
@@ -185,29 +196,14 @@ static const char *err_symbol(char *buf, size_t len, int code)
 
 static void parse_compress(const char *arg, dd_create_opts *co)
 {
-	char *end;
-	long lvl;
+	int rc = parse_compress_spec(arg, &co->compress, &co->compress_level);
 
-	if (strcmp(arg, "none") == 0) {
-		co->compress = DD_COMPRESS_NONE;
-		co->compress_level = 0;
-		return;
-	}
-	if (strcmp(arg, "zstd") == 0) {
-		co->compress = DD_COMPRESS_ZSTD;
-		co->compress_level = 0;
-		return;
-	}
-	if (strncmp(arg, "zstd:", 5) != 0 || !(arg[5] >= '0' && arg[5] <= '9'))
+	if (rc == -1)
 		die_usage("init: --compress takes zstd, zstd:LEVEL or none, "
 			  "not '%.100s'", arg);
-	errno = 0;
-	lvl = strtol(arg + 5, &end, 10);
-	if (errno || *end || lvl < 1 || lvl > 19)
+	if (rc == -2)
 		die_usage("init: zstd level must be 1..19, not '%.100s'",
 			  arg + 5);
-	co->compress = DD_COMPRESS_ZSTD;
-	co->compress_level = (int)lvl;
 }
 
 static uint32_t parse_block_size(const char *arg)
@@ -216,7 +212,7 @@ static uint32_t parse_block_size(const char *arg)
 
 	if (parse_size(arg, &v) != 0)
 		die_usage("init: invalid block size '%.100s'", arg);
-	if (v < DD_BLOCK_SIZE_MIN || v > DD_BLOCK_SIZE_MAX || (v & (v - 1)))
+	if (!block_size_valid(v))
 		die_usage("init: block size must be a power of two from "
 			  "4 KiB to 1 MiB, not '%.100s'", arg);
 	return (uint32_t)v;
@@ -629,9 +625,7 @@ static int cmd_ls(int argc, char **argv)
 	dd_store *s;
 	int rc;
 
-	parse_common(argc, argv, allow, &o);
-	want_args(argc, argv, 1, 1);
-	s = open_store(argv[optind], 0, 1);
+	s = open_store_arg(argc, argv, allow, &o, 1);
 	rc = dd_snapshot_list(s, &list, &count);
 	if (rc != 0)
 		die_store(s, rc);
@@ -678,40 +672,14 @@ static int cmd_rm(int argc, char **argv)
 
 /* ---- stat ---------------------------------------------------------------*/
 
-static void json_double(const char *key, double v, int last)
-{
-	if (isfinite(v))
-		printf("  \"%s\": %.17g%s\n", key, v, last ? "" : ",");
-	else
-		printf("  \"%s\": null%s\n", key, last ? "" : ",");
-}
-
 static void json_u64(const char *key, uint64_t v)
 {
 	printf("  \"%s\": %" PRIu64 ",\n", key, v);
 }
 
-static const char *compress_name(char *buf, size_t len,
-				 const dd_store_info *info)
-{
-	if (info->compress == DD_COMPRESS_NONE)
-		snprintf(buf, len, "none");
-	else if (info->compress == DD_COMPRESS_ZSTD)
-		snprintf(buf, len, "zstd:%d",
-			 info->compress_level ? info->compress_level : 1);
-	else
-		snprintf(buf, len, "unknown(%d)", info->compress);
-	return buf;
-}
+/* ---- the refcount histogram (stat and scan) --------------------------------*/
 
-/* The header of the zdb -DD style histogram table (stat and scan). */
-static void print_hist_header(void)
-{
-	printf("bucket              allocated                 referenced\n");
-	printf("______   _______________________   _______________________\n");
-	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
-	printf("------   ------   -----   -----   ------   -----   -----\n");
-}
+#define HIST_BAR_WIDTH 30
 
 /* Adds a histogram row into the table's "Total" row. */
 static void hist_add(dd_hist_row *tot, const dd_hist_row *h)
@@ -722,6 +690,61 @@ static void hist_add(dd_hist_row *tot, const dd_hist_row *h)
 	tot->ref_blocks += h->ref_blocks;
 	tot->ref_lsize += h->ref_lsize;
 	tot->ref_psize += h->ref_psize;
+}
+
+/* A row's share of the largest row's referenced bytes, in '#'s; at least
+ * one for a row that has any. */
+static void hist_bar(char *buf, uint64_t v, uint64_t max)
+{
+	size_t n = max ? (size_t)((double)v / (double)max * HIST_BAR_WIDTH +
+				  0.5) : 0;
+
+	if (v && n == 0)
+		n = 1;
+	memset(buf, '#', n);
+	buf[n] = '\0';
+}
+
+static void hist_row(const char *label, const dd_hist_row *h, const char *bar)
+{
+	char c[6][16];
+
+	printf("%6s   %6s   %5s   %5s   %6s   %5s   %5s%s%s\n", label,
+	       nicenum(c[0], 16, h->blocks), nicenum(c[1], 16, h->lsize),
+	       nicenum(c[2], 16, h->psize), nicenum(c[3], 16, h->ref_blocks),
+	       nicenum(c[4], 16, h->ref_lsize), nicenum(c[5], 16, h->ref_psize),
+	       *bar ? "   " : "", bar);
+}
+
+/* The table as `zdb -DD` (stat) and `zdb -S` (scan) print it: a row per
+ * non-empty bucket, then "Total"; with bars, each row also gets its share
+ * of referenced bytes (scan). */
+static void print_hist_table(const dd_hist_row *hist, int bars)
+{
+	char label[16], bar[HIST_BAR_WIDTH + 1] = "";
+	uint64_t max = 0;
+	dd_hist_row tot;
+	int i;
+
+	memset(&tot, 0, sizeof(tot));
+	for (i = 0; bars && i < DD_HIST_BUCKETS; i++)
+		if (hist[i].ref_lsize > max)
+			max = hist[i].ref_lsize;
+	printf("bucket              allocated                 referenced\n");
+	printf("______   _______________________   _______________________\n");
+	printf("refcnt   blocks   LSIZE   PSIZE   blocks   LSIZE   PSIZE\n");
+	printf("------   ------   -----   -----   ------   -----   -----\n");
+	for (i = 0; i < DD_HIST_BUCKETS; i++) {
+		const dd_hist_row *h = &hist[i];
+
+		if (!h->blocks && !h->ref_blocks)
+			continue;
+		if (bars)
+			hist_bar(bar, h->ref_lsize, max);
+		hist_row(nicenum(label, sizeof(label), 1ull << i), h, bar);
+		hist_add(&tot, h);
+	}
+	hist_row("Total", &tot, "");
 }
 
 /* The refcount histogram as a JSON member "histogram": [...] (rows with
@@ -761,7 +784,8 @@ static void stat_json(dd_store *s, const dd_stat *st,
 	json_u64("block_size", info->block_size);
 	printf("  \"verify\": %s,\n", info->verify ? "true" : "false");
 	printf("  \"compress\": \"%s\",\n",
-	       compress_name(comp, sizeof(comp), info));
+	       compress_spec_name(comp, sizeof(comp), info->compress,
+				  info->compress_level));
 	json_u64("format_version", info->format_version);
 	json_u64("snapshots", st->snapshots);
 	json_u64("logical_bytes", st->logical_bytes);
@@ -778,42 +802,12 @@ static void stat_json(dd_store *s, const dd_stat *st,
 	json_u64("ddt_bytes", st->ddt_bytes);
 	json_u64("meta_bytes", st->meta_bytes);
 	json_u64("lmdb_file_bytes", st->lmdb_file_bytes);
-	json_double("dedup_ratio", st->dedup_ratio, 0);
-	json_double("compress_ratio", st->compress_ratio, 0);
+	printf("  ");
+	json_double(stdout, "dedup_ratio", st->dedup_ratio, ",\n  ");
+	json_double(stdout, "compress_ratio", st->compress_ratio, ",\n");
 	cache_stat_json(s, stdout);  /* "cache": {...}, util_cache.c */
 	print_hist_json(st->hist, "  ");
 	printf("\n}\n");
-}
-
-static void hist_row(const char *label, const dd_hist_row *h)
-{
-	char c[6][16];
-
-	printf("%6s   %6s   %5s   %5s   %6s   %5s   %5s\n", label,
-	       nicenum(c[0], 16, h->blocks), nicenum(c[1], 16, h->lsize),
-	       nicenum(c[2], 16, h->psize), nicenum(c[3], 16, h->ref_blocks),
-	       nicenum(c[4], 16, h->ref_lsize), nicenum(c[5], 16, h->ref_psize));
-}
-
-/* The DDT histogram laid out as `zdb -DD` prints it. */
-static void stat_histogram(const dd_stat *st)
-{
-	dd_hist_row tot;
-	char label[16];
-	int i;
-
-	memset(&tot, 0, sizeof(tot));
-	printf("\n");
-	print_hist_header();
-	for (i = 0; i < DD_HIST_BUCKETS; i++) {
-		const dd_hist_row *h = &st->hist[i];
-
-		if (!h->blocks && !h->ref_blocks)
-			continue;
-		hist_row(nicenum(label, sizeof(label), 1ull << i), h);
-		hist_add(&tot, h);
-	}
-	hist_row("Total", &tot);
 }
 
 static void stat_text(const char *path, const dd_stat *st,
@@ -826,7 +820,8 @@ static void stat_text(const char *path, const dd_stat *st,
 	printf("store %s: format %" PRIu32 ", block size %s, compress %s, "
 	       "verify %s\n", path, info->format_version,
 	       human_size(a, sizeof(a), info->block_size),
-	       compress_name(comp, sizeof(comp), info),
+	       compress_spec_name(comp, sizeof(comp), info->compress,
+				  info->compress_level),
 	       info->verify ? "on" : "off");
 	printf("snapshots: %" PRIu64 ", logical %s (%" PRIu64 " bytes), "
 	       "zero blocks %" PRIu64 "\n", st->snapshots,
@@ -845,7 +840,8 @@ static void stat_text(const char *path, const dd_stat *st,
 	       st->pack_files, human_size(a, sizeof(a), st->pack_bytes),
 	       human_size(b, sizeof(b), st->meta_bytes),
 	       human_size(comp, sizeof(comp), st->lmdb_file_bytes));
-	stat_histogram(st);
+	printf("\n");
+	print_hist_table(st->hist, 0);
 	printf("\ndedup = %.2f, compress = %.2f, dedup * compress = %.2f\n",
 	       st->dedup_ratio, st->compress_ratio,
 	       st->dedup_ratio * st->compress_ratio);
@@ -860,9 +856,7 @@ static int cmd_stat(int argc, char **argv)
 	dd_store *s;
 	int rc;
 
-	parse_common(argc, argv, allow, &o);
-	want_args(argc, argv, 1, 1);
-	s = open_store(argv[optind], 0, 1);
+	s = open_store_arg(argc, argv, allow, &o, 1);
 	memset(&st, 0, sizeof(st));
 	st.version = DD_STAT_VERSION;
 	rc = dd_store_info_get(s, &info);
@@ -891,9 +885,7 @@ static int cmd_gc(int argc, char **argv)
 	char hs[32];
 	int rc;
 
-	parse_common(argc, argv, allow, &o);
-	want_args(argc, argv, 1, 1);
-	s = open_store(argv[optind], o.wait, 0);
+	s = open_store_arg(argc, argv, allow, &o, 0);
 	memset(&res, 0, sizeof(res));
 	rc = dd_store_gc(s, NULL, &res);
 	if (rc != 0)
@@ -938,9 +930,7 @@ static int cmd_scrub(int argc, char **argv)
 	char hs[32];
 	int rc;
 
-	parse_common(argc, argv, allow, &o);
-	want_args(argc, argv, 1, 1);
-	s = open_store(argv[optind], 0, 1);
+	s = open_store_arg(argc, argv, allow, &o, 1);
 	memset(&res, 0, sizeof(res));
 	rc = dd_store_scrub(s, scrub_report, NULL, &res);
 	if (rc != 0 && rc != DD_ECHECKSUM)
@@ -960,7 +950,6 @@ static int cmd_scrub(int argc, char **argv)
 
 /* ---- scan ---------------------------------------------------------------*/
 
-#define SCAN_BAR_WIDTH 30
 #define SCAN_SKIP_KEEP 1000   /* skipped inputs listed in the report */
 
 struct scan_skip {
@@ -1039,8 +1028,7 @@ static size_t scan_parse_sizes(const char *arg, uint32_t *sizes)
 			  "sizes like 4K,128K, at most %d)", arg, bad,
 			  DD_SCAN_MAX_BLOCK_SIZES);
 	for (i = 0; i < n; i++) {
-		if (v[i] < DD_BLOCK_SIZE_MIN || v[i] > DD_BLOCK_SIZE_MAX ||
-		    (v[i] & (v[i] - 1)))
+		if (!block_size_valid(v[i]))
 			die_usage("scan: block size must be a power of two from "
 				  "4 KiB to 1 MiB, not %" PRIu64, v[i]);
 		sizes[i] = (uint32_t)v[i];
@@ -1068,63 +1056,6 @@ static unsigned scan_parse_rate(const char *arg)
 	return shift;
 }
 
-static void scan_compress_name(char *buf, size_t len, const dd_scan_opts *so)
-{
-	if (so->compress == DD_COMPRESS_NONE)
-		snprintf(buf, len, "none");
-	else
-		snprintf(buf, len, "zstd:%d",
-			 so->compress_level ? so->compress_level : 1);
-}
-
-static void scan_bar(char *buf, uint64_t v, uint64_t max)
-{
-	size_t n = max ? (size_t)((double)v / (double)max * SCAN_BAR_WIDTH +
-				  0.5) : 0;
-
-	if (v && n == 0)
-		n = 1;
-	memset(buf, '#', n);
-	buf[n] = '\0';
-}
-
-static void scan_hist_row(const char *label, const dd_hist_row *h,
-			  const char *bar)
-{
-	char c[6][16];
-
-	printf("%6s   %6s   %5s   %5s   %6s   %5s   %5s%s%s\n", label,
-	       nicenum(c[0], 16, h->blocks), nicenum(c[1], 16, h->lsize),
-	       nicenum(c[2], 16, h->psize), nicenum(c[3], 16, h->ref_blocks),
-	       nicenum(c[4], 16, h->ref_lsize), nicenum(c[5], 16, h->ref_psize),
-	       *bar ? "   " : "", bar);
-}
-
-/* zdb -S layout, with a bar per row for its share of referenced bytes. */
-static void scan_histogram(const dd_scan_result *r)
-{
-	char label[16], bar[SCAN_BAR_WIDTH + 1];
-	uint64_t max = 0;
-	dd_hist_row tot;
-	int i;
-
-	memset(&tot, 0, sizeof(tot));
-	for (i = 0; i < DD_HIST_BUCKETS; i++)
-		if (r->hist[i].ref_lsize > max)
-			max = r->hist[i].ref_lsize;
-	print_hist_header();
-	for (i = 0; i < DD_HIST_BUCKETS; i++) {
-		const dd_hist_row *h = &r->hist[i];
-
-		if (!h->blocks && !h->ref_blocks)
-			continue;
-		scan_bar(bar, h->ref_lsize, max);
-		scan_hist_row(nicenum(label, sizeof(label), 1ull << i), h, bar);
-		hist_add(&tot, h);
-	}
-	scan_hist_row("Total", &tot, "");
-}
-
 static const char *scan_pct(char *buf, size_t len, double e)
 {
 	if (!isfinite(e))
@@ -1143,7 +1074,7 @@ static void scan_text_one(const dd_scan_result *r)
 	       human_size(a, sizeof(a), r->block_size), r->blocks,
 	       r->zero_blocks, r->referenced_blocks,
 	       human_size(b, sizeof(b), r->referenced_bytes));
-	scan_histogram(r);
+	print_hist_table(r->hist, 1);
 	printf("unique blocks: %" PRIu64 "%s; DDT on disk ~ %s (%d bytes per "
 	       "entry, compacted)\n", r->unique_blocks,
 	       r->sample_shift ? " (estimated)" : "",
@@ -1169,7 +1100,7 @@ static void scan_text(const dd_scan_info *info, const dd_scan_opts *so)
 	char a[32], comp[32];
 	size_t i;
 
-	scan_compress_name(comp, sizeof(comp), so);
+	compress_spec_name(comp, sizeof(comp), so->compress, so->compress_level);
 	printf("scan: %" PRIu64 " image%s, %s read; mode %s; compress %s\n",
 	       info->images, info->images == 1 ? "" : "s",
 	       human_size(a, sizeof(a), info->bytes),
@@ -1188,14 +1119,6 @@ static void scan_text(const dd_scan_info *info, const dd_scan_opts *so)
 	if (info->skipped > scan_st.nskips)
 		printf("  ... and %" PRIu64 " more\n",
 		       info->skipped - scan_st.nskips);
-}
-
-static void json_err_or_null(const char *key, double v, const char *sep)
-{
-	if (isfinite(v))
-		printf("\"%s\": %.17g%s", key, v, sep);
-	else
-		printf("\"%s\": null%s", key, sep);
 }
 
 static void scan_json_hist(const dd_scan_result *r)
@@ -1224,8 +1147,8 @@ static void scan_json_one(const dd_scan_result *r)
 	printf("     \"sample_rate\": %.17g, \"sampled_blocks\": %" PRIu64
 	       ", \"confidence\": %.17g, ", ldexp(1.0, -(int)r->sample_shift),
 	       r->sampled_blocks, r->confidence);
-	json_err_or_null("dedup_error", r->dedup_error, ", ");
-	json_err_or_null("compress_error", r->compress_error, ",\n");
+	json_double(stdout, "dedup_error", r->dedup_error, ", ");
+	json_double(stdout, "compress_error", r->compress_error, ",\n");
 	printf("     \"spill_runs\": %" PRIu64 ", \"spill_bytes\": %" PRIu64
 	       ",\n", r->spill_runs, r->spill_bytes);
 	scan_json_hist(r);
@@ -1236,7 +1159,7 @@ static void scan_json(const dd_scan_info *info, const dd_scan_opts *so)
 	char comp[32];
 	size_t i;
 
-	scan_compress_name(comp, sizeof(comp), so);
+	compress_spec_name(comp, sizeof(comp), so->compress, so->compress_level);
 	printf("{\n  \"mode\": \"%s\",\n  \"compress\": \"%s\",\n",
 	       so->mode == DD_SCAN_SAMPLE ? "sample" : "exact", comp);
 	printf("  \"images\": %" PRIu64 ",\n  \"bytes\": %" PRIu64 ",\n"
@@ -1428,14 +1351,6 @@ static const struct subcommand subcommands[] = {
 	{"scan", cmd_scan},
 };
 
-static void print_version(void)
-{
-	printf("dedup (libdedup) %d.%d.%d\n", DD_VERSION_MAJOR,
-	       DD_VERSION_MINOR, DD_VERSION_PATCH);
-	if (dd_version_number() != DD_VERSION_NUMBER)
-		printf("running with library %s\n", dd_version_string());
-}
-
 int main(int argc, char **argv)
 {
 	size_t i;
@@ -1446,10 +1361,8 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0)
 		usage_exit();
-	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
-		print_version();
-		return 0;
-	}
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)
+		print_tool_version("dedup");
 	for (i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
 		if (strcmp(argv[1], subcommands[i].name) == 0) {
 			subcmd = subcommands[i].name;
