@@ -144,7 +144,6 @@ int dd_l2dev_open(dd_l2dev **out, dd_err *err, const char *path,
 /* Stops the rebuild, closes the file.  The caller has stopped the feed. */
 void dd_l2dev_close(dd_l2dev *d);
 const char *dd_l2dev_path(const dd_l2dev *d);
-uint64_t dd_l2dev_size(const dd_l2dev *d);
 int dd_l2dev_state(dd_l2dev *d);
 /* State and message (copied) for dd_cache_dev. */
 void dd_l2dev_info(dd_l2dev *d, dd_cache_dev *out);
@@ -189,10 +188,6 @@ typedef struct dd_l2_figures {
 } dd_l2_figures;
 void dd_l2dev_figures(dd_l2dev *d, dd_l2_figures *out);
 
-/* Tests: the index capacity and hand. */
-uint32_t dd_l2dev_capacity(dd_l2dev *d);
-uint64_t dd_l2dev_hand(dd_l2dev *d);
-
 /* ---- the feed (feed.c) ----------------------------------------------------*/
 
 typedef struct dd_feed dd_feed;
@@ -211,7 +206,6 @@ bool dd_feed_offer(dd_feed *f, const uint8_t key[DD_CACHE_KEY_SIZE],
 		   uint8_t *data, uint32_t lsize);
 /* Waits until the queue is empty and no batch is being written. */
 void dd_feed_drain(dd_feed *f);
-uint64_t dd_feed_queued(dd_feed *f);
 
 /* The length of one feed interval: the rate is applied per interval and a
  * batch holds at most one interval's bytes (tests shorten it). */

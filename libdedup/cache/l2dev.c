@@ -454,11 +454,6 @@ const char *dd_l2dev_path(const dd_l2dev *d)
 	return d->d_path;
 }
 
-uint64_t dd_l2dev_size(const dd_l2dev *d)
-{
-	return d->d_conf_size ? d->d_conf_size : d->d_hdr.lh_dev_bytes;
-}
-
 int dd_l2dev_state(dd_l2dev *d)
 {
 	int st;
@@ -504,21 +499,6 @@ void dd_l2dev_figures(dd_l2dev *d, dd_l2_figures *out)
 	out->lf_rebuild_ms = d->d_rebuild_ms;
 	out->lf_log_errors = d->d_log_errors;
 	pthread_mutex_unlock(&d->d_lock);
-}
-
-uint32_t dd_l2dev_capacity(dd_l2dev *d)
-{
-	return d->d_cap;
-}
-
-uint64_t dd_l2dev_hand(dd_l2dev *d)
-{
-	uint64_t end;
-
-	pthread_mutex_lock(&d->d_lock);
-	end = d->d_end;
-	pthread_mutex_unlock(&d->d_lock);
-	return end;
 }
 
 /* ---- reads -------------------------------------------------------------------*/
