@@ -45,7 +45,6 @@
 #include "cache/cache_internal.h"
 #include "common/alloc.h"
 #include "common/endian.h"
-#include "common/faults.h"
 #include "common/io.h"
 
 #define DD_L2_EMPTY UINT32_MAX
@@ -503,36 +502,14 @@ void dd_l2dev_figures(dd_l2dev *d, dd_l2_figures *out)
 
 /* ---- reads -------------------------------------------------------------------*/
 
-/* Reads from the device.  Not dd_io_pread_full: the test delay of that
- * wrapper (dd_fault_set_read_delay_us) models the slow disks the packs
- * sit on, and a cache device is the fast tier.  Injected read errors
- * (DD_FAULT_READ) still apply here. */
+/* Reads from the device through common/io.c, where read faults are
+ * injected; without the test read delay, which models the slow disks the
+ * packs sit on, where a cache device is the fast tier. */
 static int dd_l2_pread(dd_l2dev *d, dd_err *err, void *buf, size_t len,
 		       uint64_t off)
 {
-	size_t done = 0;
-	int e = dd_fault_check(DD_FAULT_READ);
-
-	if (e)
-		return dd_err_set_errno(err, e, "read %s at offset %llu",
-					d->d_path, (unsigned long long)off);
-	while (done < len) {
-		ssize_t r = pread(d->d_fd, (char *)buf + done, len - done,
-				  (off_t)(off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return dd_err_set_errno(err, errno, "read %s at offset "
-						"%llu", d->d_path,
-						(unsigned long long)(off + done));
-		if (r == 0)
-			return dd_err_set(err, DD_ECORRUPT, "short read %s at "
-					  "offset %llu", d->d_path,
-					  (unsigned long long)(off + done));
-		done += (size_t)r;
-	}
-	return 0;
+	return dd_io_pread_full_nodelay(err, d->d_fd, buf, len, off,
+					d->d_path);
 }
 
 bool dd_l2dev_contains(dd_l2dev *d, const uint8_t key[DD_CACHE_KEY_SIZE])
