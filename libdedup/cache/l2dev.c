@@ -46,6 +46,7 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "common/io.h"
+#include "common/zero.h"
 
 #define DD_L2_EMPTY UINT32_MAX
 #define DD_L2_BATCH_MAX ((uint64_t)16 << 20)
@@ -861,11 +862,6 @@ static void *dd_l2dev_rebuild(void *arg)
 
 /* ---- format ------------------------------------------------------------------*/
 
-static bool dd_all_zero(const uint8_t *p, size_t n)
-{
-	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
 /* Refuses a device that holds something: another store's cache, or
  * non-zero bytes where the header goes. */
 static int dd_l2_format_check(dd_err *err, int fd, const char *path,
@@ -888,7 +884,7 @@ static int dd_l2_format_check(dd_err *err, int fd, const char *path,
 		return dd_err_set(err, DD_EEXIST, "%s holds the cache of "
 				  "another store (force to reformat)", path);
 	}
-	if (!dd_all_zero(area, sizeof(area)))
+	if (!dd_is_zero(area, sizeof(area)))
 		return dd_err_set(err, DD_EEXIST, "%s holds data (force to "
 				  "reformat it as a cache device)", path);
 	(void)bytes;
