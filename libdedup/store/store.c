@@ -90,9 +90,9 @@ int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s)
 	int rc;
 
 	memset(sc, 0, sizeof(*sc));
-	rc = dd_codec_new(&sc->sc_codec, s->st_compress, s->st_level);
+	rc = dd_codec_new(&sc->sc_codec, err, s->st_compress, s->st_level);
 	if (rc)
-		return dd_err_set(err, rc, "cannot create codec context");
+		return rc;
 	rc = dd_hasher_new(&sc->sc_hasher, s->st_hash_kind);
 	if (rc) {
 		dd_scratch_fini(sc);
