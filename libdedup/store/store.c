@@ -364,7 +364,7 @@ static int dd_store_ready(dd_store *s, dd_err *err, int rc, dd_store **out)
 	if (!rc)
 		rc = dd_store_start_pool(s, err);
 	if (!rc)
-		rc = dd_store_cache_open(s, err);   /* cache/api.c */
+		rc = dd_store_cache_open(s, err);   /* caches.c */
 	if (rc) {
 		dd_store_close(s);
 		return rc;
