@@ -626,26 +626,40 @@ static size_t block_of(fx *f, const uint8_t *hash)
 	return 0;
 }
 
+/* Adds device 0 and fills it through a store handle (every block read
+ * once, in an order from seed); *h gets its header, ents the first n
+ * entries of its newest log block. */
+static void fx_warm_dev(fx *f, unsigned seed, dd_l2_hdr *h,
+			dd_l2_logent *ents, uint32_t n)
+{
+	uint8_t *buf = malloc(dd_l2_log_size(DD_L2_LOG_MAX_ENTS));
+	dd_l2_log log;
+	dd_store *s;
+
+	fx_add(f, 0, DEV_BYTES);
+	s = fx_open_small(f);
+	read_all(f, s, seed, 0);
+	dd_store_close(s);
+	dev_hdr(f->dev[0], h);
+	dev_log(f->dev[0], h, h->lh_log_lpos, h->lh_log_size, buf, &log);
+	assert_true(log.ll_nents >= n);
+	for (uint32_t i = 0; i < n; i++)
+		dd_l2_log_ent(buf, i, &ents[i]);
+	free(buf);
+}
+
 static void test_damaged_data_block(void **state)
 {
 	fx *f = fx_new(1 * MiB);
-	uint8_t *buf = malloc(dd_l2_log_size(DD_L2_LOG_MAX_ENTS));
 	dd_cache_stats st, st2;
 	dd_l2_logent e;
-	dd_l2_log log;
 	dd_l2_hdr h;
 	dd_reader *r;
 	dd_store *s;
 	size_t idx;
 
 	(void)state;
-	fx_add(f, 0, DEV_BYTES);
-	s = fx_open_small(f);
-	read_all(f, s, 10, 0);
-	dd_store_close(s);
-	dev_hdr(f->dev[0], &h);
-	dev_log(f->dev[0], &h, h.lh_log_lpos, h.lh_log_size, buf, &log);
-	dd_l2_log_ent(buf, 0, &e);
+	fx_warm_dev(f, 10, &h, &e, 1);
 	idx = block_of(f, e.le_key);
 	flip_byte(f->dev[0], DD_L2_DATA_START + (uint64_t)e.le_off * DD_L2_SECTOR + 77);
 
@@ -664,7 +678,6 @@ static void test_damaged_data_block(void **state)
 	assert_int_equal(st.l2_cksum_errors, 1);
 	dd_reader_close(r);
 	dd_store_close(s);
-	free(buf);
 	fx_free(f);
 }
 
@@ -677,26 +690,15 @@ static void test_damaged_data_block(void **state)
 static void test_l2_read_fault(void **state)
 {
 	fx *f = fx_new(1 * MiB);
-	uint8_t *buf = malloc(dd_l2_log_size(DD_L2_LOG_MAX_ENTS));
 	uint8_t blk[BS];
 	dd_l2_logent e[2];
-	dd_l2_log log;
 	dd_l2_hdr h;
 	dd_hasher *hs;
 	dd_l2dev *d;
-	dd_store *s;
 	double t0;
 
 	(void)state;
-	fx_add(f, 0, DEV_BYTES);
-	s = fx_open_small(f);
-	read_all(f, s, 12, 0);
-	dd_store_close(s);
-	dev_hdr(f->dev[0], &h);
-	dev_log(f->dev[0], &h, h.lh_log_lpos, h.lh_log_size, buf, &log);
-	assert_true(log.ll_nents >= 2);
-	dd_l2_log_ent(buf, 0, &e[0]);
-	dd_l2_log_ent(buf, 1, &e[1]);
+	fx_warm_dev(f, 12, &h, e, 2);
 	assert_int_equal(dd_hasher_new(&hs, DD_HASH_SHA256), 0);
 	assert_int_equal(dd_l2dev_open(&d, NULL, f->dev[0], DEV_BYTES,
 				       h.lh_store_id, BS), 0);
@@ -722,7 +724,6 @@ static void test_l2_read_fault(void **state)
 			 DD_L2_MISS);
 	dd_l2dev_close(d);
 	dd_hasher_free(hs);
-	free(buf);
 	fx_free(f);
 }
 
