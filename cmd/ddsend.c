@@ -64,8 +64,7 @@ static uint32_t parse_block_size(const char *s)
 {
 	uint64_t v;
 
-	if (parse_size(s, &v) != 0 || v < DD_BLOCK_SIZE_MIN ||
-	    v > DD_BLOCK_SIZE_MAX || (v & (v - 1)) != 0)
+	if (parse_size(s, &v) != 0 || !block_size_valid(v))
 		die_usage("block size '%.100s' is not a power of two in "
 			  "4K..1M", s);
 	return (uint32_t)v;

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,10 +164,27 @@ int parse_compress_spec(const char *s, int *codec, int *level)
 	errno = 0;
 	lvl = strtol(s + 5, &end, 10);
 	if (errno || *end || lvl < 1 || lvl > 19)
-		return -1;
+		return -2;
 	*codec = DD_COMPRESS_ZSTD;
 	*level = (int)lvl;
 	return 0;
+}
+
+char *compress_spec_name(char *buf, size_t len, int codec, int level)
+{
+	if (codec == DD_COMPRESS_NONE)
+		snprintf(buf, len, "none");
+	else if (codec == DD_COMPRESS_ZSTD)
+		snprintf(buf, len, "zstd:%d", level ? level : 1);
+	else
+		snprintf(buf, len, "unknown(%d)", codec);
+	return buf;
+}
+
+int block_size_valid(uint64_t v)
+{
+	return v >= DD_BLOCK_SIZE_MIN && v <= DD_BLOCK_SIZE_MAX &&
+	       (v & (v - 1)) == 0;
 }
 
 int split_snapref(const char *arg, char **store, char **name,
@@ -339,6 +357,15 @@ void json_string(FILE *f, const char *s)
 		p += n;
 	}
 	fputc('"', f);
+}
+
+void json_double(FILE *f, const char *key, double v, const char *sep)
+{
+	/* JSON has no NaN or infinity: an undefined ratio is null. */
+	if (isfinite(v))
+		fprintf(f, "\"%s\": %.17g%s", key, v, sep);
+	else
+		fprintf(f, "\"%s\": null%s", key, sep);
 }
 
 char *hex_encode(char *out, const uint8_t *p, size_t n)

@@ -63,6 +63,9 @@ char *nicenum(char *buf, size_t len, uint64_t n);
  * bytes become U+FFFD so the output is always valid JSON. */
 void json_string(FILE *f, const char *s);
 
+/* Writes "key": v then sep; a NaN or infinite v is written as null. */
+void json_double(FILE *f, const char *key, double v, const char *sep);
+
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 char *hex_encode(char *out, const uint8_t *p, size_t n);
 
@@ -124,9 +127,18 @@ int parse_size_list(const char *s, uint64_t *out, size_t max, size_t *n,
 /*
  * Parses "none", "zstd" or "zstd:LEVEL" (LEVEL 1..19): *codec gets 0 for
  * none, 1 for zstd (enum dd_compress), *level the level (0 = default).
- * Returns 0 or -1.
+ * Returns 0; -1 when s is none of the three forms; -2 when it is
+ * "zstd:" and digits but the level is not 1..19 (a message can then name
+ * the level).  Sets nothing on failure.
  */
 int parse_compress_spec(const char *s, int *codec, int *level);
+
+/* The inverse: "none", "zstd:LEVEL" (level 0 is 1) or "unknown(N)". */
+char *compress_spec_name(char *buf, size_t len, int codec, int level);
+
+/* True for a store block size: a power of two in [DD_BLOCK_SIZE_MIN,
+ * DD_BLOCK_SIZE_MAX]. */
+int block_size_valid(uint64_t v);
 
 /* The most specific message for a failed call: the handle's, else the
  * thread's (dd_last_errmsg), else the code's name. */

@@ -8,8 +8,8 @@
  * Properties checked besides "no crash": a size that parses prints back
  * to digits that parse to the same value, human_size / nicenum format it
  * within their buffers, a list yields at most its capacity, a compress
- * spec gives a valid codec and level, and split_snapref's name passes
- * dd_name_check.
+ * spec gives a valid codec and level (and a refused one, -1 or -2,
+ * leaves both untouched), and split_snapref's name passes dd_name_check.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -55,9 +55,15 @@ static void fz_list(const char *s)
 static void fz_compress(const char *s)
 {
 	int codec = -1, level = -1;
+	int rc = parse_compress_spec(s, &codec, &level);
 
-	if (parse_compress_spec(s, &codec, &level) != 0)
+	if (rc == -1 || rc == -2) {
+		if (codec != -1 || level != -1)
+			abort();        /* a failure sets nothing */
 		return;
+	}
+	if (rc != 0)
+		abort();
 	if ((codec != DD_COMPRESS_NONE && codec != DD_COMPRESS_ZSTD) ||
 	    level < 0 || level > 19)
 		abort();

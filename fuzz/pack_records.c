@@ -42,7 +42,7 @@ static void fz_init(void)
 	if (fz_dst)
 		return;
 	fz_dst = malloc(DD_BLOCK_SIZE_MAX);
-	if (!fz_dst || dd_codec_new(&fz_codec, DD_CODEC_ZSTD, 1) != 0)
+	if (!fz_dst || dd_codec_new(&fz_codec, NULL, DD_CODEC_ZSTD, 1) != 0)
 		abort();
 	fz_dirfd = open(fz_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fz_dirfd < 0)

@@ -503,6 +503,19 @@ void dd_cache_wait_rebuild(dd_cache *c)
 
 /* ---- figures ------------------------------------------------------------------------*/
 
+static const char *const dd_state_names[] = {
+	"online", "rebuilding", "missing", "foreign", "faulted", "full",
+	"busy", "offline",
+};
+
+const char *dd_cache_state_name(int state)
+{
+	if (state < 0 || (size_t)state >= sizeof(dd_state_names) /
+					   sizeof(dd_state_names[0]))
+		return "unknown";
+	return dd_state_names[state];
+}
+
 static void dd_cache_l2_figures(dd_cache *c, dd_cache_stats *out)
 {
 	pthread_rwlock_rdlock(&c->c_devlock);

@@ -17,8 +17,9 @@
  * unreadable or full is taken out of use, reported once through the warn
  * callback and counted; the read goes on from the packs.
  *
- * cache/ depends on common/ and hash/ only, except api.c, the glue that
- * implements the public dd_cache_* functions on a dd_store.
+ * cache/ depends on common/ and hash/ only; it knows nothing of a store.
+ * The glue -- a store's caches at open and close, the public dd_cache_*
+ * functions on a dd_store -- is store/caches.c.
  */
 #ifndef DD_CACHE_CACHE_H
 #define DD_CACHE_CACHE_H
@@ -110,5 +111,36 @@ int dd_cache_devs(dd_cache *c, dd_err *err, dd_cache_dev **out, size_t *n);
  * DD_EEXIST, DD_EIO, DD_ENOSPC, DD_EPERM. */
 int dd_l2_format(dd_err *err, const char *path, uint64_t size,
 		 const uint8_t store_id[16], bool force, uint64_t *used);
+
+/* ---- STORE/cache.conf (conf.c, format/store.md §8) -----------------------*/
+
+typedef struct dd_cache_conf_dev {
+	char *cd_path;
+	uint64_t cd_size;
+} dd_cache_conf_dev;
+
+typedef struct dd_cache_conf {
+	uint64_t cf_l1_size;           /* 0: not set */
+	uint64_t cf_l2_write_max;      /* 0: not set */
+	int cf_feed_seq;               /* 0 not set, 1, -1 */
+	dd_cache_conf_dev *cf_devs;
+	size_t cf_ndevs;
+} dd_cache_conf;
+
+/* Reads dir/cache.conf; a missing file is an empty configuration.
+ * DD_ECORRUPT / DD_EVERSION on a bad file. */
+int dd_cache_conf_read(dd_err *err, const char *dir, dd_cache_conf *out);
+/* Writes dir/cache.conf through a temporary file and rename. */
+int dd_cache_conf_write(dd_err *err, const char *dir, const dd_cache_conf *c);
+int dd_cache_conf_add_dev(dd_err *err, dd_cache_conf *c, const char *path,
+			  uint64_t size);
+/* Removes device `at` (< cf_ndevs). */
+void dd_cache_conf_remove_dev(dd_cache_conf *c, size_t at);
+/* True when path is a device of c: *at gets its index. */
+bool dd_cache_conf_find(const dd_cache_conf *c, const char *path, size_t *at);
+/* A device path cache.conf can hold: absolute, shorter than
+ * DD_CACHE_PATH_MAX, no control characters.  DD_EINVAL otherwise. */
+int dd_cache_conf_path_check(dd_err *err, const char *path);
+void dd_cache_conf_fini(dd_cache_conf *c);
 
 #endif

@@ -7,7 +7,9 @@
  *   feed.c    the feeder thread: L1 evictions -> throttled L2 batches
  *   cache.c   dd_cache: L1 + devices + feed + figures
  *   conf.c    STORE/cache.conf (format/store.md §8)
- *   api.c     the public dd_cache_* functions on a dd_store
+ *
+ * The store's side -- opening a store's caches, the public dd_cache_*
+ * functions on a dd_store -- is store/caches.c, over cache.h.
  */
 #ifndef DD_CACHE_INTERNAL_H
 #define DD_CACHE_INTERNAL_H
@@ -144,7 +146,6 @@ int dd_l2dev_open(dd_l2dev **out, dd_err *err, const char *path,
 /* Stops the rebuild, closes the file.  The caller has stopped the feed. */
 void dd_l2dev_close(dd_l2dev *d);
 const char *dd_l2dev_path(const dd_l2dev *d);
-uint64_t dd_l2dev_size(const dd_l2dev *d);
 int dd_l2dev_state(dd_l2dev *d);
 /* State and message (copied) for dd_cache_dev. */
 void dd_l2dev_info(dd_l2dev *d, dd_cache_dev *out);
@@ -189,10 +190,6 @@ typedef struct dd_l2_figures {
 } dd_l2_figures;
 void dd_l2dev_figures(dd_l2dev *d, dd_l2_figures *out);
 
-/* Tests: the index capacity and hand. */
-uint32_t dd_l2dev_capacity(dd_l2dev *d);
-uint64_t dd_l2dev_hand(dd_l2dev *d);
-
 /* ---- the feed (feed.c) ----------------------------------------------------*/
 
 typedef struct dd_feed dd_feed;
@@ -211,7 +208,6 @@ bool dd_feed_offer(dd_feed *f, const uint8_t key[DD_CACHE_KEY_SIZE],
 		   uint8_t *data, uint32_t lsize);
 /* Waits until the queue is empty and no batch is being written. */
 void dd_feed_drain(dd_feed *f);
-uint64_t dd_feed_queued(dd_feed *f);
 
 /* The length of one feed interval: the rate is applied per interval and a
  * batch holds at most one interval's bytes (tests shorten it). */
@@ -221,29 +217,5 @@ extern _Atomic uint32_t dd_feed_tick_ms;
 
 /* A monotonic clock in nanoseconds. */
 uint64_t dd_cache_now_ns(void);
-
-/* ---- conf.c (format/store.md §8) -------------------------------------------*/
-
-typedef struct dd_cache_conf_dev {
-	char *cd_path;
-	uint64_t cd_size;
-} dd_cache_conf_dev;
-
-typedef struct dd_cache_conf {
-	uint64_t cf_l1_size;           /* 0: not set */
-	uint64_t cf_l2_write_max;      /* 0: not set */
-	int cf_feed_seq;               /* 0 not set, 1, -1 */
-	dd_cache_conf_dev *cf_devs;
-	size_t cf_ndevs;
-} dd_cache_conf;
-
-/* Reads dir/cache.conf; a missing file is an empty configuration.
- * DD_ECORRUPT / DD_EVERSION on a bad file. */
-int dd_cache_conf_read(dd_err *err, const char *dir, dd_cache_conf *out);
-/* Writes dir/cache.conf through a temporary file and rename. */
-int dd_cache_conf_write(dd_err *err, const char *dir, const dd_cache_conf *c);
-int dd_cache_conf_add_dev(dd_err *err, dd_cache_conf *c, const char *path,
-			  uint64_t size);
-void dd_cache_conf_fini(dd_cache_conf *c);
 
 #endif

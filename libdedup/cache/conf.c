@@ -49,6 +49,42 @@ int dd_cache_conf_add_dev(dd_err *err, dd_cache_conf *c, const char *path,
 	return 0;
 }
 
+void dd_cache_conf_remove_dev(dd_cache_conf *c, size_t at)
+{
+	dd_free(c->cf_devs[at].cd_path);
+	memmove(&c->cf_devs[at], &c->cf_devs[at + 1],
+		(c->cf_ndevs - at - 1) * sizeof(*c->cf_devs));
+	c->cf_ndevs--;
+}
+
+bool dd_cache_conf_find(const dd_cache_conf *c, const char *path, size_t *at)
+{
+	for (size_t i = 0; i < c->cf_ndevs; i++) {
+		if (!strcmp(c->cf_devs[i].cd_path, path)) {
+			*at = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+int dd_cache_conf_path_check(dd_err *err, const char *path)
+{
+	size_t len;
+
+	if (!path || path[0] != '/')
+		return dd_err_set(err, DD_EINVAL, "a cache device path must "
+				  "be absolute");
+	len = strnlen(path, DD_CACHE_PATH_MAX);
+	if (len >= DD_CACHE_PATH_MAX)
+		return dd_err_set(err, DD_EINVAL, "cache device path too long");
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)path[i] < 0x20)
+			return dd_err_set(err, DD_EINVAL, "a cache device path "
+					  "may not hold control characters");
+	return 0;
+}
+
 /* A decimal u64 ending at the end of s or at a space (*end). */
 static int dd_conf_u64(const char *s, uint64_t *out, const char **end)
 {

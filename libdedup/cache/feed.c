@@ -253,13 +253,3 @@ void dd_feed_drain(dd_feed *f)
 	f->f_draining--;
 	pthread_mutex_unlock(&f->f_lock);
 }
-
-uint64_t dd_feed_queued(dd_feed *f)
-{
-	uint64_t q;
-
-	pthread_mutex_lock(&f->f_lock);
-	q = f->f_qbytes;
-	pthread_mutex_unlock(&f->f_lock);
-	return q;
-}

@@ -45,8 +45,8 @@
 #include "cache/cache_internal.h"
 #include "common/alloc.h"
 #include "common/endian.h"
-#include "common/faults.h"
 #include "common/io.h"
+#include "common/zero.h"
 
 #define DD_L2_EMPTY UINT32_MAX
 #define DD_L2_BATCH_MAX ((uint64_t)16 << 20)
@@ -454,11 +454,6 @@ const char *dd_l2dev_path(const dd_l2dev *d)
 	return d->d_path;
 }
 
-uint64_t dd_l2dev_size(const dd_l2dev *d)
-{
-	return d->d_conf_size ? d->d_conf_size : d->d_hdr.lh_dev_bytes;
-}
-
 int dd_l2dev_state(dd_l2dev *d)
 {
 	int st;
@@ -506,53 +501,16 @@ void dd_l2dev_figures(dd_l2dev *d, dd_l2_figures *out)
 	pthread_mutex_unlock(&d->d_lock);
 }
 
-uint32_t dd_l2dev_capacity(dd_l2dev *d)
-{
-	return d->d_cap;
-}
-
-uint64_t dd_l2dev_hand(dd_l2dev *d)
-{
-	uint64_t end;
-
-	pthread_mutex_lock(&d->d_lock);
-	end = d->d_end;
-	pthread_mutex_unlock(&d->d_lock);
-	return end;
-}
-
 /* ---- reads -------------------------------------------------------------------*/
 
-/* Reads from the device.  Not dd_io_pread_full: the test delay of that
- * wrapper (dd_fault_set_read_delay_us) models the slow disks the packs
- * sit on, and a cache device is the fast tier.  Injected read errors
- * (DD_FAULT_READ) still apply here. */
+/* Reads from the device through common/io.c, where read faults are
+ * injected; without the test read delay, which models the slow disks the
+ * packs sit on, where a cache device is the fast tier. */
 static int dd_l2_pread(dd_l2dev *d, dd_err *err, void *buf, size_t len,
 		       uint64_t off)
 {
-	size_t done = 0;
-	int e = dd_fault_check(DD_FAULT_READ);
-
-	if (e)
-		return dd_err_set_errno(err, e, "read %s at offset %llu",
-					d->d_path, (unsigned long long)off);
-	while (done < len) {
-		ssize_t r = pread(d->d_fd, (char *)buf + done, len - done,
-				  (off_t)(off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return dd_err_set_errno(err, errno, "read %s at offset "
-						"%llu", d->d_path,
-						(unsigned long long)(off + done));
-		if (r == 0)
-			return dd_err_set(err, DD_ECORRUPT, "short read %s at "
-					  "offset %llu", d->d_path,
-					  (unsigned long long)(off + done));
-		done += (size_t)r;
-	}
-	return 0;
+	return dd_io_pread_full_nodelay(err, d->d_fd, buf, len, off,
+					d->d_path);
 }
 
 bool dd_l2dev_contains(dd_l2dev *d, const uint8_t key[DD_CACHE_KEY_SIZE])
@@ -904,11 +862,6 @@ static void *dd_l2dev_rebuild(void *arg)
 
 /* ---- format ------------------------------------------------------------------*/
 
-static bool dd_all_zero(const uint8_t *p, size_t n)
-{
-	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
 /* Refuses a device that holds something: another store's cache, or
  * non-zero bytes where the header goes. */
 static int dd_l2_format_check(dd_err *err, int fd, const char *path,
@@ -931,7 +884,7 @@ static int dd_l2_format_check(dd_err *err, int fd, const char *path,
 		return dd_err_set(err, DD_EEXIST, "%s holds the cache of "
 				  "another store (force to reformat)", path);
 	}
-	if (!dd_all_zero(area, sizeof(area)))
+	if (!dd_is_zero(area, sizeof(area)))
 		return dd_err_set(err, DD_EEXIST, "%s holds data (force to "
 				  "reformat it as a cache device)", path);
 	(void)bytes;

@@ -13,6 +13,7 @@
 #include "cache/cache_internal.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
+#include "common/zero.h"
 
 static const uint8_t dd_l2_magic[8] = {0x89, 'D', 'D', 'C', 'A', 'C', 'H', '\n'};
 static const uint8_t dd_l2_log_magic[4] = {'D', 'D', 'C', 'L'};
@@ -33,14 +34,6 @@ enum {
 };
 enum { E_HASH = 0, E_VARIANT = 32, E_RSV1 = 33, E_OFF = 36, E_LSIZE = 40,
        E_RSV2 = 44 };
-
-static bool dd_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
 
 void dd_l2_hdr_encode(uint8_t out[DD_L2_HDR_SIZE], const dd_l2_hdr *h)
 {
@@ -102,7 +95,8 @@ int dd_l2_hdr_decode(dd_err *err, const uint8_t in[DD_L2_HDR_SIZE],
 	if (features)
 		return dd_err_set(err, DD_ENOTSUP, "cache header: unknown "
 				  "features %#x", features);
-	if (!dd_zero(in + H_RSV1, 4) || !dd_zero(in + H_RSV2, H_CRC - H_RSV2))
+	if (!dd_is_zero(in + H_RSV1, 4) ||
+	    !dd_is_zero(in + H_RSV2, H_CRC - H_RSV2))
 		return dd_err_set(err, DD_ECORRUPT,
 				  "cache header: reserved bytes not zero");
 	memcpy(out->lh_store_id, in + H_STORE, 16);
@@ -165,7 +159,7 @@ static int dd_l2_log_check_ents(dd_err *err, const uint8_t *buf, uint32_t n)
 		const uint8_t *e = buf + DD_L2_LOG_HDR_SIZE + i * DD_L2_LOG_ENT_SIZE;
 		uint32_t lsize = dd_get_le32(e + E_LSIZE);
 
-		if (!dd_zero(e + E_RSV1, 3) || !dd_zero(e + E_RSV2, 4) ||
+		if (!dd_is_zero(e + E_RSV1, 3) || !dd_is_zero(e + E_RSV2, 4) ||
 		    lsize == 0 || lsize > DD_L2_MAX_LSIZE)
 			return dd_err_set(err, DD_ECORRUPT, "cache log block: "
 					  "entry %u out of range", i);
@@ -197,7 +191,7 @@ int dd_l2_log_decode(dd_err *err, const uint8_t *buf, size_t len,
 	crc = dd_crc32c(crc, buf + DD_L2_LOG_HDR_SIZE, body);
 	if (crc != dd_get_le32(buf + L_CRC))
 		return dd_err_set(err, DD_ECORRUPT, "cache log block: crc mismatch");
-	if (!dd_zero(buf + L_RSV, 3))
+	if (!dd_is_zero(buf + L_RSV, 3))
 		return dd_err_set(err, DD_ECORRUPT,
 				  "cache log block: reserved bytes not zero");
 	out->ll_seq = dd_get_le64(buf + L_SEQ);

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* True when len bytes at buf are all zero.  Word-at-a-time. */
-bool dd_is_zero(const void *buf, size_t len);
+/* dd_is_zero(buf, len): a zero block is all zero bytes. */
+#include "common/zero.h"
 
 /* True for a power of two in [DD_BLOCK_SIZE_MIN, DD_BLOCK_SIZE_MAX]. */
 bool dd_block_size_valid(uint64_t bs);

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -94,9 +95,11 @@ void dd_io_close(int fd)
 	errno = saved;
 }
 
-/* Reads until len bytes or EOF; *got gets the count. */
+/* Reads until len bytes or EOF; *got gets the count.  delay: the test
+ * read delay applies (every read but the cache tier's). */
 static int dd_io_pread_loop(dd_err *err, int fd, void *buf, size_t len,
-			    uint64_t off, size_t *got, const char *what)
+			    uint64_t off, size_t *got, const char *what,
+			    bool delay)
 {
 	size_t done = 0;
 	ssize_t r;
@@ -110,7 +113,8 @@ static int dd_io_pread_loop(dd_err *err, int fd, void *buf, size_t len,
 	if (e)
 		return dd_err_set_errno(err, e, "read %s at offset %llu", what,
 					(unsigned long long)off);
-	dd_io_read_delay();
+	if (delay)
+		dd_io_read_delay();
 	while (done < len) {
 		r = pread(fd, (char *)buf + done, len - done,
 			  (off_t)(off + done));
@@ -130,15 +134,15 @@ static int dd_io_pread_loop(dd_err *err, int fd, void *buf, size_t len,
 	return 0;
 }
 
-int dd_io_pread_full(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
-		     const char *what)
+static int dd_io_pread_exact(dd_err *err, int fd, void *buf, size_t len,
+			     uint64_t off, const char *what, bool delay)
 {
 	size_t got;
 	int rc;
 
 	if (!what)
 		what = "file";
-	rc = dd_io_pread_loop(err, fd, buf, len, off, &got, what);
+	rc = dd_io_pread_loop(err, fd, buf, len, off, &got, what, delay);
 	if (rc)
 		return rc;
 	if (got < len)
@@ -149,6 +153,18 @@ int dd_io_pread_full(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
 	return 0;
 }
 
+int dd_io_pread_full(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
+		     const char *what)
+{
+	return dd_io_pread_exact(err, fd, buf, len, off, what, true);
+}
+
+int dd_io_pread_full_nodelay(dd_err *err, int fd, void *buf, size_t len,
+			     uint64_t off, const char *what)
+{
+	return dd_io_pread_exact(err, fd, buf, len, off, what, false);
+}
+
 int dd_io_pread(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
 		size_t *got, const char *what)
 {
@@ -157,7 +173,7 @@ int dd_io_pread(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
 	if (!what)
 		what = "file";
 	return dd_io_pread_loop(err, fd, buf, len, off, got ? got : &dummy,
-				what);
+				what, true);
 }
 
 int dd_io_pwrite_full(dd_err *err, int fd, const void *buf, size_t len,

@@ -24,6 +24,11 @@ void dd_io_close(int fd);
 /* Reads exactly len bytes at off.  DD_ECORRUPT "short read" at EOF. */
 int dd_io_pread_full(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
 		     const char *what);
+/* The same without the test read delay (dd_fault_set_read_delay_us),
+ * which models the slow disks under the packs: for the L2 cache devices,
+ * the fast tier.  Injected read faults apply as to every read. */
+int dd_io_pread_full_nodelay(dd_err *err, int fd, void *buf, size_t len,
+			     uint64_t off, const char *what);
 /* Reads up to len bytes; *got gets the count (0 at EOF). */
 int dd_io_pread(dd_err *err, int fd, void *buf, size_t len, uint64_t off,
 		size_t *got, const char *what);

@@ -16,6 +16,7 @@
 
 #include "../common/crc32c.h"
 #include "../common/endian.h"
+#include "../common/zero.h"
 #include "pack.h"
 
 /* format/pack.md §2.2: "\x89DDPACK\n". */
@@ -57,15 +58,6 @@ _Static_assert(sizeof(((dd_pack_rec *)0)->pr_hash) == 32, "hash size");
  * build understands: none in version 1 (format/pack.md §7). */
 #define DD_PACK_FEATURES_KNOWN 0u
 #define DD_PACK_REC_FLAGS_KNOWN 0u
-
-static int all_zero(const uint8_t *p, size_t len)
-{
-	uint8_t acc = 0;
-
-	for (size_t i = 0; i < len; i++)
-		acc |= p[i];
-	return acc == 0;
-}
 
 int dd_pack_rec_check_sizes(dd_err *err, const dd_pack_rec *rec)
 {
@@ -140,7 +132,7 @@ int dd_pack_rec_decode(dd_err *err, const uint8_t in[DD_PACK_REC_HDR_SIZE],
 		return dd_err_set(err, DD_ENOTSUP,
 				  "record flags 0x%04x not supported by this build",
 				  (unsigned)(flags & ~DD_PACK_REC_FLAGS_KNOWN));
-	if (!all_zero(in + RH_RESERVED, RH_CRC - RH_RESERVED))
+	if (!dd_is_zero(in + RH_RESERVED, RH_CRC - RH_RESERVED))
 		return dd_err_set(err, DD_ECORRUPT,
 				  "record header reserved bytes are not zero");
 
@@ -195,7 +187,7 @@ int dd_pack_file_hdr_decode(dd_err *err,
 		return dd_err_set(err, DD_ENOTSUP,
 				  "pack features 0x%08x not supported by this build",
 				  (unsigned)(features & ~DD_PACK_FEATURES_KNOWN));
-	if (!all_zero(in + FH_RESERVED, FH_CRC - FH_RESERVED))
+	if (!dd_is_zero(in + FH_RESERVED, FH_CRC - FH_RESERVED))
 		return dd_err_set(err, DD_ECORRUPT,
 				  "pack file header reserved bytes are not zero");
 	*pack_id = dd_get_le32(in + FH_PACK_ID);

@@ -65,8 +65,10 @@ int dd_pack_file_hdr_decode(dd_err *err,
 
 typedef struct dd_codec_ctx dd_codec_ctx;
 
-/* level: zstd level 1..19 (ignored for DD_CODEC_NONE). */
-int dd_codec_new(dd_codec_ctx **out, int codec, int level);
+/* level: zstd level 1..19 (ignored for DD_CODEC_NONE).  DD_EINVAL for an
+ * unknown codec or a level out of range, DD_ENOMEM; with a message in err
+ * (which may be NULL). */
+int dd_codec_new(dd_codec_ctx **out, dd_err *err, int codec, int level);
 void dd_codec_free(dd_codec_ctx *c);
 
 /* Worst-case payload size for len logical bytes. */

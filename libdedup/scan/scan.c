@@ -965,7 +965,7 @@ static int dd_scan_workers(dd_scan *s)
 
 		rc = dd_hasher_new(&wk->wk_hasher, DD_HASH_SHA256);
 		if (!rc)
-			rc = dd_codec_new(&wk->wk_codec, codec,
+			rc = dd_codec_new(&wk->wk_codec, NULL, codec,
 					  o->compress_level ? o->compress_level
 							    : 1);
 		if (!rc && !(wk->wk_out = dd_malloc(dd_codec_bound(s->s_maxbs))))

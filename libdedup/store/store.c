@@ -98,9 +98,9 @@ int dd_scratch_init_for(dd_scratch *sc, dd_err *err, int compress, int level,
 	int rc;
 
 	memset(sc, 0, sizeof(*sc));
-	rc = dd_codec_new(&sc->sc_codec, compress, level);
+	rc = dd_codec_new(&sc->sc_codec, err, compress, level);
 	if (rc)
-		return dd_err_set(err, rc, "cannot create codec context");
+		return rc;
 	rc = dd_hasher_new(&sc->sc_hasher, hash_kind);
 	if (rc) {
 		dd_scratch_fini(sc);
@@ -275,7 +275,7 @@ static int dd_store_ready(dd_store *s, dd_err *err, int rc,
 	if (!rc)
 		rc = dd_store_start_pool(s, err);
 	if (!rc)
-		rc = dd_store_cache_open(s, err);   /* cache/api.c */
+		rc = dd_store_cache_open(s, err);   /* caches.c */
 	if (rc) {
 		dd_store_close(s);
 		return rc;

@@ -152,7 +152,7 @@ int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 			 const dd_ddt_key *key, const dd_ddt_ent *ent,
 			 void *dst, unsigned flags);
 
-/* ---- cache/api.c -------------------------------------------------------*/
+/* ---- caches.c ----------------------------------------------------------*/
 
 /* Creates st_cache from STORE/cache.conf and the open options (device
  * problems are warnings, not errors); closes it. */

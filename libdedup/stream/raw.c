@@ -162,7 +162,7 @@ static int dd_raw_codecs(dd_codec_ctx ***out, dd_err *err, unsigned n,
 	if (!c)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	for (unsigned i = 0; i < n; i++) {
-		if (dd_codec_new(&c[i], codec, level) != 0) {
+		if (dd_codec_new(&c[i], NULL, codec, level) != 0) {
 			for (unsigned j = 0; j < i; j++)
 				dd_codec_free(c[j]);
 			dd_free(c);

@@ -514,6 +514,27 @@ static void test_io_rename_delay(void **state)
 		    (b.tv_nsec - a.tv_nsec) >= 20000000L);
 	dd_fault_disarm_all();
 	assert_int_equal(dd_fault_read_delay_us(), 0);
+
+	/* Not the cache tier's reads (dd_io_pread_full_nodelay), which see
+	 * injected faults and short reads as every read does. */
+	dd_fault_set_read_delay_us(2000000);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(dd_io_pread_full_nodelay(&err, fd, buf, 4, 0, "f"), 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	assert_memory_equal(buf, "abcd", 4);
+	assert_true((b.tv_sec - a.tv_sec) * 1000000000L +
+		    (b.tv_nsec - a.tv_nsec) < 1000000000L);
+	dd_fault_disarm_all();
+	dd_fault_arm(DD_FAULT_READ, 1, EIO, 0);
+	assert_int_equal(dd_io_pread_full_nodelay(&err, fd, buf, 4, 0, "f"),
+			 DD_EIO);
+	assert_int_equal(dd_fault_hits(DD_FAULT_READ), 1);
+	dd_fault_disarm_all();
+	assert_int_equal(dd_io_pread_full_nodelay(&err, fd, buf, 4, 2, "f"),
+			 DD_ECORRUPT);
+	assert_string_equal(err.de_msg, "DD_ECORRUPT: short read f at offset "
+			    "2: 2 of 4 bytes");
 	dd_io_close(fd);
 	tmpdir_remove(&t);
 }

@@ -360,11 +360,20 @@ static void test_codec_roundtrip(void **state)
 
 	(void)state;
 	assert_true(dd_codec_bound(len) >= len);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 0), DD_EINVAL);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 20), DD_EINVAL);
-	assert_int_equal(dd_codec_new(&c, 7, 1), DD_EINVAL);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 3), 0);
-	assert_int_equal(dd_codec_new(&cn, DD_CODEC_NONE, 0), 0);
+	assert_int_equal(dd_codec_new(&c, &err, DD_CODEC_ZSTD, 0), DD_EINVAL);
+	assert_string_equal(err.de_msg,
+			    "DD_EINVAL: zstd level 0 outside [1, 19]");
+	assert_int_equal(dd_codec_new(&c, &err, DD_CODEC_ZSTD, 20), DD_EINVAL);
+	assert_string_equal(err.de_msg,
+			    "DD_EINVAL: zstd level 20 outside [1, 19]");
+	assert_int_equal(dd_codec_new(&c, &err, 7, 1), DD_EINVAL);
+	assert_string_equal(err.de_msg, "DD_EINVAL: codec 7 unknown");
+	assert_int_equal(dd_codec_new(NULL, &err, DD_CODEC_NONE, 0), DD_EINVAL);
+	assert_string_equal(err.de_msg, "DD_EINVAL: codec: NULL argument");
+	assert_int_equal(dd_codec_new(&c, NULL, 7, 1), DD_EINVAL);
+	assert_null(c);
+	assert_int_equal(dd_codec_new(&c, &err, DD_CODEC_ZSTD, 3), 0);
+	assert_int_equal(dd_codec_new(&cn, &err, DD_CODEC_NONE, 0), 0);
 
 	/* Compressible: zstd, smaller. */
 	fill_text(src, len);
@@ -429,7 +438,7 @@ static void test_codec_garbage(void **state)
 	dd_err err;
 
 	(void)state;
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 1), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_ZSTD, 1), 0);
 
 	/* Random bytes claiming to be zstd. */
 	for (int i = 0; i < 200; i++) {
@@ -532,7 +541,7 @@ static void test_codec_handmade_frames(void **state)
 	dd_err err;
 
 	(void)state;
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_NONE, 0), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_NONE, 0), 0);
 	make_rec(&rec, DD_CODEC_ZSTD, 4, sizeof(no_fcs));
 	assert_int_equal(dd_codec_decompress(c, &err, &rec, no_fcs, back),
 			 DD_ECORRUPT);
@@ -571,7 +580,7 @@ static void fixture_build(struct fixture *fx)
 	dd_err err;
 
 	tmpdir_make(&fx->fx_dir);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 1), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_ZSTD, 1), 0);
 	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 42), 0);
 	assert_int_equal(dd_pack_id(p), 42);
 	assert_int_equal(dd_pack_end(p), DD_PACK_FILE_HDR_SIZE);
@@ -687,7 +696,7 @@ static void test_pack_roundtrip(void **state)
 	dd_err err;
 	int n;
 
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_NONE, 0), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_NONE, 0), 0);
 	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 42, 0), 0);
 	assert_int_equal(dd_pack_end(p), fx->fx_end);
 	for (int i = 0; i < NRECS; i++) {
@@ -1067,7 +1076,7 @@ static void golden_regen(const char *path)
 
 	golden_data(g);
 	tmpdir_make(&t);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_ZSTD, 3), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_ZSTD, 3), 0);
 	assert_int_equal(dd_pack_create(&p, &err, t.td_fd, GOLDEN_ID), 0);
 	for (int i = 0; i < GOLDEN_NRECS; i++) {
 		memset(&rec, 0, sizeof(rec));
@@ -1143,7 +1152,7 @@ static void test_golden(void **state)
 	golden_data(g);
 	gold = read_whole(path, &glen);
 	fresh = calloc(1, glen + 64);
-	assert_int_equal(dd_codec_new(&c, DD_CODEC_NONE, 0), 0);
+	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_NONE, 0), 0);
 
 	/* Decode the golden file field by field... */
 	assert_true(glen >= 64);

@@ -1,5 +1,8 @@
 /*
- * util_cache.c -- the block caches on the command line; see util_cache.h.
+ * dedup_cache.c -- the block caches on the command line: `dedup cache
+ * add|rm|ls|set`, the cache options of the subcommands that open a store
+ * (--no-cache, --l1-size, --l2-write-max, --l2-feed-sequential, --stats)
+ * and the cache figures in `dedup stat` and in --stats files.
  *
  * The per-command options live in one static struct: every command opens
  * at most one store, through open_store in dedup.c, which applies them.
@@ -8,15 +11,13 @@
  * what it did.  Device problems are said once, at close, from the device
  * list (the library also puts them in the handle's message).
  */
-#include "util_cache.h"
-
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "dedup_cmd.h"
 
 static struct {
 	int no_cache;

@@ -1,33 +1,20 @@
 /*
- * api.c -- the public dd_cache_* functions, and the store's side of its
- * caches: what dd_store_open and dd_store_close call.
+ * caches.c -- a store's caches: what dd_store_open and dd_store_close do
+ * about them, and the public dd_cache_* functions on a dd_store.
  *
- * The glue between cache/ and store/: it reads STORE/cache.conf and the
- * store's identity (meta "store.uuid0" / "store.uuid1", written by the
- * first dd_cache_add), merges the tunables (dd_open_opts over cache.conf
- * over the defaults) and changes the configuration under the store's
- * writer lock, so two processes adding devices never lose one.
+ * The glue between store/ and cache/ (cache/cache.h), on the store's side
+ * so that cache/ knows nothing of a store: this file reads STORE/cache.conf
+ * and the store's identity (meta "store.uuid0" / "store.uuid1", written
+ * by the first dd_cache_add), merges the tunables (dd_open_opts over
+ * cache.conf over the defaults) and changes the configuration under the
+ * store's writer lock, so two processes adding devices never lose one.
  */
 #include <string.h>
 #include <sys/random.h>
 
-#include "cache/cache_internal.h"
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "store/store_internal.h"
-
-static const char *const dd_state_names[] = {
-	"online", "rebuilding", "missing", "foreign", "faulted", "full",
-	"busy", "offline",
-};
-
-const char *dd_cache_state_name(int state)
-{
-	if (state < 0 || (size_t)state >= sizeof(dd_state_names) /
-					   sizeof(dd_state_names[0]))
-		return "unknown";
-	return dd_state_names[state];
-}
 
 /* ---- the store's identity -------------------------------------------------*/
 
@@ -198,34 +185,6 @@ int dd_cache_flush(dd_store *s)
 
 /* ---- configuration ----------------------------------------------------------------*/
 
-static int dd_cache_path_check(dd_err *err, const char *path)
-{
-	size_t len;
-
-	if (!path || path[0] != '/')
-		return dd_err_set(err, DD_EINVAL, "a cache device path must "
-				  "be absolute");
-	len = strnlen(path, DD_CACHE_PATH_MAX);
-	if (len >= DD_CACHE_PATH_MAX)
-		return dd_err_set(err, DD_EINVAL, "cache device path too long");
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)path[i] < 0x20)
-			return dd_err_set(err, DD_EINVAL, "a cache device path "
-					  "may not hold control characters");
-	return 0;
-}
-
-static bool dd_conf_has(const dd_cache_conf *c, const char *path, size_t *at)
-{
-	for (size_t i = 0; i < c->cf_ndevs; i++) {
-		if (!strcmp(c->cf_devs[i].cd_path, path)) {
-			*at = i;
-			return true;
-		}
-	}
-	return false;
-}
-
 /* Adds the device to cache.conf.  Writer lock held. */
 static int dd_cache_add_locked(dd_store *s, dd_err *err, const char *path,
 			       uint64_t size, unsigned flags, uint64_t *used)
@@ -237,7 +196,7 @@ static int dd_cache_add_locked(dd_store *s, dd_err *err, const char *path,
 
 	if (rc)
 		return rc;
-	if (dd_conf_has(&conf, path, &at))
+	if (dd_cache_conf_find(&conf, path, &at))
 		rc = dd_err_set(err, DD_EEXIST, "%s is a cache device of this "
 				"store already", path);
 	if (!rc)
@@ -261,7 +220,7 @@ int dd_cache_add(dd_store *s, const char *path, uint64_t size, unsigned flags)
 
 	if (!s)
 		return DD_EINVAL;
-	rc = dd_cache_path_check(&err, path);
+	rc = dd_cache_conf_path_check(&err, path);
 	if (!rc && (flags & ~DD_CACHE_ADD_FORCE))
 		rc = dd_err_set(&err, DD_EINVAL, "unknown flags %#x", flags);
 	if (!rc && s->st_hash_kind != DD_HASH_SHA256)
@@ -287,20 +246,17 @@ int dd_cache_remove(dd_store *s, const char *path)
 
 	if (!s)
 		return DD_EINVAL;
-	rc = dd_cache_path_check(&err, path);
+	rc = dd_cache_conf_path_check(&err, path);
 	if (!rc)
 		rc = dd_store_lock(s, &err);
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_cache_conf_read(&err, s->st_path, &conf);
-	if (!rc && !dd_conf_has(&conf, path, &at))
+	if (!rc && !dd_cache_conf_find(&conf, path, &at))
 		rc = dd_err_set(&err, DD_ENOENT, "%s is not a cache device of "
 				"this store", path);
 	if (!rc) {
-		dd_free(conf.cf_devs[at].cd_path);
-		memmove(&conf.cf_devs[at], &conf.cf_devs[at + 1],
-			(conf.cf_ndevs - at - 1) * sizeof(*conf.cf_devs));
-		conf.cf_ndevs--;
+		dd_cache_conf_remove_dev(&conf, at);
 		rc = dd_cache_conf_write(&err, s->st_path, &conf);
 	}
 	dd_cache_conf_fini(&conf);

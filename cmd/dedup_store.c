@@ -1,0 +1,505 @@
+/*
+ * dedup_store.c -- the subcommands that make and use snapshots: init, put,
+ * get, ls and rm.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedup_cmd.h"
+
+#define PUT_CHUNK (4u << 20)
+#define GET_CHUNK (8u << 20)
+
+/* get's I/O buffer, static so that a die() on an error path leaves
+ * nothing unreachable behind (LeakSanitizer runs at exit).  put hands a
+ * file's byte ranges to the writer, whose workers read them
+ * (dd_writer_write_file), and reads pipes straight into the writer's
+ * buffer (dd_writer_buffer). */
+static char io_buf[GET_CHUNK];
+#define HOLE_GRAIN (64u << 10)  /* zero runs skipped when writing a file */
+
+/* ---- init ---------------------------------------------------------------*/
+
+static void parse_compress(const char *arg, dd_create_opts *co)
+{
+	int rc = parse_compress_spec(arg, &co->compress, &co->compress_level);
+
+	if (rc == -1)
+		die_usage("init: --compress takes zstd, zstd:LEVEL or none, "
+			  "not '%.100s'", arg);
+	if (rc == -2)
+		die_usage("init: zstd level must be 1..19, not '%.100s'",
+			  arg + 5);
+}
+
+static uint32_t parse_block_size(const char *arg)
+{
+	uint64_t v;
+
+	if (parse_size(arg, &v) != 0)
+		die_usage("init: invalid block size '%.100s'", arg);
+	if (!block_size_valid(v))
+		die_usage("init: block size must be a power of two from "
+			  "4 KiB to 1 MiB, not '%.100s'", arg);
+	return (uint32_t)v;
+}
+
+int cmd_init(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, OPT_HELP},
+		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+		{"verify", no_argument, NULL, OPT_VERIFY},
+		{"compress", required_argument, NULL, OPT_COMPRESS},
+		{NULL, 0, NULL, 0},
+	};
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	dd_store *s = NULL;
+	int c, rc;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_HELP:
+			usage_exit();
+		case OPT_BLOCK_SIZE:
+			co.block_size = parse_block_size(optarg);
+			break;
+		case OPT_VERIFY:
+			co.verify = 1;
+			break;
+		case OPT_COMPRESS:
+			parse_compress(optarg, &co);
+			break;
+		default:
+			die_bad_option(dedup_subcmd, c, argv);
+		}
+	}
+	want_args(argc, argv, 1, 1);
+	rc = dd_store_create(&s, argv[optind], &co, NULL);
+	if (rc != 0)
+		die("%s", lib_msg(dd_store_errmsg(NULL), rc));
+	dd_store_close(s);
+	return 0;
+}
+
+/* ---- put ----------------------------------------------------------------*/
+
+struct input {
+	int fd;
+	const char *label;
+	uint64_t size;      /* 0 when unknown (pipes) */
+};
+
+static void open_input(struct input *in, const char *path)
+{
+	struct stat st;
+
+	in->size = 0;
+	if (!path || strcmp(path, "-") == 0) {
+		in->fd = STDIN_FILENO;
+		in->label = "stdin";
+	} else {
+		in->fd = open(path, O_RDONLY | O_CLOEXEC);
+		in->label = path;
+		if (in->fd < 0)
+			die("%s: %s", path, strerror(errno));
+	}
+	if (fstat(in->fd, &st) != 0)
+		die("%s: %s", in->label, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		die("%s: is a directory", in->label);
+	if (S_ISREG(st.st_mode)) {
+		in->size = (uint64_t)st.st_size;
+	} else if (S_ISBLK(st.st_mode)) {
+		/* A block device is read as a stream; its size only feeds
+		 * the progress meter. */
+		off_t end = lseek(in->fd, 0, SEEK_END);
+
+		if (end > 0 && lseek(in->fd, 0, SEEK_SET) == 0)
+			in->size = (uint64_t)end;
+	}
+}
+
+/* Aborts the writer and exits with its message. */
+static _Noreturn void put_fail(dd_writer *w, int rc, const char *why)
+{
+	char msg[1024];
+
+	snprintf(msg, sizeof(msg), "%s", why ? why :
+		 lib_msg(dd_writer_errmsg(w), rc));
+	dd_writer_abort(w);
+	dd_writer_free(w);
+	die("%s", msg);
+}
+
+static void put_summary(dd_store *s, const char *name, uint64_t bytes,
+			double secs)
+{
+	dd_snapshot_info si;
+	char hs[32];
+
+	human_size(hs, sizeof(hs), bytes);
+	if (dd_snapshot_stat(s, name, &si) == 0)
+		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %" PRIu64
+			" blocks, %" PRIu64 " zero, %.2f s, %.1f MB/s\n",
+			util_prog, name, bytes, hs, si.blocks, si.zero_blocks,
+			secs, secs > 0 ? (double)bytes / secs / 1e6 : 0.0);
+	else
+		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %.2f s\n",
+			util_prog, name, bytes, hs, secs);
+}
+
+/* A regular file or a device of known size: its bytes are handed over by
+ * range and read by the writer's workers (dd_writer_write_file), a slice
+ * at a time for the progress meter.  Leaves the offset at the end of that
+ * range, for the read loop to take whatever was appended meanwhile.
+ * Returns the bytes handed over. */
+static uint64_t put_known_size(dd_writer *w, struct input *in,
+			       struct progress *pg)
+{
+	const uint64_t slice = (uint64_t)64 << 20;
+	off_t start = lseek(in->fd, 0, SEEK_CUR);
+	uint64_t off;
+	int rc;
+
+	if (in->size == 0 || start < 0 || (uint64_t)start >= in->size)
+		return 0;
+	for (off = (uint64_t)start; off < in->size; off += slice) {
+		uint64_t n = in->size - off < slice ? in->size - off : slice;
+
+		rc = dd_writer_write_file(w, in->fd, off, n);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		progress_update(pg, off + n - (uint64_t)start);
+	}
+	if (lseek(in->fd, (off_t)in->size, SEEK_SET) < 0) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s: seek: %s", in->label,
+			 strerror(errno));
+		put_fail(w, 0, why);
+	}
+	return in->size - (uint64_t)start;
+}
+
+int cmd_put(int argc, char **argv)
+{
+	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, CACHE_ALLOW, 0};
+	struct common_opts o;
+	struct progress pg;
+	struct input in;
+	char *path, *name;
+	dd_writer *w = NULL;
+	dd_store *s;
+	uint64_t total = 0;
+	double t0;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 2);
+	split_snapref_or_die(argv[optind], &path, &name);
+	open_input(&in, optind + 1 < argc ? argv[optind + 1] : NULL);
+	s = open_store(path, o.wait, 0);
+	rc = dd_writer_begin(&w, s, name);
+	if (rc != 0)
+		die_store(s, rc);
+
+	t0 = now_seconds();
+	progress_init(&pg, name, in.size, o.verbose);
+	total = put_known_size(w, &in, &pg);
+	for (;;) {
+		void *dst;
+		size_t room;
+		ssize_t n;
+		char why[512];
+
+		/* read straight into the writer's buffer: no extra copy */
+		rc = dd_writer_buffer(w, &dst, &room);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		n = read_full(in.fd, dst, room < PUT_CHUNK ? room : PUT_CHUNK);
+		if (n < 0) {
+			snprintf(why, sizeof(why), "%s: read: %s", in.label,
+				 strerror(errno));
+			put_fail(w, 0, why);
+		}
+		if (n == 0)
+			break;
+		rc = dd_writer_produce(w, (size_t)n);
+		if (rc != 0)
+			put_fail(w, rc, NULL);
+		total += (uint64_t)n;
+		progress_update(&pg, total);
+	}
+	rc = dd_writer_commit(w);
+	if (rc != 0)
+		put_fail(w, rc, NULL);
+	progress_finish(&pg);
+	dd_writer_free(w);
+	if (o.verbose)
+		put_summary(s, name, total, now_seconds() - t0);
+	cache_cli_close(s);
+	if (in.fd != STDIN_FILENO)
+		close(in.fd);
+	free(path);
+	free(name);
+	return 0;
+}
+
+/* ---- get ----------------------------------------------------------------*/
+
+struct output {
+	int fd;
+	const char *path;   /* NULL for stdout */
+	int regular;        /* a regular file: holes allowed, removed on error */
+	int sparse;         /* zero runs were skipped with lseek */
+};
+
+static struct output *get_out;
+
+static _Noreturn void get_fail(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* Exits with one line, first removing a partially written regular FILE. */
+static void get_fail(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (get_out && get_out->path && get_out->regular) {
+		close(get_out->fd);
+		unlink(get_out->path);
+	}
+	die("%s", msg);
+}
+
+static void open_output(struct output *out, const char *path)
+{
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	if (!path || strcmp(path, "-") == 0) {
+		out->fd = STDOUT_FILENO;
+		return;
+	}
+	out->path = path;
+	out->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (out->fd < 0)
+		die("%s: %s", path, strerror(errno));
+	if (fstat(out->fd, &st) != 0)
+		die("%s: %s", path, strerror(errno));
+	out->regular = S_ISREG(st.st_mode);
+}
+
+static int all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Writes a chunk; into a regular file, runs of zeros become holes. */
+static void write_chunk(struct output *out, const char *p, size_t n)
+{
+	const char *name = out->path ? out->path : "stdout";
+
+	while (n > 0) {
+		size_t k = n < HOLE_GRAIN ? n : HOLE_GRAIN;
+
+		if (out->regular && all_zero(p, k)) {
+			if (lseek(out->fd, (off_t)k, SEEK_CUR) < 0)
+				get_fail("%s: seek: %s", name, strerror(errno));
+			out->sparse = 1;
+		} else if (write_all(out->fd, p, k) != 0) {
+			get_fail("%s: write: %s", name, strerror(errno));
+		}
+		p += k;
+		n -= k;
+	}
+}
+
+static void finish_output(struct output *out, uint64_t size)
+{
+	const char *name = out->path ? out->path : "stdout";
+
+	if (!out->path)
+		return;
+	if (out->sparse && ftruncate(out->fd, (off_t)size) != 0)
+		get_fail("%s: truncate: %s", name, strerror(errno));
+	if (fsync(out->fd) != 0 && errno != EINVAL)
+		get_fail("%s: fsync: %s", name, strerror(errno));
+	if (close(out->fd) != 0) {
+		out->regular = 0;  /* fd is gone; report without unlinking */
+		unlink(out->path);
+		die("%s: close: %s", name, strerror(errno));
+	}
+}
+
+int cmd_get(int argc, char **argv)
+{
+	static const int allow[] = {OPT_VERBOSE, CACHE_ALLOW, 0};
+	struct common_opts o;
+	struct output out;
+	struct progress pg;
+	char *path, *name, *buf;
+	dd_reader *r = NULL;
+	dd_store *s;
+	uint64_t size, off = 0;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 2);
+	split_snapref_or_die(argv[optind], &path, &name);
+	buf = io_buf;
+	s = open_store(path, 0, 1);
+	rc = dd_reader_open(&r, s, name);
+	if (rc != 0)
+		die_store(s, rc);
+	size = dd_reader_size(r);
+
+	/* The output is created only once the snapshot is known to exist. */
+	open_output(&out, optind + 1 < argc ? argv[optind + 1] : NULL);
+	get_out = &out;
+	progress_init(&pg, name, size, o.verbose);
+	while (off < size) {
+		size_t want = size - off < GET_CHUNK ? (size_t)(size - off)
+						     : GET_CHUNK;
+		size_t got = 0;
+
+		rc = dd_reader_pread(r, buf, want, off, &got);
+		if (rc != 0)
+			get_fail("%s", lib_msg(dd_reader_errmsg(r), rc));
+		if (got == 0 || got > want)
+			get_fail("%s@%s: snapshot ended early", path, name);
+		write_chunk(&out, buf, got);
+		off += got;
+		progress_update(&pg, off);
+	}
+	finish_output(&out, size);
+	get_out = NULL;
+	progress_finish(&pg);
+	if (o.verbose)
+		fprintf(stderr, "%s: get %s: %" PRIu64 " bytes\n", util_prog,
+			name, size);
+	dd_reader_close(r);
+	cache_cli_close(s);
+	free(path);
+	free(name);
+	return 0;
+}
+
+/* ---- ls -----------------------------------------------------------------*/
+
+static void ls_json(const dd_snapshot_info *list, size_t count)
+{
+	char hex[65], when[40];
+	size_t i;
+
+	fputs("[", stdout);
+	for (i = 0; i < count; i++) {
+		const dd_snapshot_info *si = &list[i];
+
+		fputs(i ? ",\n  {" : "\n  {", stdout);
+		fputs("\"name\": ", stdout);
+		json_string(stdout, si->name);
+		printf(", \"size\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"zero_blocks\": %" PRIu64 ", \"ctime\": \"%s\""
+		       ", \"ctime_epoch\": %" PRId64 ", \"digest\": \"%s\"}",
+		       si->size, si->blocks, si->zero_blocks,
+		       iso8601_utc(when, sizeof(when), si->ctime), si->ctime,
+		       hex_encode(hex, si->digest, sizeof(si->digest)));
+	}
+	fputs(count ? "\n]\n" : "]\n", stdout);
+}
+
+static void ls_text(const dd_snapshot_info *list, size_t count)
+{
+	char hex[65], when[40];
+	int wname = 4, wsize = 4, wblocks = 6;
+	size_t i;
+
+	for (i = 0; i < count; i++) {
+		char num[32];
+		int n = (int)strlen(list[i].name);
+
+		wname = n > wname ? n : wname;
+		n = snprintf(num, sizeof(num), "%" PRIu64, list[i].size);
+		wsize = n > wsize ? n : wsize;
+		n = snprintf(num, sizeof(num), "%" PRIu64, list[i].blocks);
+		wblocks = n > wblocks ? n : wblocks;
+	}
+	printf("%-*s  %*s  %*s  %-20s  %s\n", wname, "NAME", wsize, "SIZE",
+	       wblocks, "BLOCKS", "CTIME", "DIGEST");
+	for (i = 0; i < count; i++) {
+		const dd_snapshot_info *si = &list[i];
+
+		hex_encode(hex, si->digest, 8);
+		printf("%-*s  %*" PRIu64 "  %*" PRIu64 "  %-20s  %s\n", wname,
+		       si->name, wsize, si->size, wblocks, si->blocks,
+		       iso8601_utc(when, sizeof(when), si->ctime), hex);
+	}
+}
+
+int cmd_ls(int argc, char **argv)
+{
+	static const int allow[] = {OPT_JSON, CACHE_ALLOW, 0};
+	struct common_opts o;
+	dd_snapshot_info *list = NULL;
+	size_t count = 0;
+	dd_store *s;
+	int rc;
+
+	s = open_store_arg(argc, argv, allow, &o, 1);
+	rc = dd_snapshot_list(s, &list, &count);
+	if (rc != 0)
+		die_store(s, rc);
+	if (o.json) {
+		ls_json(list, count);
+	} else {
+		char token[128];
+
+		ls_text(list, count);
+		/* a kept partial receive (ddrecv -s) and how to finish it */
+		if (dd_recv_resume_token(s, token, sizeof(token)) == 0)
+			printf("partial receive: resume with "
+			       "'ddsend -t %s STORE@SNAP | ddrecv -s %s', "
+			       "or drop it with 'ddrecv -A %s'\n",
+			       token, argv[optind], argv[optind]);
+	}
+	dd_snapshot_list_free(list);
+	cache_cli_close(s);
+	return 0;
+}
+
+/* ---- rm -----------------------------------------------------------------*/
+
+int cmd_rm(int argc, char **argv)
+{
+	static const int allow[] = {OPT_WAIT, CACHE_ALLOW, 0};
+	struct common_opts o;
+	char *path, *name;
+	dd_store *s;
+	int rc;
+
+	parse_common(argc, argv, allow, &o);
+	want_args(argc, argv, 1, 1);
+	split_snapref_or_die(argv[optind], &path, &name);
+	s = open_store(path, o.wait, 0);
+	rc = dd_snapshot_delete(s, name);
+	if (rc != 0)
+		die_store(s, rc);
+	cache_cli_close(s);
+	free(path);
+	free(name);
+	return 0;
+}
