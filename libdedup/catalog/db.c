@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,7 +471,14 @@ static int dd_commit_error(dd_db *db, dd_err *err, int rc)
 int dd_txn_commit(dd_txn *txn, dd_err *err)
 {
 	dd_db *db = txn->tx_db;
+	uint64_t id = txn->tx_write ? (uint64_t)mdb_txn_id(txn->tx_mdb) : 0;
 	int rc = mdb_txn_commit(txn->tx_mdb);
+
+	/* LMDB's own commit on a snapshot whose free list was checked leaves
+	 * one that needs no check (guard.c, dd_guard_free_pages) */
+	if (!rc && id)
+		atomic_compare_exchange_strong(&db->db_free_checked,
+					       &(uint64_t){id - 1}, id);
 
 	dd_guard_end(txn);
 	dd_free(txn);

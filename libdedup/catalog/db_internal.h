@@ -45,6 +45,10 @@ struct dd_db {
 	_Atomic uint64_t *db_sound; /* which pages passed, and as what */
 	size_t db_sound_bytes;
 	char db_file[4200];        /* data.mdb's path, for messages */
+	/* the snapshot (txnid) whose free list was last checked against the
+	 * pages in use, or that this process's own writer committed on one
+	 * checked: a write txn on it skips the check (guard.c) */
+	_Atomic uint64_t db_free_checked;
 };
 
 /* A cursor's guard: where in the committed tree the cursor is, so that

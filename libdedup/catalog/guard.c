@@ -53,10 +53,10 @@
  * with the keys that reach it (dd_guard_leaf), and branch pages in a
  * small cache.
  *
- * Not seen here: a live page that damage put on the free list (LMDB
- * would hand it to a writer).  Telling free from live takes every page
- * of every tree: the whole-file check's work (open of a small store,
- * scrub).
+ * A write transaction also checks, once per snapshot another process
+ * committed, that no page on the free list is in use by a tree
+ * (dd_guard_free_pages): LMDB would hand it to the writer, which would
+ * overwrite a live page and commit.
  *
  * Pages are read with pread (lg_read_page), bounded by the file's size.
  */
@@ -619,6 +619,190 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	return 0;
 }
 
+/* ---- free pages that are in use ----------------------------------------------*/
+
+/*
+ * LMDB hands pages on the free list to a writer, which overwrites them.
+ * A page number that damage put on the list while the page is still part
+ * of a tree would have a writer destroy a live page -- another snapshot's
+ * block map, say -- and commit.  So before a write transaction builds on
+ * a snapshot, every page the free list names must be used by no tree.
+ *
+ * The used pages are found through the branch pages alone: a tree's
+ * leaves are its bottom branches' children, and libdedup's tables keep no
+ * value large enough for overflow pages (the free list's own are marked by
+ * its walk).  Branch pages are about one page in a hundred, already read
+ * (and cached) by every descent; the leaves are not read.  Done once per
+ * snapshot another process committed: a snapshot this process's own
+ * write transaction committed is LMDB's work on a checked one.
+ */
+struct lg_live {
+	uint8_t *bits;             /* a bit a page: used by a tree */
+	uint64_t npages;
+};
+
+static void lg_live_set(struct lg_live *lv, uint64_t pgno)
+{
+	if (pgno < lv->npages)
+		lv->bits[pgno / 8] |= (uint8_t)(1u << (pgno % 8));
+}
+
+static bool lg_live_has(const struct lg_live *lv, uint64_t pgno)
+{
+	return pgno < lv->npages && (lv->bits[pgno / 8] >> (pgno % 8) & 1);
+}
+
+/* Marks page pgno at `level` of a tree of `depth` levels and, for a
+ * branch, what lies below it. */
+static int lg_mark(dd_txn *txn, dd_err *err, struct lg_live *lv, int tree,
+		   uint64_t pgno, unsigned level, unsigned depth)
+{
+	const uint8_t *pg = NULL;
+	uint64_t *kids;
+	unsigned n;
+	int rc;
+
+	lg_live_set(lv, pgno);
+	if (level + 1 >= depth)
+		return 0;            /* a leaf: not read */
+	rc = lg_page(txn, err, tree, pgno, false, true, &pg);
+	if (rc)
+		return rc;
+	n = dd_lm_nkeys(pg);
+	/* the children first: the page's buffer may be reused below */
+	if (!(kids = dd_malloc((n ? n : 1) * sizeof(*kids))))
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	for (unsigned i = 0; i < n; i++)
+		kids[i] = dd_lm_node_child(dd_lm_node(pg, i));
+	for (unsigned i = 0; !rc && i < n; i++)
+		rc = lg_mark(txn, err, lv, tree, kids[i], level + 1, depth);
+	dd_free(kids);
+	return rc;
+}
+
+/* Every page number of every free-list record, against lv. */
+static int lg_free_check(dd_txn *txn, dd_err *err, struct lg_live *lv)
+{
+	dd_db *db = txn->tx_db;
+	struct dd_guard_cur cur;
+	uint8_t *list = NULL;
+	size_t cap = 0;
+	int rc;
+
+	dd_guard_cur_init(&cur, DD_TREE_FREE);
+	for (rc = lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0, NULL);
+	     !rc && cur.gc_at; rc = lg_step(txn, err, &cur)) {
+		uint64_t leaf = cur.gc_lv[cur.gc_depth - 1].pgno;
+		const uint8_t *pg = NULL;
+		unsigned n;
+
+		rc = lg_page(txn, err, DD_TREE_FREE, leaf, true, true, &pg);
+		n = rc ? 0 : dd_lm_nkeys(pg);
+		for (unsigned i = 0; !rc && i < n; i++) {
+			const uint8_t *node = dd_lm_node(pg, i);
+			size_t dsize = dd_lm_node_dsize(node);
+			uint64_t count;
+
+			if (dsize > cap) {
+				uint8_t *nl = dd_realloc(list, dsize);
+
+				if (!nl) {
+					rc = dd_err_set(err, DD_ENOMEM,
+							"out of memory");
+					break;
+				}
+				list = nl;
+				cap = dsize;
+			}
+			if (dd_lm_node_flags(node) & LM_F_BIGDATA)
+				rc = dd_io_pread_full(err, db->db_fd, list, dsize,
+						      dd_get_le64(dd_lm_node_key(node) +
+							dd_lm_node_ksize(node)) *
+						      db->db_psize + LM_PAGEHDR,
+						      db->db_file);
+			else
+				memcpy(list, dd_lm_node_key(node) +
+				       dd_lm_node_ksize(node), dsize);
+			/* the list was checked as a list (dd_guard_table) */
+			count = rc ? 0 : dd_get_le64(list);
+			for (uint64_t k = 1; !rc && k <= count && 8 * k < dsize;
+			     k++) {
+				uint64_t p = dd_get_le64(list + 8 * k);
+
+				if (lg_live_has(lv, p))
+					rc = lg_bad(txn, err, DD_TREE_FREE, leaf,
+						    "a page on the free list is "
+						    "in use by a table");
+			}
+			/* the page buffer may have been reused */
+			if (!rc)
+				rc = lg_page(txn, err, DD_TREE_FREE, leaf, true,
+					     true, &pg);
+		}
+	}
+	dd_free(list);
+	return rc;
+}
+
+/* Marks the free list's own pages: its tree and its overflow runs. */
+static int lg_mark_free_tree(dd_txn *txn, dd_err *err, struct lg_live *lv)
+{
+	const struct dd_lm_tree_root *t = &txn->tx_guard.gs_tree[DD_TREE_FREE];
+	struct dd_guard_cur cur;
+	int rc;
+
+	if (t->root == LM_P_INVALID)
+		return 0;
+	rc = lg_mark(txn, err, lv, DD_TREE_FREE, t->root, 0, t->depth);
+	dd_guard_cur_init(&cur, DD_TREE_FREE);
+	for (rc = rc ? rc : lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0,
+					 NULL);
+	     !rc && cur.gc_at; rc = lg_step(txn, err, &cur)) {
+		uint64_t leaf = cur.gc_lv[cur.gc_depth - 1].pgno;
+		const uint8_t *pg = NULL;
+
+		rc = lg_page(txn, err, DD_TREE_FREE, leaf, true, true, &pg);
+		for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
+			const uint8_t *node = dd_lm_node(pg, i);
+			uint64_t ov, need;
+
+			if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
+				continue;
+			ov = dd_get_le64(dd_lm_node_key(node) +
+					 dd_lm_node_ksize(node));
+			need = (LM_PAGEHDR + dd_lm_node_dsize(node) +
+				txn->tx_db->db_psize - 1) / txn->tx_db->db_psize;
+			for (uint64_t k = 0; k < need; k++)
+				lg_live_set(lv, ov + k);
+		}
+	}
+	return rc;
+}
+
+static int dd_guard_free_pages(dd_txn *txn, dd_err *err)
+{
+	struct dd_guard_snap *gs = &txn->tx_guard;
+	struct lg_live lv = {.npages = gs->gs_last_pg + 1};
+	int rc = 0;
+
+	lv.bits = dd_calloc(lv.npages / 8 + 1, 1);
+	if (!lv.bits)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	lg_live_set(&lv, 0);
+	lg_live_set(&lv, 1);       /* the meta pages */
+	rc = lg_mark_free_tree(txn, err, &lv);
+	for (int t = DD_TREE_MAIN; !rc && t < DD_TREE_COUNT; t++) {
+		const struct dd_lm_tree_root *r = &gs->gs_tree[t];
+
+		if (t != DD_TREE_FREE && r->root != LM_P_INVALID)
+			rc = lg_mark(txn, err, &lv, t, r->root, 0, r->depth);
+	}
+	if (!rc)
+		rc = lg_free_check(txn, err, &lv);
+	dd_free(lv.bits);
+	return rc;
+}
+
 /* Every page of a tree, leaf by leaf; in the free list, also every
  * overflow record. */
 int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
@@ -767,6 +951,14 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 	}
 	if (!rc && txn->tx_write)
 		rc = dd_guard_table(txn, err, DD_TREE_FREE);
+	/* a snapshot another process committed: its free list against the
+	 * pages in use, before LMDB hands one to this writer */
+	if (!rc && txn->tx_write &&
+	    atomic_load(&db->db_free_checked) != txnid) {
+		rc = dd_guard_free_pages(txn, err);
+		if (!rc)
+			atomic_store(&db->db_free_checked, txnid);
+	}
 	return rc;
 }
 

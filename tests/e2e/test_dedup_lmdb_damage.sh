@@ -130,7 +130,7 @@ def tree(root, ours):
 
 mark(0, 2 * PS, LMDB_OWN)
 meta = live_meta()
-tree(struct.unpack_from('<Q', meta, 40 + 40)[0], False)     # the free list
+free_list = tree(struct.unpack_from('<Q', meta, 40 + 40)[0], False)
 tabs = {}
 for p, kind, pg in tree(struct.unpack_from('<Q', meta, 88 + 40)[0], False):
     for off, dsize, flags, ksize in nodes(pg) if kind == 'leaf' else []:
@@ -224,6 +224,26 @@ p, pg = first('packs', 'leaf')
 off, ksize = node_at(pg)
 end_at = p * PS + off + 8 + ksize + 8 + 1
 cases.append(('packs-end-smaller', [flip(end_at, orig[end_at] & -orig[end_at])]))
+# What a writer could build on (format/store.md §7): a page of the free
+# list that is in use -- LMDB would hand it to the next writer, which
+# would overwrite a live block-map leaf -- and a block-map key whose bytes
+# still sort right in its page, the last of the first leaf turned into
+# the next snapshot's id: rm of a then wrongly kept or dropped entries.
+bmap_leaves = [p for p, k, pg in tabs.get('bmap', []) if k == 'leaf']
+for p, k, pg in free_list:
+    for off, dsize, flags, ksize in nodes(pg) if k == 'leaf' else []:
+        at = p * PS + off + 8 + ksize
+        if not flags & F_BIGDATA and dsize >= 16 and bmap_leaves:
+            live = struct.pack('<Q', bmap_leaves[-1])
+            cases.append(('free-list-live-page',
+                          [('set', at + 8 + i, live[i]) for i in range(8)]))
+            break
+    else:
+        continue
+    break
+p0, pg0 = first('bmap', 'leaf')
+last_off = list(nodes(pg0))[-1][0]
+cases.append(('bmap-leaf-last-key-id', [flip(p0 * PS + last_off + 8 + 7, 0x03)]))
 cases += [('cut-0', [cut(0)]), ('cut-1-page', [cut(PS)]),
           ('cut-2-pages', [cut(2 * PS)]),
           ('cut-half', [cut(size // PS // 2 * PS)]),
@@ -261,7 +281,7 @@ def touched(ops):
     for op, off, arg in ops:
         if op == 'cut':
             out.add('cut')
-        elif op == 'flip':
+        elif op in ('flip', 'set'):
             out.add(NAMES[region[off]])
         else:
             out.update(NAMES[b] for b in set(region[off:off + arg]))
@@ -326,6 +346,8 @@ for ci, (name, ops) in enumerate(cases):
     for op, off, arg in ops:
         if op == 'flip':
             data[off] ^= arg
+        elif op == 'set':
+            data[off] = arg
         elif op == 'zero':
             data[off:off + arg] = bytes(len(data[off:off + arg]))
         else:
@@ -356,15 +378,26 @@ for ci, (name, ops) in enumerate(cases):
     # inserts), the new snapshot read back, rm (deletes), gc (walks, moves,
     # compaction): each succeeds or refuses with one line, never crashes
     if writes:
+        wrote = False
         for cmd, arg in (('put', work + '@c'), ('get', work + '@c'),
                          ('rm', work + '@a'), ('gc', work)):
             label = cmd + ' ' + arg.replace(work, 'S')
             wrc, why, text = check(cmd, arg)
+            wrote = wrote or (wrc == 0 and cmd != 'get')
             if why and why != 'changed':
                 problems.append('%s (damage in %s): %s: %s' % (
                     name, where, label, why))
                 if why.startswith('crashed'):
                     problems.append('    ' + text[-1500:].replace('\n', '\n    '))
+        # a write either commits a catalog in which every other snapshot
+        # still reads exactly, or fails: b read back before, so it must
+        # still, byte for byte, after any writer that succeeded
+        if wrote and rcs['get S@b'] == 0:
+            brc, why, text = check('get', work + '@b')
+            if brc != 0 or why:
+                problems.append('%s (damage in %s): a writer succeeded, '
+                                'then get S@b failed: %s' % (
+                                    name, where, why or text.strip()))
     # scrub passing means every snapshot ls lists reads back exact
     if rcs['scrub S'] == 0:
         rc, out, err = run(['ls', '--json', work])
