@@ -54,7 +54,7 @@ static int dd_lm_bad(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		  const char *what)
 {
 	return dd_db_damage(c->err, "%s: page %llu of LMDB table "
-			    "'%s': %s (the file is damaged)", c->path,
+			    "'%s': %s", c->path,
 			    (unsigned long long)pgno, table, what);
 }
 

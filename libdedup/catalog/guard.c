@@ -145,7 +145,7 @@ static int lg_bad(const dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		  const char *what)
 {
 	return dd_db_damage(err, "%s: page %llu of LMDB table "
-			    "'%s': %s (the file is damaged; run scrub)",
+			    "'%s': %s",
 			    txn->tx_db->db_file, (unsigned long long)pgno,
 			    lg_tree_name(tree), what);
 }
@@ -619,6 +619,27 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	return 0;
 }
 
+/* Calls fn for every leaf of tree, left to right, as LMDB's cursor steps
+ * onto them; fn's failure, or the walk's, ends it. */
+typedef int (*lg_leaf_fn)(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
+			  void *ctx);
+
+static int lg_walk_leaves(dd_txn *txn, dd_err *err, int tree, lg_leaf_fn fn,
+			  void *ctx)
+{
+	struct dd_guard_cur cur;
+	int rc;
+
+	dd_guard_cur_init(&cur, tree);
+	rc = lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0, NULL);
+	while (!rc && cur.gc_at) {
+		rc = fn(txn, err, tree, cur.gc_lv[cur.gc_depth - 1].pgno, ctx);
+		if (!rc)
+			rc = lg_step(txn, err, &cur);
+	}
+	return rc;
+}
+
 /* ---- free pages that are in use ----------------------------------------------*/
 
 /*
@@ -680,101 +701,78 @@ static int lg_mark(dd_txn *txn, dd_err *err, struct lg_live *lv, int tree,
 	return rc;
 }
 
-/* Every page number of every free-list record, against lv. */
-static int lg_free_check(dd_txn *txn, dd_err *err, struct lg_live *lv)
+struct lg_free_ctx {
+	struct lg_live *fc_live;
+	uint8_t *fc_list;          /* a record's page list */
+	size_t fc_cap;
+};
+
+/* Every page number of every free-list record of one leaf, against the
+ * pages in use. */
+static int lg_free_leaf(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
+			void *ctx)
 {
+	struct lg_free_ctx *fc = ctx;
 	dd_db *db = txn->tx_db;
-	struct dd_guard_cur cur;
-	uint8_t *list = NULL;
-	size_t cap = 0;
-	int rc;
+	const uint8_t *pg = NULL;
+	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
+	unsigned n = rc ? 0 : dd_lm_nkeys(pg);
 
-	dd_guard_cur_init(&cur, DD_TREE_FREE);
-	for (rc = lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0, NULL);
-	     !rc && cur.gc_at; rc = lg_step(txn, err, &cur)) {
-		uint64_t leaf = cur.gc_lv[cur.gc_depth - 1].pgno;
-		const uint8_t *pg = NULL;
-		unsigned n;
+	for (unsigned i = 0; !rc && i < n; i++) {
+		const uint8_t *node = dd_lm_node(pg, i);
+		size_t dsize = dd_lm_node_dsize(node);
+		uint64_t count;
 
-		rc = lg_page(txn, err, DD_TREE_FREE, leaf, true, true, &pg);
-		n = rc ? 0 : dd_lm_nkeys(pg);
-		for (unsigned i = 0; !rc && i < n; i++) {
-			const uint8_t *node = dd_lm_node(pg, i);
-			size_t dsize = dd_lm_node_dsize(node);
-			uint64_t count;
+		if (dsize > fc->fc_cap) {
+			uint8_t *nl = dd_realloc(fc->fc_list, dsize);
 
-			if (dsize > cap) {
-				uint8_t *nl = dd_realloc(list, dsize);
-
-				if (!nl) {
-					rc = dd_err_set(err, DD_ENOMEM,
-							"out of memory");
-					break;
-				}
-				list = nl;
-				cap = dsize;
-			}
-			if (dd_lm_node_flags(node) & LM_F_BIGDATA)
-				rc = dd_io_pread_full(err, db->db_fd, list, dsize,
-						      dd_get_le64(dd_lm_node_key(node) +
-							dd_lm_node_ksize(node)) *
-						      db->db_psize + LM_PAGEHDR,
-						      db->db_file);
-			else
-				memcpy(list, dd_lm_node_key(node) +
-				       dd_lm_node_ksize(node), dsize);
-			/* the list was checked as a list (dd_guard_table) */
-			count = rc ? 0 : dd_get_le64(list);
-			for (uint64_t k = 1; !rc && k <= count && 8 * k < dsize;
-			     k++) {
-				uint64_t p = dd_get_le64(list + 8 * k);
-
-				if (lg_live_has(lv, p))
-					rc = lg_bad(txn, err, DD_TREE_FREE, leaf,
-						    "a page on the free list is "
-						    "in use by a table");
-			}
-			/* the page buffer may have been reused */
-			if (!rc)
-				rc = lg_page(txn, err, DD_TREE_FREE, leaf, true,
-					     true, &pg);
+			if (!nl)
+				return dd_err_set(err, DD_ENOMEM, "out of memory");
+			fc->fc_list = nl;
+			fc->fc_cap = dsize;
 		}
+		if (dd_lm_node_flags(node) & LM_F_BIGDATA)
+			rc = dd_io_pread_full(err, db->db_fd, fc->fc_list, dsize,
+					      dd_get_le64(dd_lm_node_key(node) +
+						dd_lm_node_ksize(node)) *
+					      db->db_psize + LM_PAGEHDR,
+					      db->db_file);
+		else
+			memcpy(fc->fc_list, dd_lm_node_key(node) +
+			       dd_lm_node_ksize(node), dsize);
+		/* the list was checked as a list (dd_guard_table) */
+		count = rc ? 0 : dd_get_le64(fc->fc_list);
+		for (uint64_t k = 1; !rc && k <= count && 8 * k < dsize; k++)
+			if (lg_live_has(fc->fc_live,
+					dd_get_le64(fc->fc_list + 8 * k)))
+				rc = lg_bad(txn, err, tree, leaf, "a page on the "
+					    "free list is in use by a table");
+		/* the page buffer may have been reused */
+		if (!rc)
+			rc = lg_page(txn, err, tree, leaf, true, true, &pg);
 	}
-	dd_free(list);
 	return rc;
 }
 
-/* Marks the free list's own pages: its tree and its overflow runs. */
-static int lg_mark_free_tree(dd_txn *txn, dd_err *err, struct lg_live *lv)
+/* Marks the overflow runs of one leaf of the free list. */
+static int lg_mark_overflow(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
+			    void *ctx)
 {
-	const struct dd_lm_tree_root *t = &txn->tx_guard.gs_tree[DD_TREE_FREE];
-	struct dd_guard_cur cur;
-	int rc;
+	struct lg_live *lv = ctx;
+	const uint8_t *pg = NULL;
+	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
 
-	if (t->root == LM_P_INVALID)
-		return 0;
-	rc = lg_mark(txn, err, lv, DD_TREE_FREE, t->root, 0, t->depth);
-	dd_guard_cur_init(&cur, DD_TREE_FREE);
-	for (rc = rc ? rc : lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0,
-					 NULL);
-	     !rc && cur.gc_at; rc = lg_step(txn, err, &cur)) {
-		uint64_t leaf = cur.gc_lv[cur.gc_depth - 1].pgno;
-		const uint8_t *pg = NULL;
+	for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
+		const uint8_t *node = dd_lm_node(pg, i);
+		uint64_t ov, need;
 
-		rc = lg_page(txn, err, DD_TREE_FREE, leaf, true, true, &pg);
-		for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
-			const uint8_t *node = dd_lm_node(pg, i);
-			uint64_t ov, need;
-
-			if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
-				continue;
-			ov = dd_get_le64(dd_lm_node_key(node) +
-					 dd_lm_node_ksize(node));
-			need = (LM_PAGEHDR + dd_lm_node_dsize(node) +
-				txn->tx_db->db_psize - 1) / txn->tx_db->db_psize;
-			for (uint64_t k = 0; k < need; k++)
-				lg_live_set(lv, ov + k);
-		}
+		if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
+			continue;
+		ov = dd_get_le64(dd_lm_node_key(node) + dd_lm_node_ksize(node));
+		need = (LM_PAGEHDR + dd_lm_node_dsize(node) +
+			txn->tx_db->db_psize - 1) / txn->tx_db->db_psize;
+		for (uint64_t k = 0; k < need; k++)
+			lg_live_set(lv, ov + k);
 	}
 	return rc;
 }
@@ -790,48 +788,65 @@ static int dd_guard_free_pages(dd_txn *txn, dd_err *err)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	lg_live_set(&lv, 0);
 	lg_live_set(&lv, 1);       /* the meta pages */
-	rc = lg_mark_free_tree(txn, err, &lv);
-	for (int t = DD_TREE_MAIN; !rc && t < DD_TREE_COUNT; t++) {
+	/* every tree, the free list's own included, and its overflow runs */
+	for (int t = 0; !rc && t < DD_TREE_COUNT; t++) {
 		const struct dd_lm_tree_root *r = &gs->gs_tree[t];
 
-		if (t != DD_TREE_FREE && r->root != LM_P_INVALID)
+		if (r->root != LM_P_INVALID)
 			rc = lg_mark(txn, err, &lv, t, r->root, 0, r->depth);
 	}
 	if (!rc)
-		rc = lg_free_check(txn, err, &lv);
+		rc = lg_walk_leaves(txn, err, DD_TREE_FREE, lg_mark_overflow,
+				    &lv);
+	if (!rc) {
+		struct lg_free_ctx fc = {.fc_live = &lv};
+
+		rc = lg_walk_leaves(txn, err, DD_TREE_FREE, lg_free_leaf, &fc);
+		dd_free(fc.fc_list);
+	}
 	dd_free(lv.bits);
 	return rc;
+}
+
+/* A free-list leaf's overflow records, checked. */
+static int lg_overflow_leaf(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
+			    void *ctx)
+{
+	const uint8_t *pg = NULL;
+	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
+
+	(void)ctx;
+	for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
+		const uint8_t *node = dd_lm_node(pg, i);
+
+		if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
+			continue;
+		rc = lg_overflow_list(txn, err, leaf, node);
+		/* the page buffer may have been reused */
+		if (!rc)
+			rc = lg_page(txn, err, tree, leaf, true, true, &pg);
+	}
+	return rc;
+}
+
+static int lg_no_more(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
+		      void *ctx)
+{
+	(void)txn;
+	(void)err;
+	(void)tree;
+	(void)leaf;
+	(void)ctx;
+	return 0;
 }
 
 /* Every page of a tree, leaf by leaf; in the free list, also every
  * overflow record. */
 int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
 {
-	struct dd_guard_cur cur;
-	int rc;
-
-	dd_guard_cur_init(&cur, tree);
-	for (rc = lg_from_root(txn, err, &cur, LG_FIRST, NULL, 0, NULL);
-	     !rc && cur.gc_at; rc = lg_step(txn, err, &cur)) {
-		uint64_t leaf = cur.gc_lv[cur.gc_depth - 1].pgno;
-		const uint8_t *pg = NULL;
-
-		if (tree != DD_TREE_FREE)
-			continue;
-		rc = lg_page(txn, err, tree, leaf, true, true, &pg);
-		for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
-			const uint8_t *node = dd_lm_node(pg, i);
-
-			if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
-				continue;
-			rc = lg_overflow_list(txn, err, leaf, node);
-			/* the page buffer may have been reused */
-			if (!rc)
-				rc = lg_page(txn, err, tree, leaf, true, true,
-					     &pg);
-		}
-	}
-	return rc;
+	return lg_walk_leaves(txn, err, tree, tree == DD_TREE_FREE
+					      ? lg_overflow_leaf : lg_no_more,
+			      NULL);
 }
 
 /* ---- a transaction's snapshot ----------------------------------------------*/
