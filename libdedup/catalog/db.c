@@ -28,6 +28,7 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "catalog/db_internal.h"
+#include "catalog/lmdb_page.h"
 
 /* Virtual size of the map: the data file grows only as pages are used.
  * A build may lower it: ThreadSanitizer leaves applications a few TiB of
@@ -132,6 +133,19 @@ static int dd_db_file_info(MDB_env *env, dd_err *err, MDB_envinfo *info,
  * that its pages stay as they are while read.  A writer in another
  * process that commits twice meanwhile moves both meta pages past it:
  * then the check starts over on the new snapshot. */
+/* Do the guard and the whole-file check know the linked LMDB's page
+ * layout?  They read LMDB's pages themselves (lmdb_page.h, written for
+ * 0.9.x): under another release they would call sound pages damaged or
+ * damaged ones sound, so they stand aside, and damage to LMDB's own
+ * structure may then crash it -- dedup repair rebuilds the catalog. */
+static bool dd_db_layout_known(void)
+{
+	int major, minor, patch;
+
+	mdb_version(&major, &minor, &patch);
+	return dd_lm_layout_known(major, minor);
+}
+
 static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes)
 {
 	char path[4096];
@@ -146,7 +160,8 @@ static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes)
 	rc = mdb_env_get_path(env, &dir);
 	if (rc)
 		return dd_mdb_error(err, rc, "lmdb");
-	if (((uint64_t)info.me_last_pgno + 1) * ms.ms_psize > max_bytes)
+	if (((uint64_t)info.me_last_pgno + 1) * ms.ms_psize > max_bytes ||
+	    !dd_db_layout_known())
 		return 0;
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
 	for (int attempt = 0; attempt < 16; attempt++) {
@@ -323,6 +338,7 @@ static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
 		rc = dd_mdb_error(err, rc, dir);
 		goto fail;
 	}
+	db->db_guard_off = !dd_db_layout_known();
 	dd_db_find_map(db);
 	/* DDT lookups are random: a hint against read-ahead.  It does not
 	 * stop fault-around (measured on Linux 6.18: 16 pages mapped per

@@ -39,6 +39,8 @@ struct dd_db {
 	void *db_map;              /* LMDB's map, for dd_db_trim_map; set */
 	size_t db_map_len;         /* at open (NULL: not found) */
 	/* guard.c */
+	bool db_guard_off;         /* an LMDB whose page layout the guard and
+				      the whole-file check do not know */
 	int db_fd;                 /* data.mdb: LMDB's descriptor */
 	uint32_t db_psize;
 	uint64_t db_max_pg;        /* the last page the map can hold */

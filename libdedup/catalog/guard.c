@@ -536,7 +536,11 @@ int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
 		 size_t klen, enum dd_guard_op op)
 {
 	struct dd_guard_leaf *c;
-	int rc = lg_leaf(txn, err, tree, op == DD_GUARD_APPEND ? LG_LAST
+	int rc;
+
+	if (txn->tx_db->db_guard_off)
+		return 0;
+	rc = lg_leaf(txn, err, tree, op == DD_GUARD_APPEND ? LG_LAST
 								: LG_KEY,
 			 key, klen, false, &c);
 
@@ -551,7 +555,11 @@ int dd_guard_seek(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		  const void *key, size_t klen)
 {
 	struct dd_guard_leaf *c;
-	int rc = lg_leaf(txn, err, cur->gc_tree, key ? LG_KEY : LG_FIRST,
+	int rc;
+
+	if (txn->tx_db->db_guard_off)
+		return 0;
+	rc = lg_leaf(txn, err, cur->gc_tree, key ? LG_KEY : LG_FIRST,
 			 key, klen, true, &c);
 
 	if (rc)
@@ -570,6 +578,8 @@ int dd_guard_next(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 {
 	int rc = 0;
 
+	if (txn->tx_db->db_guard_off)
+		return 0;
 	/* on the leaf's last key LMDB's next step reads the next leaf.  A
 	 * key past it means this write txn reshaped the tree: catch up */
 	while (!rc && cur->gc_at &&
@@ -844,6 +854,8 @@ static int lg_no_more(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
  * overflow record. */
 int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
 {
+	if (txn->tx_db->db_guard_off)
+		return 0;
 	return lg_walk_leaves(txn, err, tree, tree == DD_TREE_FREE
 					      ? lg_overflow_leaf : lg_no_more,
 			      NULL);
@@ -904,6 +916,8 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 	struct stat st;
 	int rc;
 
+	if (db->db_guard_off)
+		return 0;
 	if (!gs->gs_buf && !(gs->gs_buf = dd_malloc(db->db_psize)))
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	if (gs->gs_nslots) /* renewed: another snapshot */

@@ -33,6 +33,11 @@ static int dd_lm_key_order(enum dd_lm_tree_kind kind, const uint8_t *a,
 	return dd_lm_cmp(a, alen, b, blen);
 }
 
+bool dd_lm_layout_known(int major, int minor)
+{
+	return major == LM_KNOWN_MAJOR && minor == LM_KNOWN_MINOR;
+}
+
 const char *dd_lm_page_list(const uint8_t *val, size_t vlen, uint64_t last_pg)
 {
 	uint64_t n;

@@ -17,6 +17,11 @@
 
 #include "common/endian.h"
 
+/* The LMDB releases whose file layout this header describes: 0.9.x
+ * (data format 1).  Another one is not guarded: dd_lm_layout_known. */
+#define LM_KNOWN_MAJOR 0
+#define LM_KNOWN_MINOR 9
+
 #define LM_MAGIC 0xBEEFC0DEu
 #define LM_DATA_VERSION 1u
 #define LM_PAGEHDR 16           /* pgno 8, pad 2, flags 2, lower 2, upper 2 */
@@ -104,6 +109,12 @@ static inline uint64_t dd_lm_node_child(const uint8_t *node)
 
 /* LMDB's default key order (mdb_cmp_memn): bytes, then length. */
 int dd_lm_cmp(const void *a, size_t alen, const void *b, size_t blen);
+
+/* Is LMDB major.minor one whose pages this file reads (0.9)?  The guard
+ * and the whole-file check read LMDB's pages themselves; on a layout they
+ * were not written for they would judge sound pages damaged, or damaged
+ * ones sound, so they do not run at all then (db.c). */
+bool dd_lm_layout_known(int major, int minor);
 
 /*
  * Everything LMDB trusts about one branch or leaf page, from its bytes

@@ -28,6 +28,7 @@
 #include "common/err.h"
 #include "catalog/db.h"
 #include "catalog/db_internal.h"
+#include "catalog/lmdb_page.h"
 
 #define OK(expr) assert_int_equal((expr), 0)
 
@@ -1891,9 +1892,25 @@ static void test_db_guard(void **state)
 	free(keys);
 }
 
+/* The guard reads LMDB's pages itself, so it runs only under the LMDB
+ * releases whose layout it knows -- the one linked here among them. */
+static void test_guard_layout_known(void **state)
+{
+	int major, minor, patch;
+
+	(void)state;
+	assert_true(dd_lm_layout_known(0, 9));
+	assert_false(dd_lm_layout_known(0, 10));
+	assert_false(dd_lm_layout_known(1, 0));
+	assert_false(dd_lm_layout_known(0, 8));
+	mdb_version(&major, &minor, &patch);
+	assert_true(dd_lm_layout_known(major, minor));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_guard_layout_known),
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fixture_setup, fixture_teardown)
 		T(test_ddt_roundtrip),
 		T(test_ddt_encoding_bytes),
