@@ -52,7 +52,7 @@
 #define DD_REPAIR_DIR "db.repair"
 /* Catalog changes per transaction of the new environment: bounds the
  * dirty pages LMDB holds in RAM. */
-#define DD_REPAIR_BATCH 65536
+#define DD_REPAIR_BATCH 8192
 
 typedef struct dd_repair {
 	const char *rp_path;
