@@ -97,7 +97,13 @@ typedef struct dd_ddt_ent {
 	uint32_t de_psize;    /* stored payload bytes */
 	uint32_t de_lsize;    /* logical bytes */
 	uint64_t de_refcnt;   /* block-map references; 0 awaits gc */
+	uint64_t de_dead_since; /* refcnt 0: the transaction that brought it
+				   to 0 (0: unknown, long ago); gc frees it
+				   only once no running writer is older */
 } dd_ddt_ent;
+
+/* A count field with this bit set is a dead entry's death transaction. */
+#define DD_DDT_DEAD ((uint64_t)1 << 63)
 
 /* DD_ENOENT when absent; DD_ECORRUPT for a value that fails to decode. */
 int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,

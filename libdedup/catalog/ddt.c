@@ -52,7 +52,10 @@ static void dd_ddt_val_encode(uint8_t out[DD_DDT_VAL_SIZE],
 	dd_put_le64(out + 8, e->de_offset);
 	dd_put_le32(out + 16, e->de_psize);
 	dd_put_le32(out + 20, e->de_lsize);
-	dd_put_le64(out + 24, e->de_refcnt);
+	/* format/ddt.md §3: a dead entry's count field says since when */
+	dd_put_le64(out + 24, e->de_refcnt ? e->de_refcnt
+			      : e->de_dead_since ? DD_DDT_DEAD | e->de_dead_since
+						 : 0);
 }
 
 /* format/ddt.md §3: a value that fails these checks is damage. */
@@ -76,6 +79,11 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	e->de_psize = dd_get_le32(p + 16);
 	e->de_lsize = dd_get_le32(p + 20);
 	e->de_refcnt = dd_get_le64(p + 24);
+	e->de_dead_since = 0;
+	if (e->de_refcnt & DD_DDT_DEAD) {
+		e->de_dead_since = e->de_refcnt & ~DD_DDT_DEAD;
+		e->de_refcnt = 0;
+	}
 	if ((e->de_flags & ~DD_DDE_KNOWN_FLAGS) || e->de_codec > 1 ||
 	    e->de_lsize == 0 || e->de_lsize > DD_BLOCK_SIZE_MAX ||
 	    e->de_psize > e->de_lsize ||

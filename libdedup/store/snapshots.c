@@ -33,7 +33,9 @@ static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 	if (ent.de_refcnt == 0)
 		return dd_err_set(dc->dc_err, DD_ECORRUPT,
 				  "ddt reference count underflow");
-	ent.de_refcnt--;
+	/* the last reference: record when, for gc (format/ddt.md §1) */
+	if (--ent.de_refcnt == 0)
+		ent.de_dead_since = dd_txn_id(dc->dc_txn);
 	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
 }
 

@@ -152,6 +152,7 @@ static void assert_ent_equal(const dd_ddt_ent *a, const dd_ddt_ent *b)
 	assert_int_equal(a->de_psize, b->de_psize);
 	assert_int_equal(a->de_lsize, b->de_lsize);
 	assert_true(a->de_refcnt == b->de_refcnt);
+	assert_true(a->de_dead_since == b->de_dead_since);
 }
 
 /* ---- dedup table: round trip ----------------------------------------------*/
@@ -175,7 +176,8 @@ static void edge_entries(struct edge e[NEDGE])
 		.de_codec = 1, .de_flags = DD_DDE_PENDING,
 		.de_pack = UINT32_MAX, .de_offset = UINT64_MAX,
 		.de_psize = DD_BLOCK_SIZE_MAX, .de_lsize = DD_BLOCK_SIZE_MAX,
-		.de_refcnt = UINT64_MAX};
+		/* the largest count: bit 63 marks a dead entry (ddt.md §3) */
+		.de_refcnt = DD_DDT_DEAD - 1};
 	/* same hash as [1], variant 0: sorts just before it */
 	memset(e[2].ek_key.dk_hash, 0xff, DD_HASH_SIZE);
 	e[2].ek_ent = (dd_ddt_ent){
@@ -188,7 +190,7 @@ static void edge_entries(struct edge e[NEDGE])
 	e[3].ek_ent = (dd_ddt_ent){
 		.de_codec = 0, .de_pack = 1, .de_offset = 0x100000000ull,
 		.de_psize = DD_BLOCK_SIZE_MAX, .de_lsize = DD_BLOCK_SIZE_MAX,
-		.de_refcnt = UINT64_MAX - 1};
+		.de_refcnt = DD_DDT_DEAD - 2};
 	/* random hashes */
 	for (int i = 4; i < NEDGE; i++) {
 		fill_random(e[i].ek_key.dk_hash, DD_HASH_SIZE);
@@ -347,6 +349,22 @@ static void test_ddt_encoding_bytes(void **state)
 	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
 	assert_int_equal(v.mv_size, DD_DDT_VAL_SIZE);
 	assert_memory_equal(v.mv_data, want, sizeof(want));
+	/* a dead entry: bit 63 and the transaction that killed it, read
+	 * back as refcount 0; with no such transaction, 0 as ever */
+	ent.de_refcnt = 0;
+	ent.de_dead_since = 0x0000123456789abcull;
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+	assert_int_equal(dd_get_le64((const uint8_t *)v.mv_data + 24),
+			 0x8000123456789abcull);
+	memset(&ent, 0xff, sizeof(ent));
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &ent));
+	assert_int_equal(ent.de_refcnt, 0);
+	assert_int_equal(ent.de_dead_since, 0x0000123456789abcull);
+	ent.de_dead_since = 0;
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+	assert_int_equal(dd_get_le64((const uint8_t *)v.mv_data + 24), 0);
 	dd_txn_abort(txn);
 }
 
