@@ -347,6 +347,84 @@ DD_API int dd_diff_next(dd_diff *d, dd_diff_range *out);
 DD_API void dd_diff_close(dd_diff *d);
 DD_API const char *dd_diff_errmsg(const dd_diff *d);
 
+/*
+ * Retention rules, with the semantics of borg prune.  Each rule keeps the
+ * newest snapshot of each of the last N periods (hour, day, ISO week,
+ * month, year) that have snapshots; the rules apply in the order last,
+ * hourly, daily, weekly, monthly, yearly, and a snapshot an earlier rule
+ * kept does not count for a later one.  When a rule finds fewer periods
+ * than it may keep, it also keeps the oldest snapshot (borg's "[oldest]",
+ * in borg 1.2).  keep_last counts snapshots: borg's --keep-last is its
+ * per-second rule, and borg's microsecond times never share a second,
+ * where snapshot times (whole seconds) may.  Periods are in local time
+ * (the TZ environment variable), as in borg and restic: a "daily" backup
+ * is one per calendar day where the operator is; utc = 1 takes UTC
+ * instead, the same wherever the store is read.
+ */
+enum dd_prune_rule {
+	DD_PRUNE_NONE = 0,         /* kept by no rule: to be deleted */
+	DD_PRUNE_LAST = 1,
+	DD_PRUNE_HOURLY = 2,
+	DD_PRUNE_DAILY = 3,
+	DD_PRUNE_WEEKLY = 4,
+	DD_PRUNE_MONTHLY = 5,
+	DD_PRUNE_YEARLY = 6
+};
+#define DD_PRUNE_ALL (-1)          /* a keep count: every period */
+
+typedef struct dd_prune_opts {
+	unsigned version;          /* DD_PRUNE_OPTS_VERSION */
+	int keep_last;             /* each: 0 = rule off, N > 0, or */
+	int keep_hourly;           /* DD_PRUNE_ALL */
+	int keep_daily;
+	int keep_weekly;
+	int keep_monthly;
+	int keep_yearly;
+	int utc;                   /* periods in UTC instead of local time */
+	const char *prefix;        /* dd_prune: only snapshots whose name
+				      starts with it; NULL = all */
+	int dry_run;               /* dd_prune: delete nothing */
+} dd_prune_opts;
+#define DD_PRUNE_OPTS_VERSION 1
+#define DD_PRUNE_OPTS_INIT {DD_PRUNE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, \
+			    NULL, 0}
+
+/* Why a snapshot is kept. */
+typedef struct dd_prune_mark {
+	int rule;                  /* enum dd_prune_rule; NONE: not kept */
+	unsigned rank;             /* 1.. within its rule (borg's "#n") */
+	int oldest;                /* kept as the rule's oldest (above) */
+} dd_prune_mark;
+
+/* The selection alone, pure: marks[i] for times[i] (seconds since the
+ * epoch), in any order; of equal times, the later in the array counts as
+ * the newer.  Needs no store and changes nothing.  At least one rule must
+ * be on (a selection that keeps nothing is refused: DD_EINVAL), as must
+ * every count be >= DD_PRUNE_ALL.  Errors: DD_EINVAL, DD_ENOMEM; the
+ * reason in dd_last_errmsg(). */
+DD_API int dd_prune_select(const dd_prune_opts *opts, const int64_t *times,
+			   size_t n, dd_prune_mark *marks);
+
+/* One snapshot as dd_prune saw it. */
+typedef struct dd_prune_entry {
+	char name[DD_NAME_MAX + 1];
+	int64_t ctime;
+	dd_prune_mark mark;        /* rule NONE: deleted (dry run: would be) */
+} dd_prune_entry;
+
+/* Applies the rules to the store's snapshots (those whose name starts with
+ * opts->prefix; of equal times, the one created later is the newer) and
+ * deletes those no rule keeps, oldest first, with one
+ * dd_snapshot_delete each (so each takes the writer lock, and gc reclaims
+ * the space later).  *out gets every snapshot considered, newest first,
+ * *count entries, released with dd_prune_free (NULL when *count is 0).
+ * A snapshot deleted meanwhile by someone else counts as deleted.
+ * Errors: those of dd_prune_select and dd_snapshot_delete; on an error
+ * the deletions before it stay done, and the message says how many. */
+DD_API int dd_prune(dd_store *store, const dd_prune_opts *opts,
+		    dd_prune_entry **out, size_t *count);
+DD_API void dd_prune_free(dd_prune_entry *list);
+
 /* ---- statistics ---------------------------------------------------------*/
 
 #define DD_HIST_BUCKETS 32 /* bucket i: refcounts in [2^i, 2^(i+1)) */

@@ -1,7 +1,8 @@
 /*
  * test_lifecycle.c -- the snapshot lifecycle calls of store/: space per
  * snapshot (usage.c: dd_snapshot_usage_get, dd_writer_stats_get),
- * and differences (diff.c: dd_diff_*).
+ * differences (diff.c: dd_diff_*) and retention applied to a store
+ * (prune.c: dd_prune; the selection itself is test_prune.c's).
  *
  * The figures are checked against models computed from the images' bytes
  * alone: a block is a snapshot's own when no other image holds the same
@@ -612,6 +613,82 @@ static void test_writer_stats(void **state)
 	th_rm_store(path);
 }
 
+static int has_snapshot(dd_store *s, const char *name)
+{
+	dd_snapshot_info si;
+
+	return dd_snapshot_stat(s, name, &si) == 0;
+}
+
+/* dd_prune on a store: snapshots made within a second are ordered by
+ * creation; a dry run deletes nothing; a prefix limits what counts. */
+static void test_prune_store(void **state)
+{
+	static const char *names[] = {"vm-1", "vm-2", "db-1", "vm-3", "vm-4",
+				      "db-2"};
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_prune_opts o = DD_PRUNE_OPTS_INIT;
+	dd_prune_entry *list = NULL;
+	uint8_t data[100];
+	size_t n = 0;
+
+	(void)state;
+	for (size_t i = 0; i < 6; i++) {
+		memset(data, (int)i + 1, sizeof(data));
+		assert_int_equal(th_put(s, names[i], data, sizeof(data), 100),
+				 0);
+	}
+	/* no rule */
+	assert_int_equal(dd_prune(s, &o, &list, &n), DD_EINVAL);
+	th_check_errmsg(dd_store_errmsg(s), DD_EINVAL);
+	o.keep_last = 2;
+	o.prefix = "vm-";
+	o.dry_run = 1;
+	assert_int_equal(dd_prune(s, &o, &list, &n), 0);
+	assert_int_equal(n, 4);
+	assert_string_equal(list[0].name, "vm-4");   /* newest first */
+	assert_int_equal(list[0].mark.rule, DD_PRUNE_LAST);
+	assert_int_equal(list[0].mark.rank, 1);
+	assert_string_equal(list[1].name, "vm-3");
+	assert_int_equal(list[1].mark.rank, 2);
+	assert_string_equal(list[2].name, "vm-2");
+	assert_int_equal(list[2].mark.rule, DD_PRUNE_NONE);
+	assert_string_equal(list[3].name, "vm-1");
+	assert_int_equal(list[3].mark.rule, DD_PRUNE_NONE);
+	dd_prune_free(list);
+	for (size_t i = 0; i < 6; i++)
+		assert_true(has_snapshot(s, names[i]));
+
+	o.dry_run = 0;
+	assert_int_equal(dd_prune(s, &o, &list, &n), 0);
+	assert_int_equal(n, 4);
+	dd_prune_free(list);
+	assert_false(has_snapshot(s, "vm-1"));
+	assert_false(has_snapshot(s, "vm-2"));
+	assert_true(has_snapshot(s, "vm-3") && has_snapshot(s, "vm-4"));
+	assert_true(has_snapshot(s, "db-1") && has_snapshot(s, "db-2"));
+
+	/* all snapshots, the newest one kept */
+	o.prefix = NULL;
+	o.keep_last = 1;
+	assert_int_equal(dd_prune(s, &o, &list, &n), 0);
+	assert_int_equal(n, 4);
+	assert_string_equal(list[0].name, "db-2");
+	dd_prune_free(list);
+	assert_true(has_snapshot(s, "db-2"));
+	assert_false(has_snapshot(s, "vm-4") || has_snapshot(s, "db-1"));
+	/* nothing to consider */
+	o.prefix = "none-";
+	assert_int_equal(dd_prune(s, &o, &list, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(list);
+	assert_int_equal(dd_prune(s, NULL, &list, &n), DD_EINVAL);
+	dd_store_close(s);
+	th_check_store(path, NULL, 0);
+	th_rm_store(path);
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -628,6 +705,7 @@ int main(void)
 		cmocka_unit_test(test_usage_missing_blocks),
 		cmocka_unit_test(test_usage_misuse),
 		cmocka_unit_test(test_writer_stats),
+		cmocka_unit_test(test_prune_store),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, teardown);
 
