@@ -31,9 +31,17 @@ static const struct subcommand {
 	{"get", cmd_get,
 	 "  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"},
 	{"ls", cmd_ls,
-	 "  dedup ls   [--json] STORE                      list snapshots\n"},
+	 "  dedup ls   [--json] STORE                      list snapshots, the bytes each\n"
+	 "                                                 holds alone (UNIQUE)\n"},
 	{"rm", cmd_rm,
 	 "  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"},
+	{"diff", cmd_diff,
+	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs from A\n"},
+	{"prune", cmd_prune,
+	 "  dedup prune [--keep-last N] [--keep-hourly N] [--keep-daily N]\n"
+	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
+	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait] STORE\n"
+	 "                                                 delete snapshots no rule keeps\n"},
 	{"stat", cmd_stat,
 	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"},
 	{"gc", cmd_gc,
@@ -66,7 +74,8 @@ static const char usage_tail[] =
 	"  --help       show this help\n"
 	"  --version    show the version\n"
 	"\n"
-	"Commands that open a store (put get ls rm stat gc scrub) also take:\n"
+	"Commands that open a store (put get ls rm diff prune stat gc scrub)\n"
+	"also take:\n"
 	"  --no-cache            do not use the store's L2 cache devices\n"
 	"  --l1-size N           RAM for the L1 block cache (0: none)\n"
 	"  --l2-write-max N      bytes per second fed to L2\n"

@@ -9,6 +9,7 @@
  *   dedup_scan.c   scan
  *   dedup_cache.c  cache, the cache options of every subcommand that
  *                  opens a store, the cache part of stat
+ *   dedup_life.c   diff prune: a snapshot's life after put
  *
  * A subcommand is a cmd_NAME(argc, argv) with argv[0] its name, in its
  * own dedup_*.c (CMakeLists.txt builds cmd/dedup_*.c into `dedup`), with
@@ -37,6 +38,8 @@ int cmd_scrub(int argc, char **argv);
 int cmd_repair(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 
 /* The running subcommand's name ("put"), for messages; set by main. */
 extern const char *dedup_subcmd;
@@ -44,7 +47,8 @@ extern const char *dedup_subcmd;
 /* ---- options (dedup.c) --------------------------------------------------*/
 
 /* getopt values: the shared options below from 256, scan's own from 512,
- * the cache options from 768, `dedup cache`'s own from 1024. */
+ * the cache options from 768, `dedup cache`'s own from 1024, those of
+ * diff and prune from 1280. */
 enum {
 	OPT_HELP = 'h',
 	OPT_VERBOSE = 'v',
@@ -119,6 +123,9 @@ void print_hist_table(const dd_hist_row *hist, int bars);
 /* As a JSON member "histogram": [...] (non-empty rows only), indented by
  * `ind`. */
 void print_hist_json(const dd_hist_row *hist, const char *ind);
+
+/* gc's one line: what it reclaimed and how (gc, prune --gc). */
+void print_gc_result(FILE *f, const dd_gc_result *res);
 
 /* ---- the caches on the command line (dedup_cache.c) ---------------------*/
 
