@@ -42,6 +42,11 @@ static const struct subcommand {
 	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
 	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait] STORE\n"
 	 "                                                 delete snapshots no rule keeps\n"},
+	{"mount", cmd_mount,
+	 "  dedup mount [-f] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
+	 "                                                 snapshots as read-only files (FUSE)\n"},
+	{"umount", cmd_umount,
+	 "  dedup umount MOUNTPOINT                        unmount it\n"},
 	{"stat", cmd_stat,
 	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"},
 	{"gc", cmd_gc,
@@ -74,7 +79,7 @@ static const char usage_tail[] =
 	"  --help       show this help\n"
 	"  --version    show the version\n"
 	"\n"
-	"Commands that open a store (put get ls rm diff prune stat gc scrub)\n"
+	"Commands that open a store (put get ls rm diff prune mount stat gc scrub)\n"
 	"also take:\n"
 	"  --no-cache            do not use the store's L2 cache devices\n"
 	"  --l1-size N           RAM for the L1 block cache (0: none)\n"

@@ -10,6 +10,7 @@
  *   dedup_cache.c  cache, the cache options of every subcommand that
  *                  opens a store, the cache part of stat
  *   dedup_life.c   diff prune: a snapshot's life after put
+ *   dedup_mount.c  mount umount: snapshots as files (FUSE)
  *
  * A subcommand is a cmd_NAME(argc, argv) with argv[0] its name, in its
  * own dedup_*.c (CMakeLists.txt builds cmd/dedup_*.c into `dedup`), with
@@ -40,6 +41,8 @@ int cmd_scan(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+int cmd_mount(int argc, char **argv);
+int cmd_umount(int argc, char **argv);
 
 /* The running subcommand's name ("put"), for messages; set by main. */
 extern const char *dedup_subcmd;
@@ -48,7 +51,7 @@ extern const char *dedup_subcmd;
 
 /* getopt values: the shared options below from 256, scan's own from 512,
  * the cache options from 768, `dedup cache`'s own from 1024, those of
- * diff and prune from 1280. */
+ * diff, prune and mount from 1280. */
 enum {
 	OPT_HELP = 'h',
 	OPT_VERBOSE = 'v',
