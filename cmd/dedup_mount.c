@@ -296,9 +296,10 @@ static int mount_pread(struct mount_file *mf, void *buf, size_t size,
 	return rc;
 }
 
-/* A read that continues the last one, or falls in the window: served
- * from the window, which moves on when the read passes its end.  -1 when
- * the read is not in order (the caller reads it directly). */
+/* A read near where the last one ended (the kernel's concurrent requests
+ * may come a little out of order), or in the window: served from the
+ * window, which moves on when the read passes its end.  -1 when the read
+ * is not in order (the caller reads it directly). */
 static int mount_read_ahead(struct mount_file *mf, char *buf, size_t size,
 			    uint64_t off)
 {
@@ -307,8 +308,9 @@ static int mount_read_ahead(struct mount_file *mf, char *buf, size_t size,
 	int rc = 0;
 
 	pthread_mutex_lock(&mf->mf_ra_lock);
-	if (off != mf->mf_next && (off < mf->mf_ra_off ||
-				   off >= mf->mf_ra_off + mf->mf_ra_len)) {
+	if ((off + MOUNT_RA_BYTES < mf->mf_next ||
+	     off > mf->mf_next + MOUNT_RA_BYTES) &&
+	    (off < mf->mf_ra_off || off >= mf->mf_ra_off + mf->mf_ra_len)) {
 		pthread_mutex_unlock(&mf->mf_ra_lock);
 		return -1;
 	}
@@ -331,7 +333,8 @@ static int mount_read_ahead(struct mount_file *mf, char *buf, size_t size,
 
 		got = size < have ? size : (size_t)have;
 		memcpy(buf, mf->mf_ra_buf + (off - mf->mf_ra_off), got);
-		mf->mf_next = off + got;
+		if (off + got > mf->mf_next)
+			mf->mf_next = off + got;
 	}
 	pthread_mutex_unlock(&mf->mf_ra_lock);
 	return rc != 0 ? -mount_errno(rc) : (int)got;
