@@ -31,7 +31,7 @@ static const struct subcommand {
 	{"get", cmd_get,
 	 "  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"},
 	{"ls", cmd_ls,
-	 "  dedup ls   [--json] STORE                      list snapshots, the bytes each\n"
+	 "  dedup ls   [--json] [--no-unique] STORE        list snapshots, the bytes each\n"
 	 "                                                 holds alone (UNIQUE)\n"},
 	{"rm", cmd_rm,
 	 "  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"},
@@ -124,6 +124,7 @@ void parse_common(int argc, char **argv, const int *allow,
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"wait", no_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
+		{"no-unique", no_argument, NULL, OPT_NO_UNIQUE},
 		CACHE_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
@@ -149,6 +150,8 @@ void parse_common(int argc, char **argv, const int *allow,
 			o->wait = 1;
 		else if (c == OPT_JSON)
 			o->json = 1;
+		else if (c == OPT_NO_UNIQUE)
+			o->no_unique = 1;
 		else
 			cache_cli_option(dedup_subcmd, c, optarg);
 	}

@@ -60,6 +60,7 @@ enum {
 	OPT_BLOCK_SIZE,
 	OPT_VERIFY,
 	OPT_COMPRESS,
+	OPT_NO_UNIQUE,
 };
 
 enum {
@@ -90,6 +91,7 @@ struct common_opts {
 	int verbose;
 	int wait;
 	int json;
+	int no_unique;      /* ls --no-unique */
 };
 
 /* Parses the options most subcommands share (-v, --wait, --json and the

@@ -404,10 +404,11 @@ int cmd_get(int argc, char **argv)
 
 /* ---- ls -----------------------------------------------------------------*/
 
-/* Space of each listed snapshot (dd_snapshot_usage_get); unique_blocks
- * UINT64_MAX when it went away after the listing. */
+/* Space of each listed snapshot (dd_snapshot_usage_get: a DDT lookup per
+ * block reference, about 2 us each); unique_blocks UINT64_MAX when it went
+ * away after the listing, or with --no-unique. */
 static dd_snapshot_usage *ls_usage(dd_store *s, const dd_snapshot_info *list,
-				   size_t count)
+				   size_t count, int skip)
 {
 	dd_snapshot_usage *u = calloc(count ? count : 1, sizeof(*u));
 
@@ -417,10 +418,11 @@ static dd_snapshot_usage *ls_usage(dd_store *s, const dd_snapshot_info *list,
 		int rc;
 
 		u[i].version = DD_SNAPSHOT_USAGE_VERSION;
+		u[i].unique_blocks = UINT64_MAX;
+		if (skip)
+			continue;
 		rc = dd_snapshot_usage_get(s, list[i].name, &u[i]);
-		if (rc == DD_ENOENT)
-			u[i].unique_blocks = UINT64_MAX;
-		else if (rc != 0)
+		if (rc != 0 && rc != DD_ENOENT)
 			die_store(s, rc);
 	}
 	return u;
@@ -495,7 +497,7 @@ static void ls_text(const dd_snapshot_info *list,
 
 int cmd_ls(int argc, char **argv)
 {
-	static const int allow[] = {OPT_JSON, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_JSON, OPT_NO_UNIQUE, CACHE_ALLOW, 0};
 	struct common_opts o;
 	dd_snapshot_info *list = NULL;
 	dd_snapshot_usage *u;
@@ -507,7 +509,7 @@ int cmd_ls(int argc, char **argv)
 	rc = dd_snapshot_list(s, &list, &count);
 	if (rc != 0)
 		die_store(s, rc);
-	u = ls_usage(s, list, count);
+	u = ls_usage(s, list, count, o.no_unique);
 	if (o.json) {
 		ls_json(list, u, count);
 	} else {

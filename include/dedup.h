@@ -282,7 +282,7 @@ DD_API int dd_snapshot_delete(dd_store *store, const char *name);
  * (lost, format/ddt.md §3) have no bytes and are not counted.
  *
  * Cost: from the catalog only, no pack data is read: one sweep of the
- * snapshot's block map, one DDT lookup per block (about 1-2 us each with
+ * snapshot's block map, one DDT lookup per block (about 2 us each with
  * the catalog in the page cache; tests/bench/bench_lifecycle.sh), and a
  * table of the blocks other snapshots may share -- 64 MiB of RAM at most
  * (about 700,000 blocks), spilled to $TMPDIR beyond.  So one call takes
