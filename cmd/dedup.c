@@ -105,6 +105,13 @@ void usage_exit(void)
 	exit(0);
 }
 
+void other_option(int c, char **argv)
+{
+	if (c == '?' || c == ':' ||
+	    cache_cli_option(dedup_subcmd, c, optarg) != 0)
+		die_bad_option(dedup_subcmd, c, argv);
+}
+
 void want_args(int argc, char **argv, int min, int max)
 {
 	int n = argc - optind;

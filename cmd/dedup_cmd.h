@@ -84,6 +84,10 @@ enum {
 /* Prints `dedup --help` on stdout and exits 0. */
 _Noreturn void usage_exit(void);
 
+/* The default case of a subcommand's getopt loop: a cache option, or a
+ * usage error. */
+void other_option(int c, char **argv);
+
 /* Positionals left after options: between min and max of them. */
 void want_args(int argc, char **argv, int min, int max);
 

@@ -118,7 +118,8 @@ static const char *const rule_names[] = {
 	"", "last", "hourly", "daily", "weekly", "monthly", "yearly",
 };
 
-/* A keep count: N >= 0, or -1 / "all" for every period. */
+/* A keep count: N >= 0, or -1 / "all" for every period.  opt: the
+ * option's name without its dashes. */
 static int parse_keep(const char *opt, const char *arg)
 {
 	char *end;
@@ -128,8 +129,8 @@ static int parse_keep(const char *opt, const char *arg)
 		return DD_PRUNE_ALL;
 	v = strtol(arg, &end, 10);
 	if (end == arg || *end || v < -1 || v > 1000000)
-		die_usage("prune: %s takes a count, -1 or 'all', not '%.100s'",
-			  opt, arg);
+		die_usage("prune: --%s takes a count, -1 or 'all', not "
+			  "'%.100s'", opt, arg);
 	return (int)v;
 }
 
@@ -187,6 +188,26 @@ static void prune_json(const dd_prune_entry *list, size_t n, int dry_run,
 	fputs("}\n", stdout);
 }
 
+/* --keep-RULE N: where N goes. */
+static int *keep_field(dd_prune_opts *po, int c)
+{
+	switch (c) {
+	case OPT_KEEP_LAST:
+		return &po->keep_last;
+	case OPT_KEEP_HOURLY:
+		return &po->keep_hourly;
+	case OPT_KEEP_DAILY:
+		return &po->keep_daily;
+	case OPT_KEEP_WEEKLY:
+		return &po->keep_weekly;
+	case OPT_KEEP_MONTHLY:
+		return &po->keep_monthly;
+	case OPT_KEEP_YEARLY:
+		return &po->keep_yearly;
+	}
+	return NULL;
+}
+
 int cmd_prune(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -209,12 +230,20 @@ int cmd_prune(int argc, char **argv)
 	dd_prune_opts po = DD_PRUNE_OPTS_INIT;
 	dd_prune_entry *list = NULL;
 	dd_gc_result gr;
-	int c, rc, wait = 0, json = 0, gc = 0;
+	int c, rc, wait = 0, json = 0, gc = 0, *keep;
 	size_t n = 0, kept = 0;
 	dd_store *s;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hn", longopts, NULL)) != -1) {
+		if ((keep = keep_field(&po, c)) != NULL) {
+			const struct option *lo = longopts;
+
+			while (lo->val != c)
+				lo++;
+			*keep = parse_keep(lo->name, optarg);
+			continue;
+		}
 		switch (c) {
 		case OPT_HELP:
 			usage_exit();
@@ -223,24 +252,6 @@ int cmd_prune(int argc, char **argv)
 			break;
 		case OPT_JSON:
 			json = 1;
-			break;
-		case OPT_KEEP_LAST:
-			po.keep_last = parse_keep("--keep-last", optarg);
-			break;
-		case OPT_KEEP_HOURLY:
-			po.keep_hourly = parse_keep("--keep-hourly", optarg);
-			break;
-		case OPT_KEEP_DAILY:
-			po.keep_daily = parse_keep("--keep-daily", optarg);
-			break;
-		case OPT_KEEP_WEEKLY:
-			po.keep_weekly = parse_keep("--keep-weekly", optarg);
-			break;
-		case OPT_KEEP_MONTHLY:
-			po.keep_monthly = parse_keep("--keep-monthly", optarg);
-			break;
-		case OPT_KEEP_YEARLY:
-			po.keep_yearly = parse_keep("--keep-yearly", optarg);
 			break;
 		case OPT_PREFIX:
 			po.prefix = optarg;
@@ -256,9 +267,7 @@ int cmd_prune(int argc, char **argv)
 			gc = 1;
 			break;
 		default:
-			if (c == '?' || c == ':' ||
-			    cache_cli_option(dedup_subcmd, c, optarg) != 0)
-				die_bad_option(dedup_subcmd, c, argv);
+			other_option(c, argv);
 		}
 	}
 	want_args(argc, argv, 1, 1);

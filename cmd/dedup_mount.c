@@ -458,9 +458,7 @@ int cmd_mount(int argc, char **argv)
 				die("out of memory");
 			break;
 		default:
-			if (c == '?' || c == ':' ||
-			    cache_cli_option(dedup_subcmd, c, optarg) != 0)
-				die_bad_option(dedup_subcmd, c, argv);
+			other_option(c, argv);
 		}
 	}
 	want_args(argc, argv, 2, 2);

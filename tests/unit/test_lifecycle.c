@@ -34,14 +34,7 @@
 
 static dd_store *create(const char *path, int verify, int comp, int kind)
 {
-	dd_create_opts o = DD_CREATE_OPTS_INIT;
-	dd_store *s = NULL;
-
-	o.block_size = BS;
-	o.verify = verify;
-	o.compress = comp;
-	assert_int_equal(dd_store_create_kind(&s, path, &o, NULL, kind), 0);
-	return s;
+	return th_create(path, BS, verify, comp, kind);
 }
 
 /* An image: size bytes, block i from pool block spec[i] (0: zeros). */
