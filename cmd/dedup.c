@@ -36,7 +36,8 @@ static const struct subcommand {
 	{"rm", cmd_rm,
 	 "  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"},
 	{"diff", cmd_diff,
-	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs from A\n"},
+	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs\n"
+	 "                                                 from A\n"},
 	{"prune", cmd_prune,
 	 "  dedup prune [--keep-last N] [--keep-hourly N] [--keep-daily N]\n"
 	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
@@ -44,7 +45,8 @@ static const struct subcommand {
 	 "                                                 delete snapshots no rule keeps\n"},
 	{"mount", cmd_mount,
 	 "  dedup mount [-f] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
-	 "                                                 snapshots as read-only files (FUSE)\n"},
+	 "                                                 snapshots as read-only files\n"
+	 "                                                 (FUSE)\n"},
 	{"umount", cmd_umount,
 	 "  dedup umount MOUNTPOINT                        unmount it\n"},
 	{"stat", cmd_stat,
