@@ -48,7 +48,8 @@ enum { OPT_MOUNT_OPTS = 'o', OPT_FOREGROUND = 'f' };
 /* Read-ahead of a file read in order: the kernel asks for 128 KiB at a
  * time, one request after the other, which would decompress one block
  * at a time; a window this large is read with one dd_reader_pread, whose
- * blocks decompress in parallel on the store's workers. */
+ * blocks decompress in parallel on the store's workers.  While requests
+ * are served from one window, a thread of the file fills the next. */
 #define MOUNT_RA_BYTES ((uint64_t)2 << 20)
 
 struct mount_ctx {
@@ -69,12 +70,20 @@ struct mount_file {
 	dd_reader *mf_idle[MOUNT_READERS];
 	int mf_nidle;
 	int mf_nreaders;          /* open readers, idle or in use */
-	/* the read-ahead window [mf_ra_off, +mf_ra_len) and where the last
-	 * read ended; all under mf_ra_lock */
+	/* Read-ahead, all under mf_ra_lock: the window served from, the
+	 * next one (its bytes written by the prefetch thread only while
+	 * RA_FILLING), and where the last read ended. */
 	pthread_mutex_t mf_ra_lock;
-	uint8_t *mf_ra_buf;       /* MOUNT_RA_BYTES once read in order */
-	uint64_t mf_ra_off, mf_ra_len;
+	pthread_cond_t mf_ra_cv;      /* a fill asked for, or done */
+	struct mount_window {
+		uint8_t *w_buf;       /* MOUNT_RA_BYTES once read in order */
+		uint64_t w_off, w_len;
+		int w_state;          /* enum mount_ra_state (next only) */
+	} mf_cur, mf_nxt;
 	uint64_t mf_next;
+	pthread_t mf_pf_thread;
+	int mf_pf_started;
+	int mf_pf_stop;
 	struct mount_file *mf_link;   /* in mount_open_files */
 };
 
@@ -232,6 +241,7 @@ static int mount_open(const char *path, struct fuse_file_info *fi)
 	pthread_mutex_init(&mf->mf_lock, NULL);
 	pthread_cond_init(&mf->mf_idle_cv, NULL);
 	pthread_mutex_init(&mf->mf_ra_lock, NULL);
+	pthread_cond_init(&mf->mf_ra_cv, NULL);
 	snprintf(mf->mf_name, sizeof(mf->mf_name), "%s", name);
 	mf->mf_idle[0] = r;
 	mf->mf_nidle = 1;
@@ -296,45 +306,131 @@ static int mount_pread(struct mount_file *mf, void *buf, size_t size,
 	return rc;
 }
 
+enum mount_ra_state { RA_EMPTY, RA_FILLING, RA_READY };
+
+static int mount_in(const struct mount_window *w, uint64_t off)
+{
+	return w->w_buf && off >= w->w_off && off < w->w_off + w->w_len;
+}
+
+/* The prefetch thread of a file: fills mf_nxt when asked. */
+static void *mount_prefetch(void *arg)
+{
+	struct mount_file *mf = arg;
+
+	pthread_mutex_lock(&mf->mf_ra_lock);
+	for (;;) {
+		uint64_t off;
+		size_t got = 0;
+		int rc;
+
+		while (!mf->mf_pf_stop && mf->mf_nxt.w_state != RA_FILLING)
+			pthread_cond_wait(&mf->mf_ra_cv, &mf->mf_ra_lock);
+		if (mf->mf_pf_stop)
+			break;
+		off = mf->mf_nxt.w_off;
+		pthread_mutex_unlock(&mf->mf_ra_lock);
+		rc = mount_pread(mf, mf->mf_nxt.w_buf, MOUNT_RA_BYTES, off, &got);
+		pthread_mutex_lock(&mf->mf_ra_lock);
+		/* a failed prefetch is no error: the read itself tries again */
+		mf->mf_nxt.w_len = rc == 0 ? got : 0;
+		mf->mf_nxt.w_state = RA_READY;
+		pthread_cond_broadcast(&mf->mf_ra_cv);
+	}
+	pthread_mutex_unlock(&mf->mf_ra_lock);
+	return NULL;
+}
+
+/* Asks for the window after the current one, unless it is there or on
+ * its way (or the file ends first).  Under mf_ra_lock. */
+static void mount_prefetch_next(struct mount_file *mf)
+{
+	uint64_t end = mf->mf_cur.w_off + mf->mf_cur.w_len;
+
+	if (mf->mf_cur.w_len < MOUNT_RA_BYTES ||
+	    mf->mf_nxt.w_state == RA_FILLING ||
+	    (mf->mf_nxt.w_state == RA_READY && mf->mf_nxt.w_off == end))
+		return;
+	if (!mf->mf_nxt.w_buf &&
+	    !(mf->mf_nxt.w_buf = malloc(MOUNT_RA_BYTES)))
+		return;
+	if (!mf->mf_pf_started) {
+		if (pthread_create(&mf->mf_pf_thread, NULL, mount_prefetch,
+				   mf) != 0)
+			return;
+		mf->mf_pf_started = 1;
+	}
+	mf->mf_nxt.w_off = end;
+	mf->mf_nxt.w_len = 0;
+	mf->mf_nxt.w_state = RA_FILLING;
+	pthread_cond_broadcast(&mf->mf_ra_cv);
+}
+
 /* A read near where the last one ended (the kernel's concurrent requests
- * may come a little out of order), or in the window: served from the
- * window, which moves on when the read passes its end.  -1 when the read
- * is not in order (the caller reads it directly). */
+ * may come a little out of order), or in a window: served from the
+ * windows, filled ahead by the prefetch thread, or now when it is not
+ * there.  -1 when the read is not in order (the caller reads it
+ * directly).  Under mf_ra_lock throughout but while the next window
+ * waits to be filled. */
 static int mount_read_ahead(struct mount_file *mf, char *buf, size_t size,
 			    uint64_t off)
 {
-	uint64_t bs = mc.block_size, start;
+	struct mount_window *cur = &mf->mf_cur, *nxt = &mf->mf_nxt, tmp;
 	size_t got = 0;
 	int rc = 0;
 
 	pthread_mutex_lock(&mf->mf_ra_lock);
 	if ((off + MOUNT_RA_BYTES < mf->mf_next ||
 	     off > mf->mf_next + MOUNT_RA_BYTES) &&
-	    (off < mf->mf_ra_off || off >= mf->mf_ra_off + mf->mf_ra_len)) {
+	    !mount_in(cur, off) && !mount_in(nxt, off) &&
+	    !(nxt->w_state == RA_FILLING && off >= nxt->w_off &&
+	      off < nxt->w_off + MOUNT_RA_BYTES)) {
 		pthread_mutex_unlock(&mf->mf_ra_lock);
 		return -1;
 	}
-	if (off < mf->mf_ra_off || off + size > mf->mf_ra_off + mf->mf_ra_len) {
-		if (!mf->mf_ra_buf && !(mf->mf_ra_buf = malloc(MOUNT_RA_BYTES))) {
+	for (;;) {
+		if (mount_in(cur, off) &&
+		    (off + size <= cur->w_off + cur->w_len ||
+		     cur->w_len < MOUNT_RA_BYTES))
+			break;
+		if (nxt->w_state == RA_FILLING && off >= nxt->w_off &&
+		    off < nxt->w_off + MOUNT_RA_BYTES) {
+			pthread_cond_wait(&mf->mf_ra_cv, &mf->mf_ra_lock);
+			continue;
+		}
+		if (nxt->w_state == RA_READY && mount_in(nxt, off)) {
+			tmp = *cur;    /* the next window becomes the current */
+			*cur = *nxt;
+			*nxt = tmp;
+			nxt->w_len = 0;
+			nxt->w_state = RA_EMPTY;
+			continue;
+		}
+		/* not there: read the window now (the read straddles the
+		 * current one's end, or the prefetch was elsewhere) */
+		if (!cur->w_buf && !(cur->w_buf = malloc(MOUNT_RA_BYTES))) {
 			pthread_mutex_unlock(&mf->mf_ra_lock);
 			return -1;
 		}
-		start = off / bs * bs;
-		mf->mf_ra_len = 0;
-		rc = mount_pread(mf, mf->mf_ra_buf, MOUNT_RA_BYTES, start, &got);
-		if (rc == 0) {
-			mf->mf_ra_off = start;
-			mf->mf_ra_len = got;
-		}
+		cur->w_off = off / mc.block_size * mc.block_size;
+		cur->w_len = 0;
+		rc = mount_pread(mf, cur->w_buf, MOUNT_RA_BYTES, cur->w_off,
+				 &got);
+		if (rc != 0)
+			break;
+		cur->w_len = got;
+		if (!mount_in(cur, off))
+			break;          /* at or past the end of the file */
 	}
-	if (rc == 0) {
-		uint64_t have = mf->mf_ra_off + mf->mf_ra_len > off
-			? mf->mf_ra_off + mf->mf_ra_len - off : 0;
+	got = 0;
+	if (rc == 0 && mount_in(cur, off)) {
+		uint64_t have = cur->w_off + cur->w_len - off;
 
 		got = size < have ? size : (size_t)have;
-		memcpy(buf, mf->mf_ra_buf + (off - mf->mf_ra_off), got);
+		memcpy(buf, cur->w_buf + (off - cur->w_off), got);
 		if (off + got > mf->mf_next)
 			mf->mf_next = off + got;
+		mount_prefetch_next(mf);
 	}
 	pthread_mutex_unlock(&mf->mf_ra_lock);
 	return rc != 0 ? -mount_errno(rc) : (int)got;
@@ -369,13 +465,23 @@ static int mount_release(const char *path, struct fuse_file_info *fi)
 			break;
 		}
 	pthread_mutex_unlock(&mount_open_lock);
-	/* the kernel releases a file once no read of it is running */
+	if (mf->mf_pf_started) {
+		pthread_mutex_lock(&mf->mf_ra_lock);
+		mf->mf_pf_stop = 1;
+		pthread_cond_broadcast(&mf->mf_ra_cv);
+		pthread_mutex_unlock(&mf->mf_ra_lock);
+		pthread_join(mf->mf_pf_thread, NULL);
+	}
+	/* the kernel releases a file once no read of it is running, and the
+	 * prefetch thread has given its reader back */
 	for (int i = 0; i < mf->mf_nidle; i++)
 		dd_reader_close(mf->mf_idle[i]);
 	pthread_cond_destroy(&mf->mf_idle_cv);
 	pthread_mutex_destroy(&mf->mf_lock);
+	pthread_cond_destroy(&mf->mf_ra_cv);
 	pthread_mutex_destroy(&mf->mf_ra_lock);
-	free(mf->mf_ra_buf);
+	free(mf->mf_cur.w_buf);
+	free(mf->mf_nxt.w_buf);
 	free(mf);
 	return 0;
 }
