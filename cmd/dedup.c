@@ -31,9 +31,24 @@ static const struct subcommand {
 	{"get", cmd_get,
 	 "  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"},
 	{"ls", cmd_ls,
-	 "  dedup ls   [--json] STORE                      list snapshots\n"},
+	 "  dedup ls   [--json] [--no-unique] STORE        list snapshots, the bytes each\n"
+	 "                                                 holds alone (UNIQUE)\n"},
 	{"rm", cmd_rm,
 	 "  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"},
+	{"diff", cmd_diff,
+	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs\n"
+	 "                                                 from A\n"},
+	{"prune", cmd_prune,
+	 "  dedup prune [--keep-last N] [--keep-hourly N] [--keep-daily N]\n"
+	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
+	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait] STORE\n"
+	 "                                                 delete snapshots no rule keeps\n"},
+	{"mount", cmd_mount,
+	 "  dedup mount [-f] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
+	 "                                                 snapshots as read-only files\n"
+	 "                                                 (FUSE)\n"},
+	{"umount", cmd_umount,
+	 "  dedup umount MOUNTPOINT                        unmount it\n"},
 	{"stat", cmd_stat,
 	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"},
 	{"gc", cmd_gc,
@@ -66,7 +81,8 @@ static const char usage_tail[] =
 	"  --help       show this help\n"
 	"  --version    show the version\n"
 	"\n"
-	"Commands that open a store (put get ls rm stat gc scrub) also take:\n"
+	"Commands that open a store (put get ls rm diff prune mount stat gc scrub)\n"
+	"also take:\n"
 	"  --no-cache            do not use the store's L2 cache devices\n"
 	"  --l1-size N           RAM for the L1 block cache (0: none)\n"
 	"  --l2-write-max N      bytes per second fed to L2\n"
@@ -91,6 +107,13 @@ void usage_exit(void)
 	exit(0);
 }
 
+void other_option(int c, char **argv)
+{
+	if (c == '?' || c == ':' ||
+	    cache_cli_option(dedup_subcmd, c, optarg) != 0)
+		die_bad_option(dedup_subcmd, c, argv);
+}
+
 void want_args(int argc, char **argv, int min, int max)
 {
 	int n = argc - optind;
@@ -110,6 +133,7 @@ void parse_common(int argc, char **argv, const int *allow,
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"wait", no_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
+		{"no-unique", no_argument, NULL, OPT_NO_UNIQUE},
 		CACHE_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
@@ -135,6 +159,8 @@ void parse_common(int argc, char **argv, const int *allow,
 			o->wait = 1;
 		else if (c == OPT_JSON)
 			o->json = 1;
+		else if (c == OPT_NO_UNIQUE)
+			o->no_unique = 1;
 		else
 			cache_cli_option(dedup_subcmd, c, optarg);
 	}

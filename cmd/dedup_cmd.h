@@ -9,6 +9,8 @@
  *   dedup_scan.c   scan
  *   dedup_cache.c  cache, the cache options of every subcommand that
  *                  opens a store, the cache part of stat
+ *   dedup_life.c   diff prune: a snapshot's life after put
+ *   dedup_mount.c  mount umount: snapshots as files (FUSE)
  *
  * A subcommand is a cmd_NAME(argc, argv) with argv[0] its name, in its
  * own dedup_*.c (CMakeLists.txt builds cmd/dedup_*.c into `dedup`), with
@@ -37,6 +39,10 @@ int cmd_scrub(int argc, char **argv);
 int cmd_repair(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
+int cmd_mount(int argc, char **argv);
+int cmd_umount(int argc, char **argv);
 
 /* The running subcommand's name ("put"), for messages; set by main. */
 extern const char *dedup_subcmd;
@@ -44,7 +50,8 @@ extern const char *dedup_subcmd;
 /* ---- options (dedup.c) --------------------------------------------------*/
 
 /* getopt values: the shared options below from 256, scan's own from 512,
- * the cache options from 768, `dedup cache`'s own from 1024. */
+ * the cache options from 768, `dedup cache`'s own from 1024, those of
+ * diff, prune and mount from 1280. */
 enum {
 	OPT_HELP = 'h',
 	OPT_VERBOSE = 'v',
@@ -53,6 +60,7 @@ enum {
 	OPT_BLOCK_SIZE,
 	OPT_VERIFY,
 	OPT_COMPRESS,
+	OPT_NO_UNIQUE,
 };
 
 enum {
@@ -76,6 +84,10 @@ enum {
 /* Prints `dedup --help` on stdout and exits 0. */
 _Noreturn void usage_exit(void);
 
+/* The default case of a subcommand's getopt loop: a cache option, or a
+ * usage error. */
+void other_option(int c, char **argv);
+
 /* Positionals left after options: between min and max of them. */
 void want_args(int argc, char **argv, int min, int max);
 
@@ -83,6 +95,7 @@ struct common_opts {
 	int verbose;
 	int wait;
 	int json;
+	int no_unique;      /* ls --no-unique */
 };
 
 /* Parses the options most subcommands share (-v, --wait, --json and the
@@ -119,6 +132,9 @@ void print_hist_table(const dd_hist_row *hist, int bars);
 /* As a JSON member "histogram": [...] (non-empty rows only), indented by
  * `ind`. */
 void print_hist_json(const dd_hist_row *hist, const char *ind);
+
+/* gc's one line: what it reclaimed and how (gc, prune --gc). */
+void print_gc_result(FILE *f, const dd_gc_result *res);
 
 /* ---- the caches on the command line (dedup_cache.c) ---------------------*/
 

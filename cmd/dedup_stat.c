@@ -221,7 +221,6 @@ int cmd_gc(int argc, char **argv)
 	dd_gc_result res;
 	struct common_opts o;
 	dd_store *s;
-	char hs[32];
 	int rc;
 
 	s = open_store_arg(argc, argv, allow, &o, 0);
@@ -229,14 +228,21 @@ int cmd_gc(int argc, char **argv)
 	rc = dd_store_gc(s, NULL, &res);
 	if (rc != 0)
 		die_store(s, rc);
-	printf("gc: reclaimed %s (%" PRIu64 " bytes); %" PRIu64
-	       " DDT entries removed, %" PRIu64 " packs deleted, %" PRIu64
-	       " packs rewritten, %" PRIu64 " blocks moved\n",
-	       human_size(hs, sizeof(hs), res.bytes_reclaimed),
-	       res.bytes_reclaimed, res.ddt_entries_removed, res.packs_deleted,
-	       res.packs_rewritten, res.blocks_moved);
+	print_gc_result(stdout, &res);
 	cache_cli_close(s);
 	return 0;
+}
+
+void print_gc_result(FILE *f, const dd_gc_result *res)
+{
+	char hs[32];
+
+	fprintf(f, "gc: reclaimed %s (%" PRIu64 " bytes); %" PRIu64
+		" DDT entries removed, %" PRIu64 " packs deleted, %" PRIu64
+		" packs rewritten, %" PRIu64 " blocks moved\n",
+		human_size(hs, sizeof(hs), res->bytes_reclaimed),
+		res->bytes_reclaimed, res->ddt_entries_removed,
+		res->packs_deleted, res->packs_rewritten, res->blocks_moved);
 }
 
 /* ---- scrub --------------------------------------------------------------*/

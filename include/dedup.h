@@ -204,6 +204,27 @@ DD_API void dd_writer_free(dd_writer *w);
 
 DD_API const char *dd_writer_errmsg(const dd_writer *w);
 
+/* What a writer has taken and stored so far: the blocks its pipeline has
+ * processed, so final only after dd_writer_commit (read it before
+ * dd_writer_free).  new_* count the blocks the store held no copy of --
+ * what the snapshot added to the packs; a block that repeats within the
+ * image is stored, and counted, once. */
+typedef struct dd_writer_stats {
+	unsigned version;          /* DD_WRITER_STATS_VERSION: set by the caller */
+	uint64_t bytes;            /* logical bytes, holes included */
+	uint64_t blocks;           /* blocks cut, holes included */
+	uint64_t zero_blocks;      /* holes: never stored */
+	uint64_t new_blocks;       /* blocks stored */
+	uint64_t new_lsize;        /* their logical bytes */
+	uint64_t new_bytes;        /* their bytes in the packs: compressed
+				      payload + record header
+				      (format/pack.md) */
+} dd_writer_stats;
+#define DD_WRITER_STATS_VERSION 1
+
+/* Errors: DD_EINVAL (NULL, or a version this build does not know). */
+DD_API int dd_writer_stats_get(const dd_writer *w, dd_writer_stats *out);
+
 /* ---- reading a snapshot -------------------------------------------------*/
 
 typedef struct dd_reader dd_reader;
@@ -248,6 +269,161 @@ DD_API int dd_snapshot_stat(dd_store *store, const char *name,
 /* Deletes a snapshot and drops its block references (takes the writer
  * lock).  Space comes back with dd_store_gc.  DD_ENOENT if absent. */
 DD_API int dd_snapshot_delete(dd_store *store, const char *name);
+
+/* ---- snapshot lifecycle: space, differences, retention -------------------*/
+
+/*
+ * What one snapshot holds alone: the blocks whose every reference comes
+ * from it (a block it references k times, and nothing else does, is its
+ * own).  Deleting the snapshot drops them to reference count 0, and gc then
+ * reclaims their bytes -- all of them when their packs are deleted or
+ * rewritten; gc leaves a pack that stays mostly live (dd_gc_opts
+ * rewrite_below) as it is until more of it is dead.  Blocks no pack holds
+ * (lost, format/ddt.md §3) have no bytes and are not counted.
+ *
+ * Cost: from the catalog only, no pack data is read: one sweep of the
+ * snapshot's block map, one DDT lookup per block (about 2 us each with
+ * the catalog in the page cache; tests/bench/bench_lifecycle.sh), and a
+ * table of the blocks other snapshots may share -- 64 MiB of RAM at most
+ * (about 700,000 blocks), spilled to $TMPDIR beyond.  So one call takes
+ * about as long as the snapshot has blocks; for every snapshot of a store,
+ * as long as the store has block references (dd_stat referenced_blocks).
+ * The figure is as of one read transaction.
+ */
+typedef struct dd_snapshot_usage {
+	unsigned version;          /* DD_SNAPSHOT_USAGE_VERSION: set by caller */
+	uint64_t referenced_blocks;/* its blocks that are not holes */
+	uint64_t unique_blocks;    /* distinct blocks only it references */
+	uint64_t unique_lsize;     /* their logical bytes */
+	uint64_t unique_bytes;     /* their bytes in the packs: compressed
+				      payload + record header -- what
+				      deleting it and gc would free */
+} dd_snapshot_usage;
+#define DD_SNAPSHOT_USAGE_VERSION 1
+
+/* Errors: DD_EINVAL (NULL, unknown version), DD_ENAME, DD_ENOENT,
+ * DD_ECORRUPT (a block map naming a block the DDT lacks, or more
+ * references than the DDT counts: damaged metadata), DD_ENOMEM, DD_EIO
+ * (the spill file). */
+DD_API int dd_snapshot_usage_get(dd_store *store, const char *name,
+				 dd_snapshot_usage *out);
+
+/*
+ * The byte ranges in which two snapshots of a store differ, from their
+ * block maps alone (no data is read): a block differs when its hash
+ * differs, when one side is a hole and the other is not, and everywhere
+ * past the end of the shorter snapshot.  Two holes are the same.  Ranges
+ * come in increasing offset order, adjacent changed blocks coalesced into
+ * one range, and cover [0, max(size_from, size_to)); their bytes in `to`
+ * are what an incremental copy of `from` needs.
+ *
+ * An iterator: dd_diff_open, dd_diff_next until it gives a range of
+ * length 0, dd_diff_close.  It holds one read transaction: both snapshots
+ * are seen as of the open, even if deleted meanwhile.  Memory is constant;
+ * time is one step per block-map entry of both snapshots (8192 entries
+ * per GiB at 128 KiB blocks: milliseconds).  While it walks, it feeds
+ * each map into its snapshot's content digest (format/store.md §6): the
+ * call that reaches the end fails with DD_ECORRUPT when a map does not
+ * match its snapshot (damaged metadata) -- the ranges returned before it
+ * are then not to be trusted.  One thread at a time per iterator.
+ */
+typedef struct dd_diff dd_diff;
+
+typedef struct dd_diff_range {
+	unsigned version;          /* DD_DIFF_RANGE_VERSION: set by the caller */
+	uint64_t offset;           /* bytes from the image's start */
+	uint64_t length;           /* 0: no more ranges */
+} dd_diff_range;
+#define DD_DIFF_RANGE_VERSION 1
+
+/* Errors: DD_EINVAL, DD_ENAME, DD_ENOENT (either snapshot), DD_ECORRUPT,
+ * DD_ENOMEM, DD_EIO. */
+DD_API int dd_diff_open(dd_diff **out, dd_store *store, const char *from,
+			const char *to);
+/* The next range into *out (length 0 at the end, and on every call after
+ * it).  Errors: DD_EINVAL (NULL, unknown version), DD_ECORRUPT, DD_EIO;
+ * after an error the iterator only returns it again. */
+DD_API int dd_diff_next(dd_diff *d, dd_diff_range *out);
+DD_API void dd_diff_close(dd_diff *d);
+DD_API const char *dd_diff_errmsg(const dd_diff *d);
+
+/*
+ * Retention rules, with the semantics of borg prune.  Each rule keeps the
+ * newest snapshot of each of the last N periods (hour, day, ISO week,
+ * month, year) that have snapshots; the rules apply in the order last,
+ * hourly, daily, weekly, monthly, yearly, and a snapshot an earlier rule
+ * kept does not count for a later one.  When a rule finds fewer periods
+ * than it may keep, it also keeps the oldest snapshot (borg's "[oldest]",
+ * in borg 1.2).  keep_last counts snapshots: borg's --keep-last is its
+ * per-second rule, and borg's microsecond times never share a second,
+ * where snapshot times (whole seconds) may.  Periods are in local time
+ * (the TZ environment variable), as in borg and restic: a "daily" backup
+ * is one per calendar day where the operator is; utc = 1 takes UTC
+ * instead, the same wherever the store is read.
+ */
+enum dd_prune_rule {
+	DD_PRUNE_NONE = 0,         /* kept by no rule: to be deleted */
+	DD_PRUNE_LAST = 1,
+	DD_PRUNE_HOURLY = 2,
+	DD_PRUNE_DAILY = 3,
+	DD_PRUNE_WEEKLY = 4,
+	DD_PRUNE_MONTHLY = 5,
+	DD_PRUNE_YEARLY = 6
+};
+#define DD_PRUNE_ALL (-1)          /* a keep count: every period */
+
+typedef struct dd_prune_opts {
+	unsigned version;          /* DD_PRUNE_OPTS_VERSION */
+	int keep_last;             /* each: 0 = rule off, N > 0, or */
+	int keep_hourly;           /* DD_PRUNE_ALL */
+	int keep_daily;
+	int keep_weekly;
+	int keep_monthly;
+	int keep_yearly;
+	int utc;                   /* periods in UTC instead of local time */
+	const char *prefix;        /* dd_prune: only snapshots whose name
+				      starts with it; NULL = all */
+	int dry_run;               /* dd_prune: delete nothing */
+} dd_prune_opts;
+#define DD_PRUNE_OPTS_VERSION 1
+#define DD_PRUNE_OPTS_INIT {DD_PRUNE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, \
+			    NULL, 0}
+
+/* Why a snapshot is kept. */
+typedef struct dd_prune_mark {
+	int rule;                  /* enum dd_prune_rule; NONE: not kept */
+	unsigned rank;             /* 1.. within its rule (borg's "#n") */
+	int oldest;                /* kept as the rule's oldest (above) */
+} dd_prune_mark;
+
+/* The selection alone, pure: marks[i] for times[i] (seconds since the
+ * epoch), in any order; of equal times, the later in the array counts as
+ * the newer.  Needs no store and changes nothing.  At least one rule must
+ * be on (a selection that keeps nothing is refused: DD_EINVAL), as must
+ * every count be >= DD_PRUNE_ALL.  Errors: DD_EINVAL, DD_ENOMEM; the
+ * reason in dd_last_errmsg(). */
+DD_API int dd_prune_select(const dd_prune_opts *opts, const int64_t *times,
+			   size_t n, dd_prune_mark *marks);
+
+/* One snapshot as dd_prune saw it. */
+typedef struct dd_prune_entry {
+	char name[DD_NAME_MAX + 1];
+	int64_t ctime;
+	dd_prune_mark mark;        /* rule NONE: deleted (dry run: would be) */
+} dd_prune_entry;
+
+/* Applies the rules to the store's snapshots (those whose name starts with
+ * opts->prefix; of equal times, the one created later is the newer) and
+ * deletes those no rule keeps, oldest first, with one
+ * dd_snapshot_delete each (so each takes the writer lock, and gc reclaims
+ * the space later).  *out gets every snapshot considered, newest first,
+ * *count entries, released with dd_prune_free (NULL when *count is 0).
+ * A snapshot deleted meanwhile by someone else counts as deleted.
+ * Errors: those of dd_prune_select and dd_snapshot_delete; on an error
+ * the deletions before it stay done, and the message says how many. */
+DD_API int dd_prune(dd_store *store, const dd_prune_opts *opts,
+		    dd_prune_entry **out, size_t *count);
+DD_API void dd_prune_free(dd_prune_entry *list);
 
 /* ---- statistics ---------------------------------------------------------*/
 

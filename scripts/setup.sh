@@ -7,12 +7,13 @@
 set -euo pipefail
 
 # Build: compiler, cmake, pkg-config and the libraries of DESIGN.md
-# "Dependencies".  Tests: cmocka, zstd and python3 (data generators), clang
-# (libFuzzer harnesses, sanitizers).
+# "Dependencies"; libfuse3-dev for `dedup mount`.  Tests: cmocka, zstd and
+# python3 (data generators), clang (libFuzzer harnesses, sanitizers), fuse3
+# (fusermount3) and e2fsprogs (mkfs.ext4 -d) for the mount test.
 PACKAGES=(
 	build-essential cmake pkg-config
-	libssl-dev libzstd-dev liblmdb-dev libcmocka-dev
-	zstd python3 clang
+	libssl-dev libzstd-dev liblmdb-dev libcmocka-dev libfuse3-dev
+	zstd python3 clang fuse3 e2fsprogs
 )
 
 missing=()

@@ -105,6 +105,11 @@ typedef struct dd_ddt_ent {
 /* A count field with this bit set is a dead entry's death transaction. */
 #define DD_DDT_DEAD ((uint64_t)1 << 63)
 
+/* A key as 32 bytes, for tables keyed by a hash (common/hmap.h): the hash
+ * itself for variant 0, else the SHA-256 of hash and variant -- so that
+ * verify-mode variants of one hash stay apart. */
+void dd_ddt_key_flat(const dd_ddt_key *key, uint8_t out[DD_HASH_SIZE]);
+
 /* DD_ENOENT when absent; DD_ECORRUPT for a value that fails to decode. */
 int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);

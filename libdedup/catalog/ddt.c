@@ -31,6 +31,18 @@ static void dd_ddt_key_encode(uint8_t out[DD_DDT_KEY_SIZE],
 	out[DD_HASH_SIZE] = key->dk_variant;
 }
 
+void dd_ddt_key_flat(const dd_ddt_key *key, uint8_t out[DD_HASH_SIZE])
+{
+	uint8_t buf[DD_DDT_KEY_SIZE];
+
+	if (key->dk_variant == 0) {
+		memcpy(out, key->dk_hash, DD_HASH_SIZE);
+		return;
+	}
+	dd_ddt_key_encode(buf, key);
+	dd_sha256(buf, sizeof(buf), out);
+}
+
 static int dd_ddt_key_decode(dd_err *err, const MDB_val *k, dd_ddt_key *out)
 {
 	if (k->mv_size != DD_DDT_KEY_SIZE)

@@ -449,12 +449,13 @@ static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 
 	if (!rc)
 		rc = dd_pend_walk(txn, err, dd_cc_pend, &cc);
-	if (!rc) {
+	/* an empty set has no array: qsort's must not be NULL (UBSan) */
+	if (!rc && cc.cc_snaps.is_n)
 		qsort(cc.cc_snaps.is_ids, cc.cc_snaps.is_n, sizeof(uint64_t),
 		      dd_id_cmp);
+	if (!rc && cc.cc_pend.is_n)
 		qsort(cc.cc_pend.is_ids, cc.cc_pend.is_n, sizeof(uint64_t),
 		      dd_id_cmp);
-	}
 	for (size_t i = 0; !rc && i < pub->is_n; i++) {
 		uint64_t id = pub->is_ids[i];
 		char mf[DD_MANIFEST_NAME_MAX];

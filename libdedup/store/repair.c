@@ -207,7 +207,8 @@ static int dd_list_ids(dd_err *err, int dfd, dd_name_parse_fn parse,
 		*out = NULL;
 		return rc;
 	}
-	qsort(*out, *n, sizeof(uint64_t), dd_u64_cmp);
+	if (*n)     /* no file, no array: qsort's must not be NULL */
+		qsort(*out, *n, sizeof(uint64_t), dd_u64_cmp);
 	return 0;
 }
 

@@ -301,21 +301,7 @@ static int dd_scrub_report_bad(dd_scrub *sc)
 	return rc;
 }
 
-/* Pass 4.  The table is keyed by 32 bytes: a key's hash, or for a
- * verify-mode variant (> 0) the hash of hash and variant. */
-static void dd_scrub_ref_key(const dd_ddt_key *key, uint8_t out[DD_HASH_SIZE])
-{
-	uint8_t buf[DD_HASH_SIZE + 1];
-
-	if (key->dk_variant == 0) {
-		memcpy(out, key->dk_hash, DD_HASH_SIZE);
-		return;
-	}
-	memcpy(buf, key->dk_hash, DD_HASH_SIZE);
-	buf[DD_HASH_SIZE] = key->dk_variant;
-	dd_sha256(buf, sizeof(buf), out);
-}
-
+/* Pass 4.  The table is keyed by 32 bytes (dd_ddt_key_flat). */
 static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
 			      const dd_ddt_key *key)
 {
@@ -326,7 +312,7 @@ static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
 
 	(void)id;
 	(void)idx;
-	dd_scrub_ref_key(key, k);
+	dd_ddt_key_flat(key, k);
 	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
 	if (rc && rc != DD_ENOENT)
 		return rc;
@@ -341,7 +327,7 @@ static int dd_scrub_ref_check(void *arg, const dd_ddt_key *key,
 	uint64_t n = 0;
 	int rc;
 
-	dd_scrub_ref_key(key, k);
+	dd_ddt_key_flat(key, k);
 	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
 	if (rc && rc != DD_ENOENT)
 		return rc;

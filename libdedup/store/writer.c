@@ -411,6 +411,11 @@ int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 	}
 	rc = dd_pack_append(w->w_pack, &w->w_err, rec, payload, off);
 	*pack = dd_pack_id(w->w_pack);
+	if (!rc) {
+		w->w_new_blocks++;
+		w->w_new_lsize += rec->pr_lsize;
+		w->w_new_bytes += DD_PACK_REC_HDR_SIZE + (uint64_t)rec->pr_psize;
+	}
 	return rc;
 }
 

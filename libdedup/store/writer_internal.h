@@ -87,6 +87,9 @@ struct dd_writer {
 	uint64_t w_size;
 	uint64_t w_blocks;
 	uint64_t w_zero;
+	uint64_t w_new_blocks;    /* records appended (dd_writer_stats_get) */
+	uint64_t w_new_lsize;
+	uint64_t w_new_bytes;     /* their headers and payloads */
 	uint64_t w_uncommitted;   /* logical bytes since the last commit */
 	uint64_t w_uncommitted_blocks; /* blocks since the last commit */
 	bool w_raw;               /* fed by dd_recv_put_* (receive.c) */

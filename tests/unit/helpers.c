@@ -18,6 +18,7 @@
 #include "helpers.h"
 #include "common/err.h"
 #include "common/faults.h"
+#include "store/store_internal.h"
 
 /* ---- deterministic bytes ---------------------------------------------------*/
 
@@ -72,6 +73,20 @@ void th_copy_tree(const char *from, const char *to)
 }
 
 /* ---- images ------------------------------------------------------------------*/
+
+dd_store *th_create(const char *path, uint32_t bs, int verify, int compress,
+		    int hash_kind)
+{
+	dd_create_opts o = DD_CREATE_OPTS_INIT;
+	dd_store *s = NULL;
+
+	o.block_size = bs;
+	o.verify = verify;
+	o.compress = compress;
+	assert_int_equal(dd_store_create_kind(&s, path, &o, NULL, hash_kind),
+			 0);
+	return s;
+}
 
 int th_put(dd_store *s, const char *name, const uint8_t *data, size_t n,
 	   size_t chunk)

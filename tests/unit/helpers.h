@@ -21,6 +21,11 @@
 /* Makes a fresh /tmp/dd-test-store-XXXXXX directory and returns the path
  * of a store inside it, ".../s" (malloc'd, not created). */
 char *th_tmp_store(void);
+/* Creates the store at path with block size bs, verify mode, compression
+ * (enum dd_compress) and block hash (hash/hash.h: DD_HASH_SHA256, or
+ * DD_HASH_TEST_WEAK16 to force collisions); asserts it opens. */
+dd_store *th_create(const char *path, uint32_t bs, int verify, int compress,
+		    int hash_kind);
 /* Removes the whole temporary directory of th_tmp_store; frees path. */
 void th_rm_store(char *path);
 void th_rm_rf(const char *path);

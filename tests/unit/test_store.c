@@ -53,14 +53,7 @@ static void fill_text(uint8_t *p, size_t n)
 static dd_store *create(const char *path, uint32_t bs, int verify, int comp,
 			int kind)
 {
-	dd_create_opts o = DD_CREATE_OPTS_INIT;
-	dd_store *s = NULL;
-
-	o.block_size = bs;
-	o.verify = verify;
-	o.compress = comp;
-	assert_int_equal(dd_store_create_kind(&s, path, &o, NULL, kind), 0);
-	return s;
+	return th_create(path, bs, verify, comp, kind);
 }
 
 static uint64_t stat_field(dd_store *s, size_t offset)
