@@ -54,6 +54,7 @@
 
 #include "chunk/chunk.h"
 #include "common/alloc.h"
+#include "common/hist.h"
 #include "common/io.h"
 #include "common/pool.h"
 #include "pack/pack.h"
@@ -716,31 +717,16 @@ int dd_scan_image(dd_scan *s, int fd, const char *label, uint64_t size_hint,
 
 /* ---- results -----------------------------------------------------------*/
 
-static unsigned dd_hist_bucket(uint64_t refcnt)
-{
-	unsigned b = 0;
-
-	while (refcnt >>= 1)
-		b++;
-	return b < DD_HIST_BUCKETS ? b : DD_HIST_BUCKETS - 1;
-}
-
 /* The sink of the final merge (and of the walk of an unspilled table):
  * one distinct block, as dd_store_stat counts a DDT entry (stat.c). */
 static void dd_scan_acc(void *ctx, const dd_scan_ent *e)
 {
 	dd_scan_result *r = ctx;
-	dd_hist_row *row = &r->hist[dd_hist_bucket(e->se_refcnt)];
 
 	r->unique_blocks++;
 	r->unique_bytes += e->se_lsize;
 	r->stored_bytes += e->se_psize;
-	row->blocks++;
-	row->lsize += e->se_lsize;
-	row->psize += e->se_psize;
-	row->ref_blocks += e->se_refcnt;
-	row->ref_lsize += e->se_refcnt * e->se_lsize;
-	row->ref_psize += e->se_refcnt * e->se_psize;
+	dd_hist_add(r->hist, e->se_refcnt, e->se_lsize, e->se_psize);
 }
 
 static uint64_t dd_scale(uint64_t v, unsigned shift)

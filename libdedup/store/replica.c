@@ -90,17 +90,6 @@ int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
 	return 0;
 }
 
-/* The logical size block idx (< the snapshot's block count) has: the
- * last one may be short. */
-static uint32_t dd_snap_iter_lsize(const dd_snap_iter *it, uint64_t idx)
-{
-	uint64_t bs = it->it_info.rs_block_size;
-	uint64_t off = idx * bs;
-
-	return it->it_info.rs_size - off >= bs ? (uint32_t)bs :
-		(uint32_t)(it->it_info.rs_size - off);
-}
-
 int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
 		      uint64_t *idx, dd_replica_blk *blk)
 {
@@ -127,7 +116,8 @@ int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
 	it->it_idx = *idx;
 	memset(blk, 0, sizeof(*blk));
 	memcpy(blk->rb_hash, it->it_key.dk_hash, DD_HASH_SIZE);
-	blk->rb_lsize = dd_snap_iter_lsize(it, *idx);
+	blk->rb_lsize = dd_block_lsize(it->it_info.rs_size,
+				       it->it_info.rs_block_size, *idx);
 	return 1;
 }
 

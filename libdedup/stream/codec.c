@@ -54,15 +54,6 @@ static const char *dd_srec_name(int type)
 	}
 }
 
-/* The logical size block idx must have (§5): block_size except for the
- * image's last block. */
-static uint32_t dd_stream_lsize(uint64_t size, uint32_t bs, uint64_t idx)
-{
-	uint64_t off = idx * bs;
-
-	return size - off >= bs ? bs : (uint32_t)(size - off);
-}
-
 /* Snapshot name rules (§4.2), the same as dd_name_check: this module is
  * kept free of the store.  n bytes at p, not NUL-terminated. */
 static bool dd_sname_ok(const uint8_t *p, size_t n)
@@ -360,7 +351,7 @@ static int dd_senc_block_check(dd_senc *e, dd_err *err, uint64_t idx,
 				    "the image (next allowed %llu)",
 				    (unsigned long long)idx,
 				    (unsigned long long)e->se_next);
-	if (lsize != dd_stream_lsize(e->se_size, e->se_bs, idx))
+	if (lsize != dd_block_lsize(e->se_size, e->se_bs, idx))
 		return dd_senc_fail(e, err, "block %llu: lsize %llu is not the "
 				    "block's size", (unsigned long long)idx,
 				    (unsigned long long)lsize);
@@ -745,14 +736,6 @@ static int dd_sdec_name(dd_sdec *d, dd_err *err, const uint8_t *p,
 	return 0;
 }
 
-static bool dd_zero_bytes(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 /* §4: version, features, flags, sizes and names. */
 static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 			     uint32_t len, dd_stream_hdr *h)
@@ -819,7 +802,7 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 	if (!h->sh_name[0])
 		return dd_sdec_fail(d, err, DD_ENAME, "empty snapshot name");
 	if (incr != (h->sh_base[0] != '\0') ||
-	    (!incr && !dd_zero_bytes(h->sh_base_digest, 32)))
+	    (!incr && !dd_is_zero(h->sh_base_digest, 32)))
 		return dd_sdec_fail(d, err, DD_EFORMAT, "%s",
 				    incr ? "incremental stream without a base" :
 				    "full stream with a base name or digest");
@@ -886,7 +869,7 @@ static int dd_sdec_block(dd_sdec *d, dd_err *err, uint64_t idx,
 				    "block %llu past the image's %llu blocks",
 				    (unsigned long long)idx,
 				    (unsigned long long)d->sd_nblocks);
-	want = dd_stream_lsize(d->sd_size, d->sd_bs, idx);
+	want = dd_block_lsize(d->sd_size, d->sd_bs, idx);
 	if (lsize != want)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "block %llu: lsize %u, expected %u",
@@ -907,7 +890,7 @@ static int dd_sdec_data(dd_sdec *d, dd_err *err, uint32_t len, dd_srec *r)
 	r->sr_lsize = dd_get_le32(p + 44);
 	r->sr_psize = dd_get_le32(p + 48);
 	r->sr_payload = p + DD_SDATA_FIXED;
-	if (!dd_zero_bytes(p + 41, 3) || !dd_zero_bytes(p + 52, 12))
+	if (!dd_is_zero(p + 41, 3) || !dd_is_zero(p + 52, 12))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "reserved bytes not zero");
 	if (r->sr_codec != DD_CODEC_NONE && r->sr_codec != DD_CODEC_ZSTD)

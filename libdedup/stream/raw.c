@@ -74,8 +74,6 @@
 #define DD_RAW_WRITE_MAX ((size_t)1 << 20)
 #define DD_RAW_ZERO_CHUNK ((size_t)1 << 20)
 
-static const uint8_t dd_zero_hash[32];
-
 /* ---- fd callbacks ---------------------------------------------------------*/
 
 int dd_fd_write(void *ctx, const void *buf, size_t len)
@@ -98,42 +96,11 @@ int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got)
 
 /* ---- shared helpers -------------------------------------------------------*/
 
-static uint32_t dd_raw_lsize(uint64_t size, uint32_t bs, uint64_t idx)
-{
-	uint64_t off = idx * bs;
-
-	return size - off >= bs ? bs : (uint32_t)(size - off);
-}
-
 static size_t dd_raw_batch_blocks(size_t bytes, size_t min, uint32_t bs)
 {
 	size_t n = bytes / bs;
 
 	return n < min ? min : n;
-}
-
-/* The tail of the content digest (format/store.md §6). */
-static void dd_digest_finish(dd_sha256_ctx *c, uint64_t size, uint32_t bs,
-			     uint8_t out[32])
-{
-	uint8_t t[12];
-
-	dd_put_le64(t, size);
-	dd_put_le32(t + 8, bs);
-	dd_sha256_update(c, t, sizeof(t));
-	dd_sha256_final(c, out);
-}
-
-static void dd_digest_zeros(dd_sha256_ctx *c, uint64_t count)
-{
-	static const uint8_t z[32 * 256];
-
-	while (count) {
-		uint64_t n = count < 256 ? count : 256;
-
-		dd_sha256_update(c, z, (size_t)n * 32);
-		count -= n;
-	}
 }
 
 /* An inner message without its "DD_EXXX: " symbol, to nest it in ours. */
@@ -213,7 +180,7 @@ typedef struct dd_rsend {
 	size_t *rs_new;            /* batch positions of blocks to compress */
 	size_t rs_nnew;
 	dd_hmap *rs_sent;
-	dd_sha256_ctx *rs_digest;
+	dd_digest *rs_digest;
 	dd_senc *rs_enc;
 	const dd_send_opts *rs_opts;
 	uint64_t rs_done;          /* bytes read, both passes */
@@ -281,8 +248,8 @@ static int dd_rsend_read(dd_rsend *s, uint64_t first)
 	s->rs_first = first;
 	s->rs_n = (size_t)dd_block_count(want, s->rs_bs);
 	for (size_t i = 0; i < s->rs_n; i++)
-		s->rs_blk[i].sb_lsize = dd_raw_lsize(s->rs_size, s->rs_bs,
-						     first + i);
+		s->rs_blk[i].sb_lsize = dd_block_lsize(s->rs_size, s->rs_bs,
+						       first + i);
 	dd_pool_run(s->rs_pool, dd_rsend_hash_job, s, s->rs_n);
 	s->rs_done += want;
 	return dd_raw_progress(s->rs_err, s->rs_opts->progress,
@@ -293,9 +260,9 @@ static int dd_rsend_read(dd_rsend *s, uint64_t first)
 static void dd_rsend_digest(dd_rsend *s)
 {
 	for (size_t i = 0; i < s->rs_n; i++)
-		dd_sha256_update(s->rs_digest,
-				 s->rs_blk[i].sb_kind == DD_SB_ZERO ?
-				 dd_zero_hash : s->rs_blk[i].sb_hash, 32);
+		dd_digest_block(s->rs_digest,
+				s->rs_blk[i].sb_kind == DD_SB_ZERO ?
+				NULL : s->rs_blk[i].sb_hash);
 }
 
 /* First pass: the content digest alone. */
@@ -309,8 +276,8 @@ static int dd_rsend_pass1(dd_rsend *s, uint8_t digest[32])
 			return rc;
 		dd_rsend_digest(s);
 	}
-	/* dd_sha256_final leaves the context ready for pass 2. */
-	dd_digest_finish(s->rs_digest, s->rs_size, s->rs_bs, digest);
+	/* dd_digest_final leaves the digest ready for pass 2. */
+	dd_digest_final(s->rs_digest, s->rs_size, s->rs_bs, digest);
 	return 0;
 }
 
@@ -391,7 +358,7 @@ static int dd_rsend_pass2(dd_rsend *s, const uint8_t digest[32])
 		if (rc)
 			return rc;
 	}
-	dd_digest_finish(s->rs_digest, s->rs_size, s->rs_bs, again);
+	dd_digest_final(s->rs_digest, s->rs_size, s->rs_bs, again);
 	if (memcmp(again, digest, 32) != 0)
 		return dd_err_set(s->rs_err, DD_ECHECKSUM,
 				  "input changed while it was being sent "
@@ -435,9 +402,11 @@ static int dd_rsend_setup(dd_rsend *s, int level)
 	s->rs_out = dd_malloc(s->rs_cap * s->rs_slot);
 	s->rs_blk = dd_calloc(s->rs_cap, sizeof(*s->rs_blk));
 	s->rs_new = dd_calloc(s->rs_cap, sizeof(*s->rs_new));
-	if (!s->rs_in || !s->rs_out || !s->rs_blk || !s->rs_new ||
-	    dd_sha256_new(&s->rs_digest) != 0)
+	if (!s->rs_in || !s->rs_out || !s->rs_blk || !s->rs_new)
 		return dd_err_set(s->rs_err, DD_ENOMEM, "out of memory");
+	rc = dd_digest_new(&s->rs_digest, s->rs_err);
+	if (rc)
+		return rc;
 	rc = dd_pool_new(&s->rs_pool, 0);
 	if (rc)
 		return dd_err_set(s->rs_err, rc, "cannot start worker threads");
@@ -455,7 +424,7 @@ static void dd_rsend_cleanup(dd_rsend *s)
 	dd_pool_free(s->rs_pool);
 	dd_raw_codecs_free(s->rs_codec, s->rs_width);
 	dd_hmap_free(s->rs_sent);
-	dd_sha256_free(s->rs_digest);
+	dd_digest_free(s->rs_digest);
 	dd_senc_free(s->rs_enc);
 	dd_free(s->rs_in);
 	dd_free(s->rs_out);
@@ -612,7 +581,7 @@ typedef struct dd_rrecv {
 	uint64_t rr_nwritten;      /* batches written (or skipped) */
 	dd_err rr_werr;            /* the writer's first failure */
 	dd_hmap *rr_seen;          /* hash -> block index of the first copy */
-	dd_sha256_ctx *rr_digest;
+	dd_digest *rr_digest;
 	bool rr_digest_on;         /* resume_from == 0: every block is seen */
 	uint64_t rr_base_refs;     /* REFs to blocks not in this stream */
 	dd_stream_info rr_info;
@@ -997,7 +966,7 @@ static int dd_rrecv_ref(dd_rrecv *r, const dd_srec *s, uint64_t nrec)
 				  (unsigned long long)s->sr_idx);
 	if (rc)
 		return rc;
-	if (dd_raw_lsize(h->sh_size, h->sh_block_size, src) != s->sr_lsize)
+	if (dd_block_lsize(h->sh_size, h->sh_block_size, src) != s->sr_lsize)
 		return dd_err_set(r->rr_err, DD_EFORMAT,
 				  "stream record %llu (REF) for block %llu: "
 				  "its hash names block %llu, of another size",
@@ -1054,8 +1023,8 @@ static int dd_rrecv_end(dd_rrecv *r)
 	if (rc)
 		return rc;
 	if (r->rr_digest_on) {
-		dd_digest_finish(r->rr_digest, r->rr_h.sh_size,
-				 r->rr_h.sh_block_size, digest);
+		dd_digest_final(r->rr_digest, r->rr_h.sh_size,
+				r->rr_h.sh_block_size, digest);
 		if (memcmp(digest, r->rr_h.sh_digest, 32) != 0)
 			return dd_err_set(r->rr_err, DD_ECHECKSUM,
 					  "content digest of the blocks "
@@ -1069,7 +1038,7 @@ static int dd_rrecv_record(dd_rrecv *r, const dd_srec *s, uint64_t nrec)
 {
 	if (r->rr_digest_on && s->sr_type != DD_SREC_ZERO &&
 	    s->sr_type != DD_SREC_END)
-		dd_sha256_update(r->rr_digest, s->sr_hash, 32);
+		dd_digest_block(r->rr_digest, s->sr_hash);
 	switch (s->sr_type) {
 	case DD_SREC_DATA:
 		return dd_rrecv_data(r, s);
@@ -1140,8 +1109,9 @@ static int dd_rrecv_setup(dd_rrecv *r)
 	if (rc)
 		return rc;
 	r->rr_digest_on = r->rr_h.sh_resume_from == 0;
-	if (dd_sha256_new(&r->rr_digest) != 0)
-		return dd_err_set(r->rr_err, DD_ENOMEM, "out of memory");
+	rc = dd_digest_new(&r->rr_digest, r->rr_err);
+	if (rc)
+		return rc;
 	return dd_hmap_new(&r->rr_seen, r->rr_err, r->rr_opts->mem_limit,
 			   r->rr_opts->tmpdir);
 }
@@ -1161,7 +1131,7 @@ static void dd_rrecv_cleanup(dd_rrecv *r)
 		dd_free(r->rr_b[i].rb_out);
 	}
 	dd_hmap_free(r->rr_seen);
-	dd_sha256_free(r->rr_digest);
+	dd_digest_free(r->rr_digest);
 	dd_sdec_free(r->rr_dec);
 	pthread_cond_destroy(&r->rr_wcv);
 	pthread_cond_destroy(&r->rr_dcv);
