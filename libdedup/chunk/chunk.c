@@ -1,5 +1,5 @@
 /*
- * chunk.c -- block-level helpers: zero-block detection and block-size rules.
+ * chunk.c -- block rules: zero-block detection and block sizes (chunk.h).
  *
  * dd_is_zero runs on every block written (zero blocks become holes,
  * DESIGN.md), so it must approach memory bandwidth: bytewise up to an
