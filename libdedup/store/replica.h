@@ -71,42 +71,53 @@ int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
 int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk);
 void dd_snap_iter_close(dd_snap_iter *it);
 
-/* ---- receiving ----------------------------------------------------------*/
+/* ---- receiving (receive.c) ------------------------------------------------*/
 
-/* A writer for snapshot `name` fed block by block in increasing index
+/* A writer of snapshot `name` fed block by block in increasing index
  * order; holes are the indices never given.  DD_EINVAL if block_size is
  * not the store's, DD_ENOTSUP for a store not keyed by SHA-256. */
-int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
-		  uint32_t block_size);
+typedef struct dd_replica_writer dd_replica_writer;
+
+int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
+		     const char *name, uint32_t block_size);
 /* Verifies (decompress, SHA-256) then stores or references the block. */
-int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		     uint8_t codec, uint32_t lsize, uint32_t psize,
-		     const void *payload);
+int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
+			const uint8_t hash[32], uint8_t codec, uint32_t lsize,
+			uint32_t psize, const void *payload);
 /* A block the store must already hold: DD_EFORMAT if it does not. */
-int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		    uint32_t lsize);
+int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
+		       const uint8_t hash[32], uint32_t lsize);
 /* Ends the image at `size` bytes and commits if its content digest equals
  * `digest` (DD_ECHECKSUM otherwise, and nothing becomes visible). */
-int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32]);
+int dd_replica_finish(dd_replica_writer *rw, uint64_t size,
+		      const uint8_t digest[32]);
+/* The last error's message. */
+const char *dd_replica_errmsg(const dd_replica_writer *rw);
+/* Aborts (rolling back) unless finished or suspended; NULL is fine. */
+void dd_replica_free(dd_replica_writer *rw);
 
 /* A resumable receive: what arrived is kept when it fails (after
- * dd_recv_suspend) or dies; size and digest are the stream's. */
-int dd_recv_set_resumable(dd_writer *w, uint64_t size,
-			  const uint8_t digest[32]);
+ * dd_replica_suspend) or dies; size and digest are the stream's. */
+int dd_replica_set_resumable(dd_replica_writer *rw, uint64_t size,
+			     const uint8_t digest[32]);
 /* Commits what arrived and keeps it for a resume; then free the writer. */
-int dd_recv_suspend(dd_writer *w);
+int dd_replica_suspend(dd_replica_writer *rw);
 /* Continues the kept receive of the snapshot with this content digest,
  * whose next block must be `from`.  DD_ENOENT if there is none. */
-int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
-		   const uint8_t digest[32], uint64_t from,
-		   uint32_t block_size);
-/* The resume token of the kept receive ("ddr1:<digest>:<next block>")
- * and its name; DD_ENOENT if there is none. */
-int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
-		  char *name, size_t namelen);
+int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
+		      const uint8_t digest[32], uint64_t from,
+		      uint32_t block_size);
+/* The resume token of the kept receive ("ddr1:<digest>:<next block>",
+ * format/store.md §5) and its name; DD_ENOENT if there is none. */
+int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
+		     char *name, size_t namelen);
 /* The token of this (suspended) receive. */
-int dd_recv_writer_token(const dd_writer *w, char *buf, size_t len);
+int dd_replica_writer_token(const dd_replica_writer *rw, char *buf,
+			    size_t len);
+/* Reads a token back: the content digest and the next block. */
+int dd_replica_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
+			   uint64_t *next);
 /* Drops every kept receive (takes the writer lock). */
-int dd_recv_discard(dd_store *s, dd_err *err);
+int dd_replica_discard(dd_store *s, dd_err *err);
 
 #endif

@@ -10,43 +10,19 @@
  * The table is asked first, from the block map's hash alone: only DATA
  * blocks are looked up in the DDT and read from their pack.
  *
- * A resume token (format/stream.md §10.3) names the snapshot's content
- * digest and the first block the receiver lacks; the stream then starts
- * there, with REFs for blocks carried before that point resolved by the
- * receiver's store, which holds them.
+ * A resume token (format/stream.md §10.3; written and read by
+ * store/receive.c) names the snapshot's content digest and the first
+ * block the receiver lacks; the stream then starts there, with REFs for
+ * blocks carried before that point resolved by the receiver's store,
+ * which holds them.
  */
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/hmap.h"
 #include "hash/hash.h"
 #include "store/replica.h"
 #include "stream/stream.h"
-
-/* Parses "ddr1:<64 hex digest>:<next block>". */
-static int dd_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
-			  uint64_t *next)
-{
-	char *end;
-
-	if (strncmp(tok, "ddr1:", 5) != 0 || strlen(tok) < 5 + 64 + 2 ||
-	    tok[5 + 64] != ':')
-		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-
-		if (sscanf(tok + 5 + 2 * i, "%2x", &v) != 1)
-			return dd_err_set(err, DD_EINVAL,
-					  "resume token is malformed");
-		digest[i] = (uint8_t)v;
-	}
-	*next = strtoull(tok + 5 + 64 + 1, &end, 10);
-	if (*end)
-		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
-	return 0;
-}
 
 /* "NAME", "@NAME" and "STORE@NAME" all name snapshot NAME. */
 static const char *dd_base_name(const char *base)
@@ -173,7 +149,7 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	if (o && o->resume_token) {
 		uint8_t want[32];
 
-		rc = dd_token_parse(&sd->sd_err, o->resume_token, want, &from);
+		rc = dd_replica_token_parse(&sd->sd_err, o->resume_token, want, &from);
 		if (!rc && memcmp(want, info.rs_digest, 32))
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is for another snapshot "
