@@ -17,6 +17,8 @@
  *            entries with the same hash in several runs are summed;
  *   scan.c   the public API, and the sink of the block pipeline
  *            (chunk/pipeline.h) that counts what it hashes;
+ *   result.c the figures, once everything is counted: sums, the merge of
+ *            spilled runs, sample-mode estimates and their bounds;
  *   walk.c   paths: files, block devices, directories (recursively, never
  *            following symlinks), warnings for what is skipped; it hands
  *            what it finds to callbacks.
@@ -120,6 +122,29 @@ int dd_scan_spill_merge(dd_scan_spill *sp, dd_err *err, size_t budget,
 /* Record encoding, field by field (STYLE.md). */
 void dd_scan_rec_encode(uint8_t *out, const dd_scan_ent *e);
 void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
+
+/* ---- results (result.c) ------------------------------------------------*/
+
+/* Everything about one block size. */
+typedef struct dd_scan_bsz {
+	uint32_t bz_bs;
+	dd_scan_table bz_tab;
+	dd_scan_spill bz_spill;
+	unsigned bz_shift;        /* sample mode: 1 in 2^shift */
+	uint64_t bz_blocks, bz_zero, bz_logical;
+	uint64_t bz_ref_blocks, bz_ref_bytes;
+	dd_scan_result bz_res;
+} dd_scan_bsz;
+
+/* Phase 1 of the results, for every block size before any merge: a table
+ * that spilled goes to disk as its last run, one that did not is counted
+ * now; either way its memory is given back, so that the merges have the
+ * whole table budget for their buffers. */
+int dd_scan_table_done(dd_scan_bsz *bz, dd_err *err);
+
+/* Phase 2: merge the runs (if any, within `budget` bytes) and fill in
+ * bz_res for scan mode `mode`. */
+int dd_scan_result_one(dd_scan_bsz *bz, dd_err *err, size_t budget, int mode);
 
 /* ---- reading images (scan.c) ----------------------------------------------*/
 
