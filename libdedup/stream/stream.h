@@ -7,7 +7,8 @@
  * record where it happens; END carries totals and a SHA-256 of every byte
  * before it.  This module knows nothing of stores or LMDB:
  *
- *   codec.c   the record encoder and decoder (this header);
+ *   senc.c    the record encoder, sdec.c the decoder (this header;
+ *             wire.h holds the rules they share);
  *   send.c    dd_send: a store's snapshot as a stream (store/replica.h);
  *   recv.c    dd_recv: a stream into a store, through the receiving
  *             writer (store/replica.h);
