@@ -19,18 +19,18 @@
 #include "common/err.h"
 
 typedef struct dd_replica_snap {
-	uint64_t rs_size;
-	uint64_t rs_blocks;
-	uint32_t rs_block_size;
-	uint8_t rs_digest[32];
+	uint64_t rps_size;
+	uint64_t rps_blocks;
+	uint32_t rps_block_size;
+	uint8_t rps_digest[32];
 } dd_replica_snap;
 
 typedef struct dd_replica_blk {
-	uint8_t rb_hash[32];
-	uint8_t rb_codec;
-	uint32_t rb_lsize;
-	uint32_t rb_psize;
-	const uint8_t *rb_payload;  /* valid until the next call */
+	uint8_t rpb_hash[32];
+	uint8_t rpb_codec;
+	uint32_t rpb_lsize;
+	uint32_t rpb_psize;
+	const uint8_t *rpb_payload;  /* valid until the next call */
 } dd_replica_blk;
 
 /* Copies a local error into the handle's message (thread-safe); returns
@@ -53,23 +53,24 @@ void dd_replica_trim_map(dd_store *s, uint64_t n);
 
 /* ---- sending ------------------------------------------------------------*/
 
-typedef struct dd_snap_iter dd_snap_iter;
+typedef struct dd_replica_iter dd_replica_iter;
 
 /* Opens snapshot `name` in a read transaction held until close.  Fails
  * with DD_ENOTSUP for a store whose block hash is not SHA-256. */
-int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
-		      const char *name, dd_replica_snap *info);
+int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
+			 const char *name, dd_replica_snap *info);
 /* The next stored (non-hole) block at index >= from (first call) or after
  * the last one: 1 with *idx, and blk's hash and lsize (from the block map
  * and the snapshot's size: no DDT lookup), 0 at the end. */
-int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
-		      uint64_t *idx, dd_replica_blk *blk);
-/* Completes blk for the block dd_snap_iter_next gave last: codec, psize
+int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
+			 uint64_t *idx, dd_replica_blk *blk);
+/* Completes blk for the block dd_replica_iter_next gave last: codec, psize
  * and the stored payload (valid until the next call), after checking its
  * DDT entry (DD_ECORRUPT if missing or of another size) and its record's
  * header. */
-int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk);
-void dd_snap_iter_close(dd_snap_iter *it);
+int dd_replica_iter_load(dd_replica_iter *it, dd_err *err,
+			 dd_replica_blk *blk);
+void dd_replica_iter_close(dd_replica_iter *it);
 
 /* ---- receiving (receive.c) ------------------------------------------------*/
 

@@ -36,7 +36,7 @@ typedef struct dd_sender {
 	dd_store *sd_store;
 	dd_err sd_err;
 	const dd_send_opts *sd_opts;
-	dd_snap_iter *sd_it;
+	dd_replica_iter *sd_it;
 	dd_hmap *sd_sent;
 	dd_senc *sd_enc;
 	dd_stream_hdr sd_hdr;
@@ -45,26 +45,26 @@ typedef struct dd_sender {
 /* Every block of the base goes in the table: the receiver holds them. */
 static int dd_send_seed_base(dd_sender *sd, const char *base)
 {
-	dd_snap_iter *bit;
+	dd_replica_iter *bit;
 	dd_replica_snap binfo;
 	dd_replica_blk blk;
 	uint64_t idx;
-	int rc = dd_snap_iter_open(&bit, &sd->sd_err, sd->sd_store, base,
-				   &binfo);
+	int rc = dd_replica_iter_open(&bit, &sd->sd_err, sd->sd_store, base,
+				      &binfo);
 
 	if (rc)
 		return rc;
-	if (binfo.rs_block_size != sd->sd_hdr.sh_block_size)
+	if (binfo.rps_block_size != sd->sd_hdr.sh_block_size)
 		rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 				"base '%s' has another block size", base);
-	while (!rc && (rc = dd_snap_iter_next(bit, &sd->sd_err, 0, &idx,
-					      &blk)) == 1)
-		rc = dd_hmap_put(sd->sd_sent, &sd->sd_err, blk.rb_hash, idx);
-	dd_snap_iter_close(bit);
+	while (!rc && (rc = dd_replica_iter_next(bit, &sd->sd_err, 0, &idx,
+						 &blk)) == 1)
+		rc = dd_hmap_put(sd->sd_sent, &sd->sd_err, blk.rpb_hash, idx);
+	dd_replica_iter_close(bit);
 	if (rc < 0)
 		return rc;
 	snprintf(sd->sd_hdr.sh_base, sizeof(sd->sd_hdr.sh_base), "%s", base);
-	memcpy(sd->sd_hdr.sh_base_digest, binfo.rs_digest, 32);
+	memcpy(sd->sd_hdr.sh_base_digest, binfo.rps_digest, 32);
 	sd->sd_hdr.sh_flags |= DD_SH_INCREMENTAL;
 	return 0;
 }
@@ -91,26 +91,26 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 	dd_err *err = &sd->sd_err;
 	int rc;
 
-	while ((rc = dd_snap_iter_next(sd->sd_it, err, from, &idx,
-				       &blk)) == 1) {
+	while ((rc = dd_replica_iter_next(sd->sd_it, err, from, &idx,
+					  &blk)) == 1) {
 		rc = idx > next ? dd_senc_zero(sd->sd_enc, err, next, idx - next)
 				: 0;
 		if (rc)
 			return rc;
-		rc = dd_hmap_get(sd->sd_sent, err, blk.rb_hash, &seen);
+		rc = dd_hmap_get(sd->sd_sent, err, blk.rpb_hash, &seen);
 		if (rc == 0) {
-			rc = dd_senc_ref(sd->sd_enc, err, idx, blk.rb_hash,
-					 blk.rb_lsize);
+			rc = dd_senc_ref(sd->sd_enc, err, idx, blk.rpb_hash,
+					 blk.rpb_lsize);
 		} else if (rc == DD_ENOENT) {
 			/* only now the DDT and the pack: a REF needs neither */
-			rc = dd_snap_iter_load(sd->sd_it, err, &blk);
+			rc = dd_replica_iter_load(sd->sd_it, err, &blk);
 			if (!rc)
 				rc = dd_senc_data(sd->sd_enc, err, idx,
-						  blk.rb_hash, blk.rb_codec,
-						  blk.rb_lsize, blk.rb_psize,
-						  blk.rb_payload);
+						  blk.rpb_hash, blk.rpb_codec,
+						  blk.rpb_lsize, blk.rpb_psize,
+						  blk.rpb_payload);
 			if (!rc)
-				rc = dd_hmap_put(sd->sd_sent, err, blk.rb_hash,
+				rc = dd_hmap_put(sd->sd_sent, err, blk.rpb_hash,
 						 idx);
 		}
 		if (!rc && (idx & 255) == 0)
@@ -136,25 +136,26 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	uint64_t from = 0;
 	int rc;
 
-	rc = dd_snap_iter_open(&sd->sd_it, &sd->sd_err, sd->sd_store, name,
-			       &info);
+	rc = dd_replica_iter_open(&sd->sd_it, &sd->sd_err, sd->sd_store, name,
+				  &info);
 	if (rc)
 		return rc;
 	sd->sd_hdr.sh_version = DD_STREAM_VERSION;
-	sd->sd_hdr.sh_block_size = info.rs_block_size;
+	sd->sd_hdr.sh_block_size = info.rps_block_size;
 	sd->sd_hdr.sh_hash_alg = DD_STREAM_HASH_SHA256;
-	sd->sd_hdr.sh_size = info.rs_size;
-	memcpy(sd->sd_hdr.sh_digest, info.rs_digest, 32);
+	sd->sd_hdr.sh_size = info.rps_size;
+	memcpy(sd->sd_hdr.sh_digest, info.rps_digest, 32);
 	snprintf(sd->sd_hdr.sh_name, sizeof(sd->sd_hdr.sh_name), "%s", name);
 	if (o && o->resume_token) {
 		uint8_t want[32];
 
-		rc = dd_replica_token_parse(&sd->sd_err, o->resume_token, want, &from);
-		if (!rc && memcmp(want, info.rs_digest, 32))
+		rc = dd_replica_token_parse(&sd->sd_err, o->resume_token,
+					    want, &from);
+		if (!rc && memcmp(want, info.rps_digest, 32))
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is for another snapshot "
 					"(content digest differs)");
-		if (!rc && from > info.rs_blocks)
+		if (!rc && from > info.rps_blocks)
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is past the snapshot's end");
 		if (rc)
@@ -170,7 +171,7 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	if (!rc)
 		rc = dd_senc_header(sd->sd_enc, &sd->sd_err, &sd->sd_hdr);
 	if (!rc)
-		rc = dd_send_blocks(sd, from, info.rs_blocks);
+		rc = dd_send_blocks(sd, from, info.rps_blocks);
 	if (!rc)
 		rc = dd_senc_end(sd->sd_enc, &sd->sd_err);
 	return rc;
@@ -194,6 +195,6 @@ int dd_send(dd_store *s, const char *name, const dd_send_opts *opts,
 		rc = dd_err_set(&sd.sd_err, DD_EIO, "internal error %d", rc);
 	dd_senc_free(sd.sd_enc);
 	dd_hmap_free(sd.sd_sent);
-	dd_snap_iter_close(sd.sd_it);
+	dd_replica_iter_close(sd.sd_it);
 	return rc ? dd_store_fail(s, &sd.sd_err) : 0;
 }
