@@ -653,8 +653,8 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 		const dd_cutter *cu = &c->pc_cut[i];
 		size_t a = cu->cu_reads ? cu->cu_min : cu->cu_max;
 
-		if (!cu->cu_next || cu->cu_min == 0 || cu->cu_min > cu->cu_max ||
-		    (cu->cu_reads && c->pc_ncut > 1))
+		if (!cu->cu_next || cu->cu_min == 0 ||
+		    cu->cu_min > cu->cu_max || (cu->cu_reads && c->pc_ncut > 1))
 			return dd_err_set(c->pc_err, DD_EINVAL, "bad cutter");
 		p->pp_cut[i] = *cu;
 		p->pp_reads |= cu->cu_reads;
@@ -698,7 +698,8 @@ static int dd_pipe_alloc(dd_pipe *p)
 		b->pb_reg_first = dd_calloc(p->pp_cap / p->pp_region + 1,
 					    sizeof(size_t));
 		if (!b->pb_data || !b->pb_blk || !b->pb_new || !b->pb_reg_first)
-			return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
+			return dd_err_set(c->pc_err, DD_ENOMEM,
+					  "out of memory");
 	}
 	p->pp_width = dd_pool_width(c->pc_pool);
 	p->pp_hasher = dd_calloc(p->pp_width, sizeof(*p->pp_hasher));
@@ -708,7 +709,8 @@ static int dd_pipe_alloc(dd_pipe *p)
 		int rc = dd_hasher_new(&p->pp_hasher[i], c->pc_hash_kind);
 
 		if (rc)
-			return dd_err_set(c->pc_err, rc, "cannot set up hashing");
+			return dd_err_set(c->pc_err, rc,
+					  "cannot set up hashing");
 	}
 	if (c->pc_compress) {
 		unsigned n = c->pc_zkeep ? 2 : p->pp_width;
@@ -722,7 +724,8 @@ static int dd_pipe_alloc(dd_pipe *p)
 				return dd_err_set(c->pc_err, DD_ENOMEM,
 						  "out of memory");
 		if (!p->pp_zout)
-			return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
+			return dd_err_set(c->pc_err, DD_ENOMEM,
+					  "out of memory");
 	}
 	if (c->pc_bytes == DD_PIPE_BYTES_ALL)
 		return 0;
@@ -731,7 +734,8 @@ static int dd_pipe_alloc(dd_pipe *p)
 		return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
 	for (unsigned i = 0; i < p->pp_width; i++)
 		if (!(p->pp_hot[i] = dd_malloc(p->pp_region)))
-			return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
+			return dd_err_set(c->pc_err, DD_ENOMEM,
+					  "out of memory");
 	return 0;
 }
 

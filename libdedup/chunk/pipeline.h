@@ -161,7 +161,8 @@ typedef struct dd_pipe_cfg {
 	dd_compress_fn pc_compress;
 	dd_codec_ctx *const *pc_zctx; /* per pool worker */
 	size_t pc_zbound;         /* room for one payload */
-	bool pc_zkeep;            /* keep payloads until stored, or sizes only */
+	bool pc_zkeep;            /* keep payloads until stored, or only
+				     their sizes */
 	size_t pc_batch;          /* bytes per batch, before rounding */
 	int pc_bytes;             /* DD_PIPE_BYTES_* */
 	int pc_read;              /* DD_PIPE_READ_* */

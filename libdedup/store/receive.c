@@ -456,7 +456,8 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 	w->w_size = pa.pa_state.rcs_size;
 	rc = dd_replica_new(&rw, w);
 	if (!rc) {
-		dd_replica_set_resumable(rw, pa.pa_state.rcs_final_size, digest);
+		dd_replica_set_resumable(rw, pa.pa_state.rcs_final_size,
+					 digest);
 		rc = dd_replica_replay_digest(w, pa.pa_state.rcs_next);
 	}
 	if (rc) {

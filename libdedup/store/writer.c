@@ -138,9 +138,11 @@ static int dd_same_bytes(dd_writer *w, const dd_ddt_key *key,
 		return 0;
 	if (ent->de_flags & DD_DDE_PENDING) {
 		/* a block of this batch or of the one still being stored */
-		*same = !memcmp(dd_writer_bytes(w, (unsigned)(ent->de_offset >> 32),
-						ent->de_offset & 0xffffffffu),
-				data, lsize);
+		const uint8_t *pend = dd_writer_bytes(w,
+				(unsigned)(ent->de_offset >> 32),
+				ent->de_offset & 0xffffffffu);
+
+		*same = !memcmp(pend, data, lsize);
 		return 0;
 	}
 	rc = dd_block_read(w->w_store, &w->w_err, &w->w_sc, key, ent,
@@ -419,7 +421,8 @@ static int dd_writer_pipe(dd_writer *w)
 		.pc_zbound = dd_codec_bound(w->w_bs),
 		.pc_zkeep = true,
 		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)w->w_bs
-				    ? DD_WRITER_BATCH_BYTES : 16 * (size_t)w->w_bs,
+				    ? DD_WRITER_BATCH_BYTES
+				    : 16 * (size_t)w->w_bs,
 		.pc_bytes = DD_PIPE_BYTES_SOME,
 		.pc_read = DD_PIPE_READ_FAIL,
 		.pc_ops = &dd_writer_ops,

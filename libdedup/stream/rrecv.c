@@ -114,7 +114,7 @@ typedef struct dd_rrecv {
 	dd_codec_ctx **rr_codec;
 	size_t rr_cap;             /* jobs (and out slots) per batch */
 	dd_rrbatch rr_b[DD_RRECV_RING];
-	dd_rrbatch *rr_cur;         /* filling: rr_b[rr_nfilled % DD_RRECV_RING] */
+	dd_rrbatch *rr_cur;         /* filling: rr_b[rr_nfilled % ring] */
 	dd_rrbatch *rr_fly;         /* with the pool, or NULL */
 	uint64_t rr_nfilled;       /* batches handed to the pool */
 	/* rr_mu guards the writer's state below and the batches' failures */

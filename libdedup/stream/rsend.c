@@ -16,9 +16,9 @@
  * dd_hmap of blocks already sent (a hit is a REF; a miss is inserted at
  * once, so a repeat within the batch is a REF too), the pipeline
  * compresses the new blocks on the pool, and store emits the batch's
- * records in order while the pool works on the next one.  Memory: three batches of 1.5 MiB and two
- * of compressed payloads, the encoder's 1 MiB, and the hmap up to
- * mem_limit (it spills beyond).
+ * records in order while the pool works on the next one.  Memory: three
+ * batches of 1.5 MiB and two of compressed payloads, the encoder's 1 MiB,
+ * and the hmap up to mem_limit (it spills beyond).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -99,7 +99,8 @@ static int dd_fsend_lookup(void *ctx, dd_pbatch *b)
 		}
 		if (rc != DD_ENOENT)
 			return rc;
-		rc = dd_hmap_put(s->fs_sent, s->fs_err, bk->bk_hash, bk->bk_idx);
+		rc = dd_hmap_put(s->fs_sent, s->fs_err, bk->bk_hash,
+				 bk->bk_idx);
 		bk->bk_kind = DD_FS_NEW;
 		bk->bk_aux = b->pb_nnew;
 		dd_pipe_mark(b, i);

@@ -127,7 +127,7 @@ static void test_block_lsize(void **state)
 					(uint64_t)1 << 20), 7);
 }
 
-/* ---- helpers ---------------------------------------------------------------*/
+/* ---- helpers --------------------------------------------------------------*/
 
 static void ref_sha256(const void *p, size_t n, uint8_t out[32])
 {
@@ -196,7 +196,7 @@ static void test_digest(void **state)
 	dd_digest_free(d);
 }
 
-/* ---- a sink that records what it is handed ---------------------------------*/
+/* ---- a sink that records what it is handed --------------------------------*/
 
 typedef struct rec_blk {
 	size_t image;
@@ -417,7 +417,7 @@ static void check_fixed(const sink *k, size_t *at, const uint8_t *img,
 	}
 }
 
-/* ---- sources ---------------------------------------------------------------*/
+/* ---- sources --------------------------------------------------------------*/
 
 /* The caller's buffers, in uneven pieces; a short last block; zero
  * blocks anywhere, the short one too; batches that overlap in the ring. */
