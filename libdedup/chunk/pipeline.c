@@ -300,14 +300,17 @@ int dd_pipe_range(dd_pipe *p, int fd, uint64_t off, size_t n,
 	}
 	if (b->pb_src_fd < 0) {
 		char *copy = dd_strdup(label);
-		int dup = copy ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+		int dup;
 
+		if (!copy)
+			return dd_err_set(p->pp_cfg.pc_err, DD_ENOMEM,
+					  "out of memory");
+		dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		if (dup < 0) {
+			rc = dd_err_set_errno(p->pp_cfg.pc_err, errno, "cannot "
+					      "keep a descriptor of %s", label);
 			dd_free(copy);
-			return copy ? dd_err_set_errno(p->pp_cfg.pc_err, errno,
-					"cannot keep a descriptor of %s", label)
-				    : dd_err_set(p->pp_cfg.pc_err, DD_ENOMEM,
-						 "out of memory");
+			return rc;
 		}
 		b->pb_src_fd = dup;
 		b->pb_src_label = copy;
@@ -468,25 +471,21 @@ static int dd_pipe_store(dd_pipe *p, dd_pbatch *b)
 }
 
 /* Filling moves from batch `from` to pp_cur, whose buffer is free now
- * that the worked batch is stored: bytes past from's last cut (a cutter
- * waiting for its next cut point) go along, and the cutters' positions
- * follow. */
-static int dd_pipe_carry(dd_pipe *p, dd_pbatch *from)
+ * that the compressed batch is stored: bytes past from's last cut (a
+ * cutter waiting for its next cut point) go along -- the step read them
+ * before the pool got `from` -- and the cutters' positions follow. */
+static void dd_pipe_carry(dd_pipe *p, dd_pbatch *from)
 {
 	dd_pbatch *to = &p->pp_b[p->pp_cur];
 	size_t at = dd_pipe_uncut(p), n = from->pb_fill - at;
-	int rc = 0;
 
 	if (n > 0) {
-		if (from->pb_src_fd >= 0 && from->pb_src_end > at)
-			rc = dd_pipe_read_now(p, from);
 		memcpy(to->pb_data, from->pb_data + at, n);
 		from->pb_fill = at;
 		to->pb_fill = n;
 	}
 	for (size_t c = 0; c < p->pp_cfg.pc_ncut; c++)
 		p->pp_pos[c] -= at;
-	return rc;
 }
 
 int dd_pipe_step(dd_pipe *p)
@@ -497,6 +496,11 @@ int dd_pipe_step(dd_pipe *p)
 	dd_pbatch *done, *hashed;
 	int rc = dd_pipe_cut(p, fill, false);
 
+	/* bytes past the last cut go to the next batch: if they are a
+	 * range's, read it here, before the pool reads fill's */
+	if (!rc && dd_pipe_uncut(p) < fill->pb_fill && fill->pb_src_fd >= 0 &&
+	    fill->pb_src_end > dd_pipe_uncut(p))
+		rc = dd_pipe_read_now(p, fill);
 	dd_pipe_wait(p);
 	done = p->pp_working;
 	hashed = p->pp_hashing;
@@ -539,7 +543,7 @@ int dd_pipe_step(dd_pipe *p)
 	if (done)
 		rc = dd_pipe_store(p, done);
 	if (!rc && p->pp_hashing == fill)
-		rc = dd_pipe_carry(p, fill);
+		dd_pipe_carry(p, fill);
 	return rc;
 }
 

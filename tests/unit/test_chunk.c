@@ -544,6 +544,43 @@ static void test_pipe_file(void **state)
 	free(img);
 }
 
+/* A step before the batch is full leaves a part of a block uncut: its
+ * bytes, a file range's, go on to the next batch with the cutter. */
+static void test_pipe_early_step(void **state)
+{
+	const size_t n = 5 * 4096 + 10;
+	uint8_t *img = make_image(n, 4096, NULL);
+	char path[256];
+	dd_cutter cut;
+	sink k = {.mark_all = true};
+	size_t at = 0;
+	int fd = write_tmp("e", img, n, path);
+	dd_pipe *p;
+
+	(void)state;
+	dd_cutter_fixed(&cut, 4096);
+	for (int m = 0; m < 2; m++) {
+		p = new_pipe(&k, &cut, 1, 65536, m ? DD_PIPE_BYTES_NONE
+						   : DD_PIPE_BYTES_ALL,
+			     DD_PIPE_READ_FAIL);
+		assert_int_equal(dd_pipe_range(p, fd, 0, 10000, "e"), 0);
+		assert_int_equal(dd_pipe_step(p), 0);
+		assert_int_equal(dd_pipe_range(p, fd, 10000, n - 10000, "e"),
+				 0);
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		at = 0;
+		assert_int_equal(k.n, 6);
+		check_fixed(&k, &at, img, n, 4096, 0);
+		assert_int_equal(k.order_bad, 0);
+		sink_free(&k);
+		k.mark_all = true;
+	}
+	close(fd);
+	unlink(path);
+	free(img);
+}
+
 struct feeder {
 	int fd;
 	const uint8_t *p;
@@ -846,6 +883,7 @@ int main(void)
 		cmocka_unit_test(test_digest),
 		cmocka_unit_test(test_pipe_buffer),
 		cmocka_unit_test(test_pipe_file),
+		cmocka_unit_test(test_pipe_early_step),
 		cmocka_unit_test(test_pipe_pipe),
 		cmocka_unit_test(test_pipe_sizes),
 		cmocka_unit_test(test_pipe_varying),
