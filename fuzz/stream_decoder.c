@@ -1,6 +1,6 @@
 /*
  * stream_decoder.c -- libFuzzer harness for the replication stream decoder
- * (format/stream.md, libdedup/stream/codec.c) and dd_stream_check.
+ * (format/stream.md, libdedup/stream/sdec.c) and dd_stream_check.
  *
  * Each input is a stream.  Its first byte, if any, sets how many bytes the
  * read callback hands out per call (1..256, or everything), so partial

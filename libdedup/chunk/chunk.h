@@ -1,9 +1,22 @@
 /*
- * chunk.h -- cutting a byte stream into fixed-size blocks.  No I/O.
+ * chunk.h -- the block pipeline's module: what a byte stream becomes on
+ * its way to a store, a scan or a stream.
  *
- * A chunker collects bytes pushed in any sizes and hands out whole blocks
- * in order; the last block of an image may be short.  Zero blocks (all
- * bytes zero) are holes: never hashed, never stored (DESIGN.md).
+ * chunk/ owns everything that turns bytes into an ordered stream of
+ * (block, hash):
+ *
+ *   chunk.c     block rules: sizes, counts, the length of an image's last
+ *               block, zero blocks (holes: never hashed, never stored);
+ *   cut.c       the cutter interface and the fixed-size cutter;
+ *   digest.c    the content digest of an image (format/store.md §6), the
+ *               one hash over that stream;
+ *   pipeline.c  the pipeline itself (pipeline.h): batches read from a
+ *               source, cut, zero-tested and hashed two blocks at a time
+ *               on a pool, and handed in order to a sink.
+ *
+ * It sits on common/ and hash/ only: no store, no stream, no codec.  Its
+ * users (store/writer.c, scan/scan.c, stream/rsend.c, stream/rrecv.c)
+ * plug their own stages in.
  */
 #ifndef DD_CHUNK_CHUNK_H
 #define DD_CHUNK_CHUNK_H
@@ -12,8 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* dd_is_zero(buf, len): a zero block is all zero bytes. */
-#include "common/zero.h"
+#include "common/err.h"
+#include "common/zero.h"    /* dd_is_zero: a zero block is all zero bytes */
+#include "hash/hash.h"
+
+/* ---- block rules (chunk.c) -----------------------------------------------*/
 
 /* True for a power of two in [DD_BLOCK_SIZE_MIN, DD_BLOCK_SIZE_MAX]. */
 bool dd_block_size_valid(uint64_t bs);
@@ -23,5 +39,61 @@ static inline uint64_t dd_block_count(uint64_t size, uint32_t bs)
 {
 	return size / bs + (size % bs != 0);
 }
+
+/* The logical size of block idx (< dd_block_count) of an image of `size`
+ * bytes: bs, except for a short last block. */
+static inline uint32_t dd_block_lsize(uint64_t size, uint32_t bs, uint64_t idx)
+{
+	uint64_t off = idx * bs;
+
+	return size - off >= bs ? bs : (uint32_t)(size - off);
+}
+
+/* ---- cutters (cut.c) -----------------------------------------------------*/
+
+/*
+ * A cutter says where blocks end.  Given the len >= 1 bytes that follow
+ * the end of the previous block, cu_next returns the length of the next
+ * block: from 1 to cu_max, shorter than len only at a cut point of its
+ * choosing; or 0 when no cut point lies within len and more bytes may
+ * come (!final).  When `final`, the bytes are the image's last and it
+ * must cut (a last block may be short).  The fixed cutter cuts every
+ * cu_max bytes and never looks at the bytes (cu_reads false: data may be
+ * NULL); a content-defined cutter (FastCDC) would set cu_reads, and then
+ * the pipeline reads a batch's bytes before cutting it.  Blocks of a
+ * content-defined cutter have any length up to cu_max; cu_min is the
+ * shortest it cuts before an image's end (it bounds a batch's block
+ * count).  Cutters keep no state between calls: a block's end depends on
+ * its own bytes only.
+ */
+typedef struct dd_cutter dd_cutter;
+typedef size_t (*dd_cut_fn)(const dd_cutter *c, const uint8_t *data,
+			    size_t len, bool final);
+
+struct dd_cutter {
+	dd_cut_fn cu_next;
+	uint32_t cu_min;
+	uint32_t cu_max;
+	bool cu_reads;
+};
+
+/* A cutter of fixed-size blocks of bs bytes (dd_block_size_valid, or any
+ * size from 1 in tests). */
+void dd_cutter_fixed(dd_cutter *c, uint32_t bs);
+
+/* ---- the content digest (digest.c; format/store.md §6) --------------------*/
+
+/* SHA-256 over each block's hash in order (32 zero bytes for a hole),
+ * then the image size (le64) and block size (le32). */
+typedef struct dd_digest dd_digest;
+
+int dd_digest_new(dd_digest **out, dd_err *err);
+void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null);
+/* count holes at once */
+void dd_digest_zeros(dd_digest *d, uint64_t count);
+/* Writes the digest; d is then ready for another image. */
+void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
+		     uint8_t out[DD_HASH_SIZE]);
+void dd_digest_free(dd_digest *d);
 
 #endif

@@ -15,9 +15,13 @@
  *            to an unlinked temp file; at the end the runs are merged
  *            (several passes when there are too many for the memory), and
  *            entries with the same hash in several runs are summed;
- *   scan.c   the public API and the read / hash / compress pipeline;
+ *   scan.c   the public API, and the sink of the block pipeline
+ *            (chunk/pipeline.h) that counts what it hashes;
+ *   result.c the figures, once everything is counted: sums, the merge of
+ *            spilled runs, sample-mode estimates and their bounds;
  *   walk.c   paths: files, block devices, directories (recursively, never
- *            following symlinks), warnings for what is skipped.
+ *            following symlinks), warnings for what is skipped; it hands
+ *            what it finds to callbacks.
  *
  * Nothing here outlives a run: temp files are unlinked as soon as they are
  * created, so format/ has no spec for them.
@@ -119,7 +123,30 @@ int dd_scan_spill_merge(dd_scan_spill *sp, dd_err *err, size_t budget,
 void dd_scan_rec_encode(uint8_t *out, const dd_scan_ent *e);
 void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
 
-/* ---- reading images (scan.c, used by walk.c) ----------------------------*/
+/* ---- results (result.c) ------------------------------------------------*/
+
+/* Everything about one block size. */
+typedef struct dd_scan_bsz {
+	uint32_t bz_bs;
+	dd_scan_table bz_tab;
+	dd_scan_spill bz_spill;
+	unsigned bz_shift;        /* sample mode: 1 in 2^shift */
+	uint64_t bz_blocks, bz_zero, bz_logical;
+	uint64_t bz_ref_blocks, bz_ref_bytes;
+	dd_scan_result bz_res;
+} dd_scan_bsz;
+
+/* Phase 1 of the results, for every block size before any merge: a table
+ * that spilled goes to disk as its last run, one that did not is counted
+ * now; either way its memory is given back, so that the merges have the
+ * whole table budget for their buffers. */
+int dd_scan_table_done(dd_scan_bsz *bz, dd_err *err);
+
+/* Phase 2: merge the runs (if any, within `budget` bytes) and fill in
+ * bz_res for scan mode `mode`. */
+int dd_scan_result_one(dd_scan_bsz *bz, dd_err *err, size_t budget, int mode);
+
+/* ---- reading images (scan.c) ----------------------------------------------*/
 
 /* Scans one image from fd (its current position to EOF).  size_hint is
  * the expected size for a regular file (a shorter read is reported as a
@@ -128,18 +155,24 @@ void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
 int dd_scan_image(dd_scan *s, int fd, const char *label, uint64_t size_hint,
 		  bool regular);
 
-/* Reports a skipped or partly read input through the warning callback
- * and counts it in dd_scan_info.skipped. */
-void dd_scan_warn(dd_scan *s, const char *path, int code, const char *fmt,
-		  ...) __attribute__((format(printf, 4, 5)));
+/* ---- walking paths (walk.c) ----------------------------------------------*/
 
-/* The scan's error record (fatal errors). */
-dd_err *dd_scan_err(dd_scan *s);
+/* What a walk finds, reported on the walking thread. */
+typedef struct dd_walk_ops {
+	/* An input to read: fd (closed after the call), its path,
+	 * size_hint and regular as dd_scan_image takes them.  A code other
+	 * than 0 ends the walk with it. */
+	int (*wo_image)(void *ctx, int fd, const char *path,
+			uint64_t size_hint, bool regular);
+	/* An input skipped or only partly read. */
+	void (*wo_warn)(void *ctx, const char *path, int code,
+			const char *msg);
+	/* A fifo, socket or device met inside a directory (not read). */
+	void (*wo_special)(void *ctx);
+} dd_walk_ops;
 
-/* Counts a fifo, socket or device met inside a directory (not read). */
-void dd_scan_count_special(dd_scan *s);
-
-/* Walks path (walk.c). */
-int dd_scan_walk(dd_scan *s, const char *path);
+/* Walks path: a file or device, or a directory tree.  Fatal failures
+ * (out of memory) go to err; everything else is a warning. */
+int dd_walk(const char *path, dd_err *err, const dd_walk_ops *ops, void *ctx);
 
 #endif

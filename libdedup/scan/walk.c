@@ -14,12 +14,14 @@
  * holds one directory descriptor at a time whatever the depth; names are
  * sorted, so warnings and progress come out in a stable order.  Anything
  * that fails -- permissions, an entry that vanished, a path too long --
- * is a warning, and the walk goes on.
+ * is a warning, and the walk goes on.  What a walk finds goes to its
+ * caller's callbacks (dd_walk_ops): walk.c knows nothing of scanning.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,16 +117,39 @@ static bool dd_join(char *buf, size_t len, const char *path, const char *name)
 	return n >= 0 && (size_t)n < len;
 }
 
-/* ---- scanning ----------------------------------------------------------*/
+/* ---- walking -----------------------------------------------------------*/
 
-static void dd_warn_errno(dd_scan *s, const char *path, int e,
+/* A walk and where it reports (dd_walk_ops). */
+typedef struct dd_walker {
+	const dd_walk_ops *wk_ops;
+	void *wk_ctx;
+	dd_err *wk_err;
+} dd_walker;
+
+static void dd_walk_warn(dd_walker *wk, const char *path, int code,
+			 const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void dd_walk_warn(dd_walker *wk, const char *path, int code,
+			 const char *fmt, ...)
+{
+	char msg[DD_ERRMSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	wk->wk_ops->wo_warn(wk->wk_ctx, path, code, msg);
+}
+
+static void dd_warn_errno(dd_walker *wk, const char *path, int e,
 			  const char *what)
 {
-	dd_scan_warn(s, path, dd_errno_code(e), "%s: %s (skipped)", what,
+	dd_walk_warn(wk, path, dd_errno_code(e), "%s: %s (skipped)", what,
 		     strerror(e));
 }
 
-static int dd_walk_file(dd_scan *s, const char *path, bool top)
+static int dd_walk_file(dd_walker *wk, const char *path, bool top)
 {
 	int flags = O_RDONLY | O_NOCTTY | (top ? 0 : O_NOFOLLOW | O_NONBLOCK);
 	dd_err oerr = {0};
@@ -133,63 +158,63 @@ static int dd_walk_file(dd_scan *s, const char *path, bool top)
 	int rc;
 
 	if (fd < 0) {
-		dd_scan_warn(s, path, fd, "%s (skipped)", oerr.de_msg);
+		dd_walk_warn(wk, path, fd, "%s (skipped)", oerr.de_msg);
 		return 0;
 	}
 	if (fstat(fd, &st) != 0) {
-		dd_warn_errno(s, path, errno, "stat");
+		dd_warn_errno(wk, path, errno, "stat");
 		dd_io_close(fd);
 		return 0;
 	}
 	if (!top && !S_ISREG(st.st_mode)) {
-		dd_scan_count_special(s);   /* replaced since it was listed */
+		wk->wk_ops->wo_special(wk->wk_ctx); /* replaced since listed */
 		dd_io_close(fd);
 		return 0;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		dd_scan_warn(s, path, DD_EINVAL, "is a directory now "
+		dd_walk_warn(wk, path, DD_EINVAL, "is a directory now "
 			     "(replaced while scanned; skipped)");
 		dd_io_close(fd);
 		return 0;
 	}
 	if (!top)
 		(void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-	rc = dd_scan_image(s, fd, path,
-			   S_ISREG(st.st_mode) ? (uint64_t)st.st_size
-					       : UINT64_MAX,
-			   S_ISREG(st.st_mode));
+	rc = wk->wk_ops->wo_image(wk->wk_ctx, fd, path,
+				  S_ISREG(st.st_mode) ? (uint64_t)st.st_size
+						      : UINT64_MAX,
+				  S_ISREG(st.st_mode));
 	dd_io_close(fd);
 	return rc;
 }
 
-static int dd_walk_dir(dd_scan *s, const char *path, bool top);
+static int dd_walk_dir(dd_walker *wk, const char *path, bool top);
 
-static int dd_walk_entry(dd_scan *s, const char *dir, const char *name)
+static int dd_walk_entry(dd_walker *wk, const char *dir, const char *name)
 {
 	char child[PATH_MAX];
 	struct stat st;
 
 	if (!dd_join(child, sizeof(child), dir, name)) {
-		dd_scan_warn(s, dir, DD_EINVAL, "entry '%.100s...': path "
+		dd_walk_warn(wk, dir, DD_EINVAL, "entry '%.100s...': path "
 			     "longer than %d bytes (skipped)", name, PATH_MAX);
 		return 0;
 	}
 	if (lstat(child, &st) != 0) {
-		dd_warn_errno(s, child, errno, "stat");
+		dd_warn_errno(wk, child, errno, "stat");
 		return 0;
 	}
 	if (S_ISLNK(st.st_mode))
 		return 0;   /* never followed: counted by nobody, by design */
 	if (S_ISDIR(st.st_mode))
-		return dd_walk_dir(s, child, false);
+		return dd_walk_dir(wk, child, false);
 	if (!S_ISREG(st.st_mode)) {
-		dd_scan_count_special(s);
+		wk->wk_ops->wo_special(wk->wk_ctx);
 		return 0;
 	}
-	return dd_walk_file(s, child, false);
+	return dd_walk_file(wk, child, false);
 }
 
-static int dd_walk_dir(dd_scan *s, const char *path, bool top)
+static int dd_walk_dir(dd_walker *wk, const char *path, bool top)
 {
 	dd_names nm = {0};
 	dd_err oerr = {0};
@@ -198,29 +223,30 @@ static int dd_walk_dir(dd_scan *s, const char *path, bool top)
 	rc = dd_list_dir(path, top, &nm, &oerr);
 	if (rc) {
 		dd_names_free(&nm);
-		return dd_err_set(dd_scan_err(s), rc, "listing %s: out of "
-				  "memory", path);
+		return dd_err_set(wk->wk_err, rc, "listing %s: out of memory",
+				  path);
 	}
 	if (oerr.de_code)
-		dd_scan_warn(s, path, oerr.de_code, "%s (%s)", oerr.de_msg,
+		dd_walk_warn(wk, path, oerr.de_code, "%s (%s)", oerr.de_msg,
 			     nm.nm_n ? "partly listed" : "skipped");
 	for (size_t i = 0; !rc && i < nm.nm_n; i++)
-		rc = dd_walk_entry(s, path, nm.nm_v[i]);
+		rc = dd_walk_entry(wk, path, nm.nm_v[i]);
 	dd_names_free(&nm);
 	return rc;
 }
 
-int dd_scan_walk(dd_scan *s, const char *path)
+int dd_walk(const char *path, dd_err *err, const dd_walk_ops *ops, void *ctx)
 {
+	dd_walker wk = {ops, ctx, err};
 	struct stat st;
 
 	if (stat(path, &st) != 0) {
-		dd_warn_errno(s, path, errno, "stat");
+		dd_warn_errno(&wk, path, errno, "stat");
 		return 0;
 	}
 	if (S_ISDIR(st.st_mode))
-		return dd_walk_dir(s, path, true);
-	return dd_walk_file(s, path, true);
+		return dd_walk_dir(&wk, path, true);
+	return dd_walk_file(&wk, path, true);
 }
 
 /* ---- sizing (for progress) ---------------------------------------------*/

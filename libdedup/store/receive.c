@@ -1,23 +1,29 @@
 /*
- * receive.c -- a snapshot writer fed with hashed, compressed blocks.
+ * receive.c -- the receiving writer: a snapshot writer (writer.c) fed
+ * with hashed, compressed blocks instead of bytes.
  *
- * Used by the replication stream's receiver.  For each block, in order:
- * the payload is decompressed and its SHA-256 compared with the hash the
- * stream claims (a mismatch is DD_ECHECKSUM: nothing unverified is
- * stored); the DDT is consulted -- a block the store holds (from any
- * snapshot, not only this stream) gets a reference, and in verify mode
- * only after a byte comparison; a new block's payload is appended to the
- * pack as it arrived, without recompressing.  Indices not given are holes.
- * Commits follow the writer's rules (writer.c): intermediate commits keep
- * the snapshot pending and invisible; dd_recv_finish adds it only when the
+ * Used by the replication stream's receiver.  It wraps a dd_writer that
+ * has no byte pipeline and keeps what only receiving needs in its own
+ * struct (dd_replica_writer).  For each block, in order: the payload is
+ * decompressed and its SHA-256 compared with the hash the stream claims
+ * (a mismatch is DD_ECHECKSUM: nothing unverified is stored); the DDT is
+ * consulted -- a block the store holds (from any snapshot, not only this
+ * stream) gets a reference, and in verify mode only after a byte
+ * comparison; a new block's payload is appended to the pack as it
+ * arrived, without recompressing.  Indices not given are holes.  Commits
+ * follow the writer's rules (writer.c): intermediate commits keep the
+ * snapshot pending and invisible; dd_replica_finish adds it only when the
  * content digest matches the one the stream announced.
  *
  * A resumable receive writes its state (format/store.md §5) into its
- * pending entry at every commit, so what arrived survives a failure or a
- * crash; recovery leaves such an entry alone, and dd_recv_resume continues
- * it from its next block.
+ * pending entry at every commit (the writer's commit hook), so what
+ * arrived survives a failure or a crash; recovery leaves such an entry
+ * alone, and dd_replica_resume continues it from its next block.  The
+ * resume token that names it is written and parsed here, and nowhere
+ * else.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -25,8 +31,34 @@
 #include "store/replica.h"
 #include "store/writer_internal.h"
 
-int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
-		  uint32_t block_size)
+struct dd_replica_writer {
+	dd_writer *rpw_w;
+	uint8_t *rpw_vbuf;        /* verify mode: the stored copy */
+	bool rpw_resumable;       /* keep what arrived on failure */
+	uint64_t rpw_final_size;  /* the size the stream announced */
+	uint8_t rpw_final_digest[DD_HASH_SIZE];
+};
+
+/* Wraps writer w, which dd_writer_open opened (the caller frees it on
+ * failure). */
+static int dd_replica_new(dd_replica_writer **out, dd_writer *w)
+{
+	dd_replica_writer *rw = dd_calloc(1, sizeof(*rw));
+
+	if (rw && w->w_store->st_verify &&
+	    !(rw->rpw_vbuf = dd_malloc(w->w_bs))) {
+		dd_free(rw);
+		rw = NULL;
+	}
+	if (!rw)
+		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+	rw->rpw_w = w;
+	*out = rw;
+	return 0;
+}
+
+int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
+		     const char *name, uint32_t block_size)
 {
 	dd_writer *w;
 	int rc;
@@ -41,20 +73,19 @@ int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
 	rc = dd_writer_open(&w, s, name, 0);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
-	w->w_raw = true;
-	if (s->st_verify && !(w->w_vbuf = dd_malloc(s->st_block_size))) {
+	rc = dd_replica_new(out, w);
+	if (rc) {
+		dd_err_copy(err, &w->w_err);
 		dd_writer_free(w);
-		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	}
-	*out = w;
-	return 0;
+	return rc;
 }
 
 /* Accounts the holes before idx and checks the order.  Like the other
  * checks of a block before anything is stored, a failure here leaves the
  * writer open: the receive can still be suspended (resumable) or
  * aborted. */
-static int dd_recv_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
+static int dd_replica_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
 {
 	if (w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE, "writer is not open");
@@ -71,14 +102,13 @@ static int dd_recv_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
 		return dd_err_set(&w->w_err, DD_EFORMAT,
 				"block %llu follows a short block",
 				(unsigned long long)idx);
-	for (; w->w_blocks < idx; w->w_blocks++) {
-		dd_digest_block(w->w_digest, NULL);
-		w->w_zero++;
-	}
+	dd_digest_zeros(w->w_digest, idx - w->w_blocks);
+	w->w_zero += idx - w->w_blocks;
+	w->w_blocks = idx;
 	return 0;
 }
 
-static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
+static int dd_replica_account(dd_writer *w, const dd_ddt_key *key,
 			   uint32_t lsize)
 {
 	int rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id, w->w_blocks,
@@ -101,9 +131,11 @@ static int dd_recv_account(dd_writer *w, const dd_ddt_key *key,
  * 1 if found (refcount taken), 0 if the block is new (key->dk_variant is
  * then the first free variant).  A lost block (DD_DDE_MISSING) is new
  * too, stored under its own key: *refs gets the references it has. */
-static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
-			  uint32_t lsize, uint64_t *refs)
+static int dd_replica_lookup(dd_replica_writer *rw, dd_ddt_key *key,
+			     const uint8_t *data, uint32_t lsize,
+			     uint64_t *refs)
 {
+	dd_writer *w = rw->rpw_w;
 	dd_ddt_ent ent;
 
 	*refs = 0;
@@ -125,10 +157,11 @@ static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
 			same = ent.de_lsize == lsize;
 			if (same) {
 				rc = dd_block_read(w->w_store, &w->w_err,
-						   &w->w_sc, key, &ent, w->w_vbuf);
+						   &w->w_sc, key, &ent,
+						   rw->rpw_vbuf);
 				if (rc && rc != DD_ECHECKSUM && rc != DD_ECORRUPT)
 					return rc;
-				same = !rc && !memcmp(w->w_vbuf, data, lsize);
+				same = !rc && !memcmp(rw->rpw_vbuf, data, lsize);
 			}
 		}
 		if (same) {
@@ -142,16 +175,17 @@ static int dd_recv_lookup(dd_writer *w, dd_ddt_key *key, const uint8_t *data,
 			  DD_DDT_MAX_VARIANT + 1);
 }
 
-int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		     uint8_t codec, uint32_t lsize, uint32_t psize,
-		     const void *payload)
+int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
+			const uint8_t hash[32], uint8_t codec, uint32_t lsize,
+			uint32_t psize, const void *payload)
 {
+	dd_writer *w = rw->rpw_w;
 	dd_pack_rec rec = {.pr_codec = codec, .pr_lsize = lsize,
 			   .pr_psize = psize};
 	dd_ddt_key key;
 	uint8_t got[DD_HASH_SIZE];
 	uint64_t refs;
-	int rc = dd_recv_advance(w, idx, lsize);
+	int rc = dd_replica_advance(w, idx, lsize);
 
 	if (rc)
 		return rc;
@@ -171,7 +205,7 @@ int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 				  "does not match the stream",
 				  (unsigned long long)idx);
 	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
-	rc = dd_recv_lookup(w, &key, w->w_sc.sc_dbuf, lsize, &refs);
+	rc = dd_replica_lookup(rw, &key, w->w_sc.sc_dbuf, lsize, &refs);
 	if (rc == 0) {
 		dd_ddt_ent ent = {.de_codec = codec, .de_psize = psize,
 				  .de_lsize = lsize, .de_refcnt = refs + 1};
@@ -181,17 +215,18 @@ int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 		if (!rc)
 			rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 	}
-	if (rc >= 0 && (rc = dd_recv_account(w, &key, lsize)) == 0)
+	if (rc >= 0 && (rc = dd_replica_account(w, &key, lsize)) == 0)
 		return 0;
 	return dd_writer_fail(w, rc);
 }
 
-int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		    uint32_t lsize)
+int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
+		       const uint8_t hash[32], uint32_t lsize)
 {
+	dd_writer *w = rw->rpw_w;
 	dd_ddt_key key;
 	dd_ddt_ent ent;
-	int rc = dd_recv_advance(w, idx, lsize);
+	int rc = dd_replica_advance(w, idx, lsize);
 
 	if (rc)
 		return rc;
@@ -220,13 +255,15 @@ int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
 		rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 	}
 	if (!rc)
-		rc = dd_recv_account(w, &key, lsize);
+		rc = dd_replica_account(w, &key, lsize);
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
-int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32])
+int dd_replica_finish(dd_replica_writer *rw, uint64_t size,
+		      const uint8_t digest[32])
 {
-	uint64_t blocks = size / w->w_bs + (size % w->w_bs != 0);
+	dd_writer *w = rw->rpw_w;
+	uint64_t blocks = dd_block_count(size, w->w_bs);
 	int rc;
 
 	if (w->w_state != DD_W_OPEN)
@@ -236,10 +273,9 @@ int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32])
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EFORMAT,
 				"blocks received disagree with the image size "
 				"%llu", (unsigned long long)size));
-	for (; w->w_blocks < blocks; w->w_blocks++) {
-		dd_digest_block(w->w_digest, NULL);
-		w->w_zero++;
-	}
+	dd_digest_zeros(w->w_digest, blocks - w->w_blocks);
+	w->w_zero += blocks - w->w_blocks;
+	w->w_blocks = blocks;
 	w->w_size = size;
 	rc = dd_writer_finish(w, digest);
 	return rc ? dd_writer_fail(w, rc) : 0;
@@ -247,78 +283,86 @@ int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32])
 
 /* ---- resumable receives ---------------------------------------------------*/
 
-#define DD_RECV_STATE_VERSION 1
-#define DD_RECV_STATE_SIZE 69
+#define DD_REPLICA_STATE_VERSION 1
+#define DD_REPLICA_STATE_SIZE 69
 
-typedef struct dd_recv_state {
-	uint32_t rs_block_size;
-	uint64_t rs_final_size;
-	uint64_t rs_next;        /* first block not received */
-	uint64_t rs_zero;
-	uint64_t rs_size;        /* bytes up to rs_next */
-	uint8_t rs_digest[32];   /* the content digest announced */
-} dd_recv_state;
+typedef struct dd_replica_state {
+	uint32_t rcs_block_size;
+	uint64_t rcs_final_size;
+	uint64_t rcs_next;        /* first block not received */
+	uint64_t rcs_zero;
+	uint64_t rcs_size;        /* bytes up to rcs_next */
+	uint8_t rcs_digest[32];   /* the content digest announced */
+} dd_replica_state;
 
-static void dd_recv_state_encode(uint8_t *p, const dd_recv_state *st)
+static void dd_replica_state_encode(uint8_t *p, const dd_replica_state *st)
 {
-	p[0] = DD_RECV_STATE_VERSION;
-	dd_put_le32(p + 1, st->rs_block_size);
-	dd_put_le64(p + 5, st->rs_final_size);
-	dd_put_le64(p + 13, st->rs_next);
-	dd_put_le64(p + 21, st->rs_zero);
-	dd_put_le64(p + 29, st->rs_size);
-	memcpy(p + 37, st->rs_digest, 32);
+	p[0] = DD_REPLICA_STATE_VERSION;
+	dd_put_le32(p + 1, st->rcs_block_size);
+	dd_put_le64(p + 5, st->rcs_final_size);
+	dd_put_le64(p + 13, st->rcs_next);
+	dd_put_le64(p + 21, st->rcs_zero);
+	dd_put_le64(p + 29, st->rcs_size);
+	memcpy(p + 37, st->rcs_digest, 32);
 }
 
-static int dd_recv_state_decode(const dd_pend_rec *rec, dd_recv_state *st)
+static int dd_replica_state_decode(const dd_pend_rec *rec, dd_replica_state *st)
 {
 	const uint8_t *p = rec->pr_state;
 
-	if (rec->pr_state_len != DD_RECV_STATE_SIZE ||
-	    p[0] != DD_RECV_STATE_VERSION)
+	if (rec->pr_state_len != DD_REPLICA_STATE_SIZE ||
+	    p[0] != DD_REPLICA_STATE_VERSION)
 		return DD_ECORRUPT;
-	st->rs_block_size = dd_get_le32(p + 1);
-	st->rs_final_size = dd_get_le64(p + 5);
-	st->rs_next = dd_get_le64(p + 13);
-	st->rs_zero = dd_get_le64(p + 21);
-	st->rs_size = dd_get_le64(p + 29);
-	memcpy(st->rs_digest, p + 37, 32);
-	if (st->rs_block_size == 0 || st->rs_zero > st->rs_next ||
-	    st->rs_size > st->rs_next * (uint64_t)st->rs_block_size)
+	st->rcs_block_size = dd_get_le32(p + 1);
+	st->rcs_final_size = dd_get_le64(p + 5);
+	st->rcs_next = dd_get_le64(p + 13);
+	st->rcs_zero = dd_get_le64(p + 21);
+	st->rcs_size = dd_get_le64(p + 29);
+	memcpy(st->rcs_digest, p + 37, 32);
+	if (st->rcs_block_size == 0 || st->rcs_zero > st->rcs_next ||
+	    st->rcs_size > st->rcs_next * (uint64_t)st->rcs_block_size)
 		return DD_ECORRUPT;
 	return 0;
 }
 
-int dd_recv_save_state(dd_writer *w)
+/* The writer's commit hook of a resumable receive: its state goes into
+ * its pending entry, in the commit's transaction. */
+static int dd_replica_save_state(void *ctx)
 {
-	uint8_t blob[DD_RECV_STATE_SIZE];
-	dd_recv_state st = {
-		.rs_block_size = w->w_bs,
-		.rs_final_size = w->w_final_size,
-		.rs_next = w->w_blocks,
-		.rs_zero = w->w_zero,
-		.rs_size = w->w_size,
+	dd_replica_writer *rw = ctx;
+	dd_writer *w = rw->rpw_w;
+	uint8_t blob[DD_REPLICA_STATE_SIZE];
+	dd_replica_state st = {
+		.rcs_block_size = w->w_bs,
+		.rcs_final_size = rw->rpw_final_size,
+		.rcs_next = w->w_blocks,
+		.rcs_zero = w->w_zero,
+		.rcs_size = w->w_size,
 	};
 
-	memcpy(st.rs_digest, w->w_final_digest, 32);
-	dd_recv_state_encode(blob, &st);
+	memcpy(st.rcs_digest, rw->rpw_final_digest, 32);
+	dd_replica_state_encode(blob, &st);
 	return dd_pend_put_state(w->w_txn, &w->w_err, w->w_id, w->w_name, blob,
 				 sizeof(blob));
 }
 
-int dd_recv_set_resumable(dd_writer *w, uint64_t size, const uint8_t digest[32])
+int dd_replica_set_resumable(dd_replica_writer *rw, uint64_t size,
+			     const uint8_t digest[32])
 {
-	w->w_resumable = true;
-	w->w_final_size = size;
-	memcpy(w->w_final_digest, digest, 32);
+	rw->rpw_resumable = true;
+	rw->rpw_final_size = size;
+	memcpy(rw->rpw_final_digest, digest, 32);
+	rw->rpw_w->w_on_commit = dd_replica_save_state;
+	rw->rpw_w->w_on_commit_ctx = rw;
 	return 0;
 }
 
-int dd_recv_suspend(dd_writer *w)
+int dd_replica_suspend(dd_replica_writer *rw)
 {
+	dd_writer *w = rw->rpw_w;
 	int rc;
 
-	if (!w->w_resumable || w->w_state != DD_W_OPEN)
+	if (!rw->rpw_resumable || w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "receive cannot be kept for resuming");
 	rc = dd_writer_sync_commit(w, false);
@@ -335,18 +379,18 @@ struct dd_partial {
 	const uint8_t *pa_digest;   /* NULL: any */
 	uint64_t pa_id;
 	dd_pend_rec pa_rec;
-	dd_recv_state pa_state;
+	dd_replica_state pa_state;
 	bool pa_found;
 };
 
 static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
 {
 	struct dd_partial *pa = arg;
-	dd_recv_state st;
+	dd_replica_state st;
 
-	if (!rec->pr_state_len || dd_recv_state_decode(rec, &st))
+	if (!rec->pr_state_len || dd_replica_state_decode(rec, &st))
 		return 0;
-	if (pa->pa_digest && memcmp(pa->pa_digest, st.rs_digest, 32))
+	if (pa->pa_digest && memcmp(pa->pa_digest, st.rcs_digest, 32))
 		return 0;
 	pa->pa_id = id;
 	pa->pa_rec = *rec;
@@ -373,7 +417,7 @@ static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
 }
 
 /* Feeds the digest with the blocks already received (holes as zeros). */
-static int dd_recv_replay_digest(dd_writer *w, uint64_t next)
+static int dd_replica_replay_digest(dd_writer *w, uint64_t next)
 {
 	dd_bmap_cur *cur;
 	dd_ddt_key key;
@@ -384,23 +428,23 @@ static int dd_recv_replay_digest(dd_writer *w, uint64_t next)
 		return rc;
 	for (rc = dd_bmap_seek(cur, &w->w_err, 0, &idx, &key);
 	     rc == 1 && idx < next; rc = dd_bmap_next(cur, &w->w_err, &idx, &key)) {
-		for (; at < idx; at++)
-			dd_digest_block(w->w_digest, NULL);
+		dd_digest_zeros(w->w_digest, idx - at);
 		dd_digest_block(w->w_digest, key.dk_hash);
 		at = idx + 1;
 	}
 	dd_bmap_close(cur);
 	if (rc < 0)
 		return rc;
-	for (; at < next; at++)
-		dd_digest_block(w->w_digest, NULL);
+	dd_digest_zeros(w->w_digest, next - at);
 	return 0;
 }
 
-int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
-		   const uint8_t digest[32], uint64_t from, uint32_t block_size)
+int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
+		      const uint8_t digest[32], uint64_t from,
+		      uint32_t block_size)
 {
 	struct dd_partial pa = {.pa_digest = digest};
+	dd_replica_writer *rw = NULL;
 	dd_writer *w;
 	int rc = dd_partial_find(s, err, &pa);
 
@@ -410,23 +454,25 @@ int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
 				  "resume");
 	if (rc)
 		return rc;
-	if (pa.pa_state.rs_next != from || pa.pa_state.rs_block_size != block_size)
+	if (pa.pa_state.rcs_next != from ||
+	    pa.pa_state.rcs_block_size != block_size)
 		return dd_err_set(err, DD_EINVAL,
 				  "the stream resumes at block %llu, the "
 				  "partial receive at block %llu",
 				  (unsigned long long)from,
-				  (unsigned long long)pa.pa_state.rs_next);
+				  (unsigned long long)pa.pa_state.rcs_next);
 	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
-	w->w_raw = true;
-	w->w_blocks = pa.pa_state.rs_next;
-	w->w_zero = pa.pa_state.rs_zero;
-	w->w_size = pa.pa_state.rs_size;
-	dd_recv_set_resumable(w, pa.pa_state.rs_final_size, digest);
-	rc = dd_recv_replay_digest(w, pa.pa_state.rs_next);
-	if (!rc && s->st_verify && !(w->w_vbuf = dd_malloc(s->st_block_size)))
-		rc = dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+	w->w_blocks = pa.pa_state.rcs_next;
+	w->w_zero = pa.pa_state.rcs_zero;
+	w->w_size = pa.pa_state.rcs_size;
+	rc = dd_replica_new(&rw, w);
+	if (!rc) {
+		dd_replica_set_resumable(rw, pa.pa_state.rcs_final_size,
+					 digest);
+		rc = dd_replica_replay_digest(w, pa.pa_state.rcs_next);
+	}
 	if (rc) {
 		dd_err_copy(err, &w->w_err);
 		/* the kept receive stays as it was: only this attempt ends */
@@ -435,12 +481,17 @@ int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
 		w->w_txn = NULL;
 		dd_store_unlock(s);
 		dd_writer_free(w);
+		if (rw)
+			dd_free(rw->rpw_vbuf);
+		dd_free(rw);
 		return rc;
 	}
-	*out = w;
+	*out = rw;
 	return 0;
 }
 
+/* format/store.md §5: "ddr1:" + the digest in lowercase hex + ":" + the
+ * next block index in decimal. */
 static int dd_token_format(char *buf, size_t len, const uint8_t digest[32],
 			   uint64_t next)
 {
@@ -454,27 +505,64 @@ static int dd_token_format(char *buf, size_t len, const uint8_t digest[32],
 	return n < 0 || (size_t)n >= len ? DD_EINVAL : 0;
 }
 
-int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
-		  char *name, size_t namelen)
+int dd_replica_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
+			   uint64_t *next)
+{
+	char *end;
+
+	if (strncmp(tok, "ddr1:", 5) != 0 || strlen(tok) < 5 + 64 + 2 ||
+	    tok[5 + 64] != ':')
+		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
+	for (int i = 0; i < 32; i++) {
+		unsigned v;
+
+		if (sscanf(tok + 5 + 2 * i, "%2x", &v) != 1)
+			return dd_err_set(err, DD_EINVAL,
+					  "resume token is malformed");
+		digest[i] = (uint8_t)v;
+	}
+	*next = strtoull(tok + 5 + 64 + 1, &end, 10);
+	if (*end)
+		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
+	return 0;
+}
+
+int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
+		     char *name, size_t namelen)
 {
 	struct dd_partial pa = {0};
 	int rc = dd_partial_find(s, err, &pa);
 
 	if (rc)
 		return rc;
-	if (dd_token_format(buf, len, pa.pa_state.rs_digest,
-			    pa.pa_state.rs_next))
+	if (dd_token_format(buf, len, pa.pa_state.rcs_digest,
+			    pa.pa_state.rcs_next))
 		return dd_err_set(err, DD_EINVAL, "token buffer too small");
 	if (name)
 		snprintf(name, namelen, "%s", pa.pa_rec.pr_name);
 	return 0;
 }
 
-int dd_recv_writer_token(const dd_writer *w, char *buf, size_t len)
+int dd_replica_writer_token(const dd_replica_writer *rw, char *buf, size_t len)
 {
-	if (w->w_state != DD_W_SUSPENDED)
+	if (rw->rpw_w->w_state != DD_W_SUSPENDED)
 		return DD_ESTATE;
-	return dd_token_format(buf, len, w->w_final_digest, w->w_blocks);
+	return dd_token_format(buf, len, rw->rpw_final_digest,
+			       rw->rpw_w->w_blocks);
+}
+
+const char *dd_replica_errmsg(const dd_replica_writer *rw)
+{
+	return dd_writer_errmsg(rw ? rw->rpw_w : NULL);
+}
+
+void dd_replica_free(dd_replica_writer *rw)
+{
+	if (!rw)
+		return;
+	dd_writer_free(rw->rpw_w);
+	dd_free(rw->rpw_vbuf);
+	dd_free(rw);
 }
 
 static int dd_partial_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
@@ -486,7 +574,7 @@ static int dd_partial_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 	return 0;
 }
 
-int dd_recv_discard(dd_store *s, dd_err *err)
+int dd_replica_discard(dd_store *s, dd_err *err)
 {
 	uint64_t found = 0, id;
 	int rc = dd_store_lock(s, err);

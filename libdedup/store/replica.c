@@ -5,7 +5,7 @@
  * block map and the DDT stay consistent with each other.  Walking gives
  * each block's hash from the block map alone; only a block the sender
  * carries as DATA is looked up in the DDT and read from its pack
- * (dd_snap_iter_load), so a block already sent costs no random DDT page
+ * (dd_replica_iter_load), so a block already sent costs no random DDT page
  * and no pack read.  Its record is read and checked in full, as a get
  * checks it (header CRC, sizes and hash against the DDT entry, payload
  * decompressed and hashed: block.c), and its payload passed on as stored;
@@ -40,22 +40,22 @@ void dd_replica_trim_map(dd_store *s, uint64_t n)
 	dd_trim_mark = faults;
 }
 
-struct dd_snap_iter {
-	dd_store *it_store;
-	dd_txn *it_txn;
-	dd_bmap_cur *it_cur;
-	dd_scratch it_sc;
-	bool it_started;
-	uint64_t it_idx;          /* the current block */
-	dd_ddt_key it_key;        /* ... its DDT key */
-	uint64_t it_walked;       /* blocks walked, for dd_replica_trim_map */
-	dd_replica_snap it_info;
+struct dd_replica_iter {
+	dd_store *ri_store;
+	dd_txn *ri_txn;
+	dd_bmap_cur *ri_cur;
+	dd_scratch ri_sc;
+	bool ri_started;
+	uint64_t ri_idx;          /* the current block */
+	dd_ddt_key ri_key;        /* ... its DDT key */
+	uint64_t ri_walked;       /* blocks walked, for dd_replica_trim_map */
+	dd_replica_snap ri_info;
 };
 
-int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
-		      const char *name, dd_replica_snap *info)
+int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
+			 const char *name, dd_replica_snap *info)
 {
-	dd_snap_iter *it;
+	dd_replica_iter *it;
 	dd_snap_rec rec;
 	int rc;
 
@@ -67,112 +67,103 @@ int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
 	it = dd_calloc(1, sizeof(*it));
 	if (!it)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	it->it_store = s;
-	rc = dd_scratch_init(&it->it_sc, err, s);
+	it->ri_store = s;
+	rc = dd_scratch_init(&it->ri_sc, err, s);
 	if (!rc)
-		rc = dd_txn_begin(s->st_db, err, false, &it->it_txn);
+		rc = dd_txn_begin(s->st_db, err, false, &it->ri_txn);
 	if (!rc)
-		rc = dd_store_snap_get(s, err, it->it_txn, name, &rec);
+		rc = dd_store_snap_get(s, err, it->ri_txn, name, &rec);
 	if (!rc)
-		rc = dd_bmap_open(it->it_txn, err, rec.sr_id, &it->it_cur);
+		rc = dd_bmap_open(it->ri_txn, err, rec.sr_id, &it->ri_cur);
 	if (rc) {
-		dd_snap_iter_close(it);
+		dd_replica_iter_close(it);
 		return rc;
 	}
-	info->rs_size = rec.sr_size;
-	info->rs_blocks = rec.sr_blocks;
-	info->rs_block_size = rec.sr_block_size;
-	memcpy(info->rs_digest, rec.sr_digest, DD_HASH_SIZE);
-	it->it_info = *info;
+	info->rps_size = rec.sr_size;
+	info->rps_blocks = rec.sr_blocks;
+	info->rps_block_size = rec.sr_block_size;
+	memcpy(info->rps_digest, rec.sr_digest, DD_HASH_SIZE);
+	it->ri_info = *info;
 	*out = it;
 	return 0;
 }
 
-/* The logical size block idx (< the snapshot's block count) has: the
- * last one may be short. */
-static uint32_t dd_snap_iter_lsize(const dd_snap_iter *it, uint64_t idx)
-{
-	uint64_t bs = it->it_info.rs_block_size;
-	uint64_t off = idx * bs;
-
-	return it->it_info.rs_size - off >= bs ? (uint32_t)bs :
-		(uint32_t)(it->it_info.rs_size - off);
-}
-
-int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
-		      uint64_t *idx, dd_replica_blk *blk)
+int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
+			 uint64_t *idx, dd_replica_blk *blk)
 {
 	int rc;
 
-	if (!it->it_started) {
-		it->it_started = true;
-		rc = dd_bmap_seek(it->it_cur, err, from, idx, &it->it_key);
+	if (!it->ri_started) {
+		it->ri_started = true;
+		rc = dd_bmap_seek(it->ri_cur, err, from, idx, &it->ri_key);
 	} else {
-		rc = dd_bmap_next(it->it_cur, err, idx, &it->it_key);
+		rc = dd_bmap_next(it->ri_cur, err, idx, &it->ri_key);
 	}
 	if (rc <= 0)
 		return rc;
 	/* a long walk touches the whole block map and, through
-	 * dd_snap_iter_load, the DDT: keep RSS bounded */
-	dd_replica_trim_map(it->it_store, ++it->it_walked);
+	 * dd_replica_iter_load, the DDT: keep RSS bounded */
+	dd_replica_trim_map(it->ri_store, ++it->ri_walked);
 	/* rs_blocks is the size's block count (checked by the record's
 	 * decoder), so a block before it has bytes in the image */
-	if (*idx >= it->it_info.rs_blocks)
+	if (*idx >= it->ri_info.rps_blocks)
 		return dd_err_set(err, DD_ECORRUPT, "block %llu is past the "
 				  "snapshot's %llu blocks",
 				  (unsigned long long)*idx,
-				  (unsigned long long)it->it_info.rs_blocks);
-	it->it_idx = *idx;
+				  (unsigned long long)it->ri_info.rps_blocks);
+	it->ri_idx = *idx;
 	memset(blk, 0, sizeof(*blk));
-	memcpy(blk->rb_hash, it->it_key.dk_hash, DD_HASH_SIZE);
-	blk->rb_lsize = dd_snap_iter_lsize(it, *idx);
+	memcpy(blk->rpb_hash, it->ri_key.dk_hash, DD_HASH_SIZE);
+	blk->rpb_lsize = dd_block_lsize(it->ri_info.rps_size,
+					it->ri_info.rps_block_size, *idx);
 	return 1;
 }
 
-int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk)
+int dd_replica_iter_load(dd_replica_iter *it, dd_err *err,
+			 dd_replica_blk *blk)
 {
 	dd_ddt_ent ent;
 	int rc;
 
-	rc = dd_ddt_get(it->it_txn, err, &it->it_key, &ent);
+	rc = dd_ddt_get(it->ri_txn, err, &it->ri_key, &ent);
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ECORRUPT,
 				  "block %llu is missing from the ddt",
-				  (unsigned long long)it->it_idx);
+				  (unsigned long long)it->ri_idx);
 	if (rc)
 		return rc;
-	if (ent.de_lsize != blk->rb_lsize)
+	if (ent.de_lsize != blk->rpb_lsize)
 		return dd_err_set(err, DD_ECORRUPT, "block %llu: ddt size %u, "
 				  "the snapshot's block is %u bytes",
-				  (unsigned long long)it->it_idx, ent.de_lsize,
-				  blk->rb_lsize);
+				  (unsigned long long)it->ri_idx, ent.de_lsize,
+				  blk->rpb_lsize);
 	/* the whole checked read, as a get does: a block whose bytes do not
 	 * match its hash stops the stream here, at the sender, not at a
 	 * receiver that may be a file nobody reads until the day of the
 	 * restore.  The payload goes on as stored (never recompressed). */
-	rc = dd_block_read(it->it_store, err, &it->it_sc, &it->it_key, &ent,
-			   it->it_sc.sc_dbuf);
+	rc = dd_block_read(it->ri_store, err, &it->ri_sc, &it->ri_key, &ent,
+			   it->ri_sc.sc_dbuf);
 	if (rc == DD_ECHECKSUM || rc == DD_ECORRUPT) {
 		char where[64];
 
 		snprintf(where, sizeof(where), "block %llu of the snapshot",
-			 (unsigned long long)it->it_idx);
+			 (unsigned long long)it->ri_idx);
 		return dd_err_wrap(err, 0, where, NULL);
 	}
 	if (rc)
 		return rc;
-	blk->rb_codec = ent.de_codec;
-	blk->rb_psize = ent.de_psize;
-	blk->rb_payload = it->it_sc.sc_rbuf + DD_PACK_REC_HDR_SIZE;
+	blk->rpb_codec = ent.de_codec;
+	blk->rpb_psize = ent.de_psize;
+	blk->rpb_payload = it->ri_sc.sc_rbuf + DD_PACK_REC_HDR_SIZE;
 	return 0;
 }
 
-void dd_snap_iter_close(dd_snap_iter *it)
+void dd_replica_iter_close(dd_replica_iter *it)
 {
 	if (!it)
 		return;
-	dd_bmap_close(it->it_cur);
-	dd_txn_abort(it->it_txn);
-	dd_scratch_fini(&it->it_sc);
+	dd_bmap_close(it->ri_cur);
+	dd_txn_abort(it->ri_txn);
+	dd_scratch_fini(&it->ri_sc);
 	dd_free(it);
 }

@@ -19,18 +19,18 @@
 #include "common/err.h"
 
 typedef struct dd_replica_snap {
-	uint64_t rs_size;
-	uint64_t rs_blocks;
-	uint32_t rs_block_size;
-	uint8_t rs_digest[32];
+	uint64_t rps_size;
+	uint64_t rps_blocks;
+	uint32_t rps_block_size;
+	uint8_t rps_digest[32];
 } dd_replica_snap;
 
 typedef struct dd_replica_blk {
-	uint8_t rb_hash[32];
-	uint8_t rb_codec;
-	uint32_t rb_lsize;
-	uint32_t rb_psize;
-	const uint8_t *rb_payload;  /* valid until the next call */
+	uint8_t rpb_hash[32];
+	uint8_t rpb_codec;
+	uint32_t rpb_lsize;
+	uint32_t rpb_psize;
+	const uint8_t *rpb_payload;  /* valid until the next call */
 } dd_replica_blk;
 
 /* Copies a local error into the handle's message (thread-safe); returns
@@ -53,60 +53,72 @@ void dd_replica_trim_map(dd_store *s, uint64_t n);
 
 /* ---- sending ------------------------------------------------------------*/
 
-typedef struct dd_snap_iter dd_snap_iter;
+typedef struct dd_replica_iter dd_replica_iter;
 
 /* Opens snapshot `name` in a read transaction held until close.  Fails
  * with DD_ENOTSUP for a store whose block hash is not SHA-256. */
-int dd_snap_iter_open(dd_snap_iter **out, dd_err *err, dd_store *s,
-		      const char *name, dd_replica_snap *info);
+int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
+			 const char *name, dd_replica_snap *info);
 /* The next stored (non-hole) block at index >= from (first call) or after
  * the last one: 1 with *idx, and blk's hash and lsize (from the block map
  * and the snapshot's size: no DDT lookup), 0 at the end. */
-int dd_snap_iter_next(dd_snap_iter *it, dd_err *err, uint64_t from,
-		      uint64_t *idx, dd_replica_blk *blk);
-/* Completes blk for the block dd_snap_iter_next gave last: codec, psize
+int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
+			 uint64_t *idx, dd_replica_blk *blk);
+/* Completes blk for the block dd_replica_iter_next gave last: codec, psize
  * and the stored payload (valid until the next call), after checking its
  * DDT entry (DD_ECORRUPT if missing or of another size) and its record's
  * header. */
-int dd_snap_iter_load(dd_snap_iter *it, dd_err *err, dd_replica_blk *blk);
-void dd_snap_iter_close(dd_snap_iter *it);
+int dd_replica_iter_load(dd_replica_iter *it, dd_err *err,
+			 dd_replica_blk *blk);
+void dd_replica_iter_close(dd_replica_iter *it);
 
-/* ---- receiving ----------------------------------------------------------*/
+/* ---- receiving (receive.c) ------------------------------------------------*/
 
-/* A writer for snapshot `name` fed block by block in increasing index
+/* A writer of snapshot `name` fed block by block in increasing index
  * order; holes are the indices never given.  DD_EINVAL if block_size is
  * not the store's, DD_ENOTSUP for a store not keyed by SHA-256. */
-int dd_recv_begin(dd_writer **out, dd_err *err, dd_store *s, const char *name,
-		  uint32_t block_size);
+typedef struct dd_replica_writer dd_replica_writer;
+
+int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
+		     const char *name, uint32_t block_size);
 /* Verifies (decompress, SHA-256) then stores or references the block. */
-int dd_recv_put_data(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		     uint8_t codec, uint32_t lsize, uint32_t psize,
-		     const void *payload);
+int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
+			const uint8_t hash[32], uint8_t codec, uint32_t lsize,
+			uint32_t psize, const void *payload);
 /* A block the store must already hold: DD_EFORMAT if it does not. */
-int dd_recv_put_ref(dd_writer *w, uint64_t idx, const uint8_t hash[32],
-		    uint32_t lsize);
+int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
+		       const uint8_t hash[32], uint32_t lsize);
 /* Ends the image at `size` bytes and commits if its content digest equals
  * `digest` (DD_ECHECKSUM otherwise, and nothing becomes visible). */
-int dd_recv_finish(dd_writer *w, uint64_t size, const uint8_t digest[32]);
+int dd_replica_finish(dd_replica_writer *rw, uint64_t size,
+		      const uint8_t digest[32]);
+/* The last error's message. */
+const char *dd_replica_errmsg(const dd_replica_writer *rw);
+/* Aborts (rolling back) unless finished or suspended; NULL is fine. */
+void dd_replica_free(dd_replica_writer *rw);
 
 /* A resumable receive: what arrived is kept when it fails (after
- * dd_recv_suspend) or dies; size and digest are the stream's. */
-int dd_recv_set_resumable(dd_writer *w, uint64_t size,
-			  const uint8_t digest[32]);
+ * dd_replica_suspend) or dies; size and digest are the stream's. */
+int dd_replica_set_resumable(dd_replica_writer *rw, uint64_t size,
+			     const uint8_t digest[32]);
 /* Commits what arrived and keeps it for a resume; then free the writer. */
-int dd_recv_suspend(dd_writer *w);
+int dd_replica_suspend(dd_replica_writer *rw);
 /* Continues the kept receive of the snapshot with this content digest,
  * whose next block must be `from`.  DD_ENOENT if there is none. */
-int dd_recv_resume(dd_writer **out, dd_err *err, dd_store *s,
-		   const uint8_t digest[32], uint64_t from,
-		   uint32_t block_size);
-/* The resume token of the kept receive ("ddr1:<digest>:<next block>")
- * and its name; DD_ENOENT if there is none. */
-int dd_recv_token(dd_store *s, dd_err *err, char *buf, size_t len,
-		  char *name, size_t namelen);
+int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
+		      const uint8_t digest[32], uint64_t from,
+		      uint32_t block_size);
+/* The resume token of the kept receive ("ddr1:<digest>:<next block>",
+ * format/store.md §5) and its name; DD_ENOENT if there is none. */
+int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
+		     char *name, size_t namelen);
 /* The token of this (suspended) receive. */
-int dd_recv_writer_token(const dd_writer *w, char *buf, size_t len);
+int dd_replica_writer_token(const dd_replica_writer *rw, char *buf,
+			    size_t len);
+/* Reads a token back: the content digest and the next block. */
+int dd_replica_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
+			   uint64_t *next);
 /* Drops every kept receive (takes the writer lock). */
-int dd_recv_discard(dd_store *s, dd_err *err);
+int dd_replica_discard(dd_store *s, dd_err *err);
 
 #endif

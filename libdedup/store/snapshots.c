@@ -1,6 +1,6 @@
 /*
- * snapshots.c -- listing, describing and deleting snapshots; the content
- * digest; dropping a snapshot's references.
+ * snapshots.c -- listing, describing and deleting snapshots; dropping a
+ * snapshot's references.
  *
  * Deleting a snapshot and rolling back a killed writer are the same
  * operation (dd_snap_drop_refs): each block-map entry gives back one
@@ -44,53 +44,6 @@ int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
 	struct dd_drop_ctx dc = {txn, err};
 
 	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
-}
-
-/* ---- the content digest (format/store.md §6) -------------------------------*/
-
-struct dd_digest {
-	dd_sha256_ctx *dg_sha;
-};
-
-int dd_digest_new(dd_digest **out, dd_err *err)
-{
-	dd_digest *d = dd_calloc(1, sizeof(*d));
-
-	if (!d || dd_sha256_new(&d->dg_sha) != 0) {
-		dd_free(d);
-		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	}
-	*out = d;
-	return 0;
-}
-
-void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null)
-{
-	static const uint8_t zero[DD_HASH_SIZE];
-
-	dd_sha256_update(d->dg_sha, hash_or_null ? hash_or_null : zero,
-			 DD_HASH_SIZE);
-}
-
-void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
-		     uint8_t out[DD_HASH_SIZE])
-{
-	uint8_t tail[12];
-
-	for (int i = 0; i < 8; i++)
-		tail[i] = (uint8_t)(size >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		tail[8 + i] = (uint8_t)(block_size >> (8 * i));
-	dd_sha256_update(d->dg_sha, tail, sizeof(tail));
-	dd_sha256_final(d->dg_sha, out);
-}
-
-void dd_digest_free(dd_digest *d)
-{
-	if (!d)
-		return;
-	dd_sha256_free(d->dg_sha);
-	dd_free(d);
 }
 
 /* ---- public: list, stat, delete --------------------------------------------*/

@@ -8,21 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/hist.h"
 #include "store/store_internal.h"
-
-static unsigned dd_hist_bucket(uint64_t refcnt)
-{
-	unsigned b = 0;
-
-	while (refcnt >>= 1)
-		b++;
-	return b < DD_HIST_BUCKETS ? b : DD_HIST_BUCKETS - 1;
-}
 
 static int dd_stat_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
 {
 	dd_stat *st = arg;
-	dd_hist_row *row;
 
 	(void)key;
 	if (e->de_refcnt == 0) {
@@ -34,13 +25,7 @@ static int dd_stat_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
 	st->stored_bytes += e->de_psize;
 	st->referenced_blocks += e->de_refcnt;
 	st->referenced_bytes += e->de_refcnt * e->de_lsize;
-	row = &st->hist[dd_hist_bucket(e->de_refcnt)];
-	row->blocks++;
-	row->lsize += e->de_lsize;
-	row->psize += e->de_psize;
-	row->ref_blocks += e->de_refcnt;
-	row->ref_lsize += e->de_refcnt * e->de_lsize;
-	row->ref_psize += e->de_refcnt * e->de_psize;
+	dd_hist_add(st->hist, e->de_refcnt, e->de_lsize, e->de_psize);
 	return 0;
 }
 

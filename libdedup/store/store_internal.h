@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/pool.h"
 #include "catalog/db.h"
+#include "chunk/chunk.h"
 #include "hash/hash.h"
 #include "pack/pack.h"
 #include "store/replica.h"
@@ -219,13 +220,5 @@ int dd_store_snap_walk(dd_store *s, dd_err *err, dd_txn *txn,
 /* Drops every block-map reference of snapshot id (refcount - 1 each) and
  * deletes its map.  Write transaction. */
 int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id);
-
-/* The content digest of a snapshot (format/store.md §6), incrementally. */
-typedef struct dd_digest dd_digest;
-int dd_digest_new(dd_digest **out, dd_err *err);
-void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null);
-void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
-		     uint8_t out[DD_HASH_SIZE]);
-void dd_digest_free(dd_digest *d);
 
 #endif

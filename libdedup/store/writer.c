@@ -1,13 +1,13 @@
 /*
- * writer.c -- writing a snapshot: cut, hash, deduplicate, compress, store.
+ * writer.c -- writing a snapshot: the store's sink of the block pipeline.
  *
- * Data arrives through dd_writer_write into a ring of three batch
- * buffers (4 MiB or 16 blocks, whichever is larger).  Each batch goes
- * through four stages:
+ * Bytes arrive through dd_writer_write, dd_writer_buffer/_produce and
+ * dd_writer_write_file into the block pipeline (chunk/pipeline.h), in
+ * batches of 4 MiB or 16 blocks, whichever is larger, cut into the
+ * store's block size.  The pipeline's stage 1 finds holes and hashes
+ * (two blocks at a time), its stage 3 compresses with the store's
+ * codecs; this file is the stages in between and after:
  *
- *   1. hash     on the pool: SHA-256 per block, two blocks at a time
- *               (dd_hash_pair), and zero blocks found (holes: never
- *               hashed into the DDT);
  *   2. lookup   serial, in the writer's LMDB transaction: each block is a
  *               hole, a reference to a block the DDT holds (refcount + 1),
  *               or new.  A new block gets a PENDING placeholder entry at
@@ -16,35 +16,34 @@
  *               (the batch's own bytes for a placeholder, a checked read
  *               for a stored block); a mismatch tries the next variant of
  *               the key (format/ddt.md §2);
- *   3. compress on the pool, new blocks only -- never compress what the
- *               DDT already holds;
+ *   3. compress on the pool (the pipeline), new blocks only -- never
+ *               compress what the DDT already holds;
  *   4. store    serial: records appended to the active pack, placeholders
  *               replaced by the real location.
  *
- * When batch k is full, one pool job starts that hashes batch k and
- * compresses batch k-1 together, and the caller goes on filling batch k+1
- * meanwhile, so both cores stay busy whether the data is new (compression
- * bound) or known (hash bound).  The next step waits for that job, looks
- * k up, starts the next job, and only then stores k-1 -- on the caller's
- * thread while the pool works (dd_pipeline_step says why that order is
- * safe).  Placeholders are never committed.
+ * One pool job hashes batch k and compresses batch k-1 while the caller
+ * fills batch k+1, so both cores stay busy whether the data is new
+ * (compression bound) or known (hash bound); batch k-2 is stored on the
+ * caller's thread while that job runs (dd_writer_store_late says why
+ * that order is safe).  Placeholders are never committed.  A file range
+ * (dd_writer_write_file) is read by the hash stage, region by region into
+ * a worker's own buffer, and a block the DDT holds already is never
+ * copied into the batch (dd_writer_keep).
  *
  * Commits: every dd_writer_commit_bytes (512 MiB) the pack is synced and the
  * transaction committed, to bound LMDB's dirty pages; the snapshot is still
  * invisible (only a `pend` entry names it, so a crash is rolled back by the
  * next writer, store.c).  dd_writer_commit syncs the pack, then commits the
- * transaction that adds the snapshot record: data before metadata.
+ * transaction that adds the snapshot record: data before metadata.  A
+ * writer fed with blocks instead of bytes (receive.c) has no pipeline and
+ * shares the rest: the DDT, the packs and the commits.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
-#include "chunk/chunk.h"
+#include "chunk/pipeline.h"
 #include "common/alloc.h"
-#include "common/io.h"
 #include "store/replica.h"
 #include "store/writer_internal.h"
 
@@ -60,30 +59,7 @@ int dd_writer_fail(dd_writer *w, int rc)
 	return rc;
 }
 
-/* ---- stage 1: hash -----------------------------------------------------*/
-
-/* Reads bytes [beg, end) of batch b's file range into dst.  A failed or
- * short read (the file shrank) fails the batch: the first one leaves its
- * message, and the lookup stage reports it. */
-static bool dd_read_range(dd_batch *b, uint8_t *dst, size_t beg, size_t end)
-{
-	uint64_t off = b->bt_src_off + (beg - b->bt_src_start);
-	size_t got = 0;
-	dd_err err;
-	int rc = dd_io_pread(&err, b->bt_src_fd, dst, end - beg, off, &got,
-			     "the input");
-
-	if (!rc && got < end - beg)
-		rc = dd_err_set(&err, DD_EIO, "the input ends at offset %llu, "
-				"inside the range given to the writer (did it "
-				"shrink while read?)",
-				(unsigned long long)(off + got));
-	if (!rc)
-		return true;
-	if (atomic_exchange(&b->bt_read_failed, 1) == 0)
-		dd_err_copy(&b->bt_read_err, &err);
-	return false;
-}
+/* ---- stage 1: hash (chunk/pipeline.c) ----------------------------------*/
 
 /* Does the DDT hold this key already?  Then the block is a reference and
  * its bytes are never needed: the lookup stage will find the entry, since
@@ -125,90 +101,35 @@ static void dd_writer_probe_park(dd_writer *w)
 		dd_txn_reset(w->w_probe[i]);
 }
 
-/* Stage 1, first half: block i's size, its bytes found and checked for
- * zeros.  A block that dd_writer_write_file handed over whole is read
- * into `hot`, this worker's buffer that stays in its cache for SHA-256,
- * and is copied into the batch later only if a later stage may need the
- * bytes (dd_hash_keep): most of a changed copy's blocks are never copied
- * at all.  Returns the bytes to hash, or NULL for a hole or a failed
- * read. */
-static const uint8_t *dd_hash_prepare(dd_writer *w, dd_batch *b, size_t i,
-				      uint8_t *hot)
+/* po_keep: block i was read from a file into the worker's buffer and
+ * hashed there.  One the DDT holds already needs no bytes; any other is
+ * copied into the batch for the lookup (verify) and compress stages, so
+ * most of a changed copy's blocks are never copied at all. */
+static bool dd_writer_keep(void *ctx, const dd_pbatch *b, size_t i,
+			   unsigned worker)
 {
-	dd_slot *sl = &b->bt_slot[i];
-	uint8_t *data = b->bt_data + i * w->w_bs;
-	size_t beg = i * w->w_bs, end;
+	dd_writer *w = ctx;
+	const dd_blk *bk = &b->pb_blk[i];
+	dd_ddt_key key = {.dk_variant = 0};
 
-	sl->sl_lsize = (uint32_t)(b->bt_fill - beg < w->w_bs
-					  ? b->bt_fill - beg : w->w_bs);
-	sl->sl_key.dk_variant = 0;
-	sl->sl_rc = 0;
-	sl->sl_nodata = false;
-	sl->sl_kind = DD_SLOT_ZERO; /* holes keep no bytes */
-	end = beg + sl->sl_lsize;
-	if (b->bt_src_fd >= 0 && beg < b->bt_src_end && end > b->bt_src_start) {
-		size_t rb = beg > b->bt_src_start ? beg : b->bt_src_start;
-		size_t re = end < b->bt_src_end ? end : b->bt_src_end;
-
-		/* a block wholly in the file goes to `hot`; one that is part
-		 * memory, part file gets its file part read into place */
-		if (rb == beg && re == end)
-			data = hot;
-		if (!dd_read_range(b, data + (rb - beg), rb, re))
-			return NULL;
-	}
-	if (dd_is_zero(data, sl->sl_lsize))
-		return NULL;
-	sl->sl_kind = DD_SLOT_DUP;
-	return data;
-}
-
-/* Stage 1, second half, for a block hashed from the worker's buffer: one
- * the DDT holds already needs no bytes; any other is copied into the
- * batch for the lookup (verify) and compress stages. */
-static void dd_hash_keep(dd_writer *w, dd_batch *b, size_t i,
-			 unsigned worker, const uint8_t *hot)
-{
-	dd_slot *sl = &b->bt_slot[i];
-
-	if (!w->w_store->st_verify &&
-	    dd_writer_probe(w, &sl->sl_key, worker, b->bt_first + i))
-		sl->sl_nodata = true;
-	else
-		memcpy(b->bt_data + i * w->w_bs, hot, sl->sl_lsize);
-}
-
-/* Stage 1 for blocks 2p and 2p+1: two blocks of the same size are hashed
- * together, their SHA-256 rounds interleaved (dd_hasher_sum2), which on
- * SHA-NI is 1.8 times the speed of one at a time. */
-static void dd_hash_pair(dd_writer *w, dd_batch *b, size_t p, unsigned worker)
-{
-	dd_hasher *h = w->w_store->st_scratch[worker].sc_hasher;
-	size_t first = 2 * p, n = first + 1 < b->bt_nblk ? 2 : 1;
-	const uint8_t *data[2] = { NULL, NULL };
-	uint8_t *hot = w->w_hot[worker];
-	dd_slot *sl = &b->bt_slot[first];
-
-	for (size_t k = 0; k < n; k++)
-		data[k] = dd_hash_prepare(w, b, first + k, hot + k * w->w_bs);
-	if (data[0] && data[1] && sl[0].sl_lsize == sl[1].sl_lsize) {
-		dd_hasher_sum2(h, data[0], data[1], sl[0].sl_lsize,
-			       sl[0].sl_key.dk_hash, sl[1].sl_key.dk_hash);
-	} else {
-		for (size_t k = 0; k < n; k++)
-			if (data[k])
-				dd_hasher_sum(h, data[k], sl[k].sl_lsize,
-					      sl[k].sl_key.dk_hash);
-	}
-	for (size_t k = 0; k < n; k++)
-		if (data[k] && data[k] == hot + k * w->w_bs)
-			dd_hash_keep(w, b, first + k, worker, data[k]);
+	if (w->w_store->st_verify)
+		return true;
+	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
+	return !dd_writer_probe(w, &key, worker, bk->bk_idx);
 }
 
 /* ---- stage 2: lookup ---------------------------------------------------*/
 
-/* Verify mode: is the block of `ent` byte-identical to slot data? */
-static int dd_same_bytes(dd_writer *w, dd_batch *b, const dd_ddt_key *key,
+/* The bytes of block i of batch b. */
+static const uint8_t *dd_writer_bytes(dd_writer *w, unsigned batch, size_t i)
+{
+	const dd_pbatch *b = dd_pipe_batch(w->w_pipe, batch);
+
+	return b->pb_data + b->pb_blk[i].bk_off;
+}
+
+/* Verify mode: is the block of `ent` byte-identical to data? */
+static int dd_same_bytes(dd_writer *w, const dd_ddt_key *key,
 			 const dd_ddt_ent *ent, const uint8_t *data,
 			 uint32_t lsize, bool *same)
 {
@@ -219,11 +140,11 @@ static int dd_same_bytes(dd_writer *w, dd_batch *b, const dd_ddt_key *key,
 		return 0;
 	if (ent->de_flags & DD_DDE_PENDING) {
 		/* a block of this batch or of the one still being stored */
-		const dd_batch *pb = &w->w_batch[ent->de_offset >> 32];
+		const uint8_t *pend = dd_writer_bytes(w,
+				(unsigned)(ent->de_offset >> 32),
+				ent->de_offset & 0xffffffffu);
 
-		*same = !memcmp(pb->bt_data + (ent->de_offset & 0xffffffffu) *
-						     w->w_bs,
-				data, lsize);
+		*same = !memcmp(pend, data, lsize);
 		return 0;
 	}
 	rc = dd_block_read(w->w_store, &w->w_err, &w->w_sc, key, ent,
@@ -238,36 +159,41 @@ static int dd_same_bytes(dd_writer *w, dd_batch *b, const dd_ddt_key *key,
 	return 0;
 }
 
-static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
+/* Block i's DDT entry: a reference taken, or a PENDING placeholder for a
+ * new block (listed for compression).  bk_aux keeps the key's variant. */
+static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i)
 {
-	dd_slot *sl = &b->bt_slot[i];
-	const uint8_t *data = b->bt_data + i * w->w_bs;
+	dd_blk *bk = &b->pb_blk[i];
+	const uint8_t *data = b->pb_data + bk->bk_off;
+	dd_ddt_key key;
 	dd_ddt_ent ent;
 	int rc;
 
+	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
 	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
 		bool same = true;
 
-		sl->sl_key.dk_variant = (uint8_t)v;
-		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
-		if (rc == DD_ENOENT && sl->sl_nodata)
+		key.dk_variant = (uint8_t)v;
+		bk->bk_aux = v;
+		rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
+		if (rc == DD_ENOENT && bk->bk_nodata)
 			/* dd_writer_probe found it: see why it cannot go */
 			return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: "
 					  "a DDT entry vanished while this "
 					  "writer held the lock",
-					  (unsigned long long)(b->bt_first + i));
+					  (unsigned long long)bk->bk_idx);
 		if (rc == DD_ENOENT) {
 			ent = (dd_ddt_ent){
 				.de_flags = DD_DDE_PENDING,
-				/* where the bytes are until stored: ring
-				 * slot of the batch, block in it */
-				.de_offset = (uint64_t)(b - w->w_batch) << 32 | i,
-				.de_lsize = sl->sl_lsize,
+				/* where the bytes are until stored: the
+				 * pipeline's batch, block in it */
+				.de_offset = (uint64_t)b->pb_id << 32 | i,
+				.de_lsize = bk->bk_len,
 				.de_refcnt = 1,
 			};
-			sl->sl_kind = DD_SLOT_NEW;
-			b->bt_new[b->bt_nnew++] = (uint32_t)i;
-			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+			bk->bk_kind = DD_BLK_SINK; /* new */
+			dd_pipe_mark(b, i);
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 		}
 		if (rc)
 			return rc;
@@ -276,22 +202,22 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 			 * (its hash says so), stored under the same key so
 			 * that every snapshot using it reads again */
 			ent.de_flags = DD_DDE_PENDING;
-			ent.de_offset = (uint64_t)(b - w->w_batch) << 32 | i;
-			ent.de_lsize = sl->sl_lsize;
+			ent.de_offset = (uint64_t)b->pb_id << 32 | i;
+			ent.de_lsize = bk->bk_len;
 			ent.de_refcnt++;
-			sl->sl_kind = DD_SLOT_NEW;
-			b->bt_new[b->bt_nnew++] = (uint32_t)i;
-			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+			bk->bk_kind = DD_BLK_SINK; /* new */
+			dd_pipe_mark(b, i);
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 		}
 		if (w->w_store->st_verify) {
-			rc = dd_same_bytes(w, b, &sl->sl_key, &ent, data,
-					   sl->sl_lsize, &same);
+			rc = dd_same_bytes(w, &key, &ent, data, bk->bk_len,
+					   &same);
 			if (rc)
 				return rc;
 		}
 		if (same) {
 			ent.de_refcnt++;
-			return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 		}
 	}
 	return dd_err_set(&w->w_err, DD_ENOSPC,
@@ -299,59 +225,37 @@ static int dd_lookup_slot(dd_writer *w, dd_batch *b, size_t i)
 			  DD_DDT_MAX_VARIANT + 1);
 }
 
-/* The range is read: the batch lets its descriptor go. */
-static void dd_batch_end_range(dd_batch *b)
+/* po_lookup: new blocks are listed for compression. */
+static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 {
-	if (b->bt_src_fd >= 0)
-		dd_io_close(b->bt_src_fd);
-	b->bt_src_fd = -1;
-}
+	dd_writer *w = ctx;
 
-static int dd_lookup_batch(dd_writer *w, dd_batch *b)
-{
-	if (b->bt_src_fd >= 0) {
-		dd_batch_end_range(b); /* the hash stage has read it */
-		if (atomic_load(&b->bt_read_failed))
-			return dd_err_copy(&w->w_err, &b->bt_read_err);
-	}
-	b->bt_nnew = 0;
-	for (size_t i = 0; i < b->bt_nblk; i++) {
-		dd_slot *sl = &b->bt_slot[i];
+	for (size_t i = 0; i < b->pb_nblk; i++) {
+		dd_blk *bk = &b->pb_blk[i];
+		dd_ddt_key key;
 		int rc;
 
-		if (sl->sl_kind == DD_SLOT_ZERO) {
+		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;
 			dd_digest_block(w->w_digest, NULL);
 			continue;
 		}
 		/* lookups touch random DDT pages: keep RSS bounded
 		 * (store/replica.h) */
-		dd_replica_trim_map(w->w_store, b->bt_first + i + 1);
-		rc = dd_lookup_slot(w, b, i);
+		dd_replica_trim_map(w->w_store, bk->bk_idx + 1);
+		rc = dd_lookup_blk(w, b, i);
+		memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
+		key.dk_variant = (uint8_t)bk->bk_aux;
 		if (!rc)
 			rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id,
-					    b->bt_first + i, &sl->sl_key);
+					    bk->bk_idx, &key);
 		if (rc)
 			return rc;
-		dd_digest_block(w->w_digest, sl->sl_key.dk_hash);
+		dd_digest_block(w->w_digest, bk->bk_hash);
 	}
+	w->w_blocks += b->pb_nblk;
+	w->w_size += b->pb_bytes;
 	return 0;
-}
-
-/* ---- stage 3: compress -------------------------------------------------*/
-
-static void dd_compress_one(dd_writer *w, dd_batch *b, size_t j,
-			    unsigned worker)
-{
-	uint32_t i = b->bt_new[j];
-	dd_slot *sl = &b->bt_slot[i];
-	dd_err err;
-
-	sl->sl_rc = dd_codec_compress(w->w_store->st_scratch[worker].sc_codec,
-				      &err, b->bt_out + (size_t)i * w->w_stride,
-				      b->bt_data + (size_t)i * w->w_bs,
-				      sl->sl_lsize, &sl->sl_psize,
-				      &sl->sl_codec);
 }
 
 /* ---- stage 4: store ----------------------------------------------------*/
@@ -419,36 +323,36 @@ int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 	return rc;
 }
 
-static int dd_store_slot(dd_writer *w, dd_batch *b, uint32_t i)
+/* Stores the j-th new block of b: its record appended, its placeholder
+ * replaced by the real location. */
+static int dd_store_blk(dd_writer *w, dd_pbatch *b, size_t j)
 {
-	dd_slot *sl = &b->bt_slot[i];
+	dd_blk *bk = &b->pb_blk[b->pb_new[j]];
 	dd_pack_rec rec = {
-		.pr_codec = sl->sl_codec,
-		.pr_lsize = sl->sl_lsize,
-		.pr_psize = sl->sl_psize,
+		.pr_codec = bk->bk_codec,
+		.pr_lsize = bk->bk_len,
+		.pr_psize = bk->bk_psize,
 	};
+	dd_ddt_key key = {.dk_variant = (uint8_t)bk->bk_aux};
 	dd_ddt_ent ent;
 	uint32_t pack;
 	uint64_t off;
 	int rc;
 
-	if (sl->sl_rc)
-		return dd_err_set(&w->w_err, sl->sl_rc,
-				  "compressing block %llu failed",
-				  (unsigned long long)(b->bt_first + i));
-	memcpy(rec.pr_hash, sl->sl_key.dk_hash, DD_HASH_SIZE);
-	rc = dd_writer_append(w, &rec, b->bt_out + (size_t)i * w->w_stride,
-			      &pack, &off);
+	memcpy(rec.pr_hash, bk->bk_hash, DD_HASH_SIZE);
+	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
+	rc = dd_writer_append(w, &rec, dd_pipe_payload(w->w_pipe, b, j), &pack,
+			      &off);
 	if (!rc)
-		rc = dd_ddt_get(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+		rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
 	if (rc)
 		return rc;
 	ent.de_flags &= (uint16_t)~DD_DDE_PENDING;
-	ent.de_codec = sl->sl_codec;
+	ent.de_codec = bk->bk_codec;
 	ent.de_pack = pack;
 	ent.de_offset = off;
-	ent.de_psize = sl->sl_psize;
-	return dd_ddt_put(w->w_txn, &w->w_err, &sl->sl_key, &ent);
+	ent.de_psize = bk->bk_psize;
+	return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
 }
 
 bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks)
@@ -463,8 +367,8 @@ int dd_writer_sync_commit(dd_writer *w, bool reopen)
 	int rc = 0;
 
 	dd_writer_probe_park(w);
-	if (w->w_resumable && w->w_state == DD_W_OPEN)
-		rc = dd_recv_save_state(w);
+	if (w->w_on_commit && w->w_state == DD_W_OPEN)
+		rc = w->w_on_commit(w->w_on_commit_ctx);
 	if (!rc)
 		rc = dd_writer_seal_pack(w);
 	if (rc)
@@ -481,142 +385,79 @@ int dd_writer_sync_commit(dd_writer *w, bool reopen)
 	return rc;
 }
 
-static void dd_writer_pool_release(dd_writer *w)
+/* po_store_late: an intermediate commit must not see placeholders, so at
+ * a commit point the batch is stored and committed before the next batch
+ * is looked up.  Otherwise it waits, and is stored while the pool works:
+ * a block of the next batch that this one holds meets its PENDING
+ * placeholder, takes a reference on it, and storing this batch then
+ * fills in the location. */
+static bool dd_writer_store_late(void *ctx, const dd_pbatch *b)
 {
-	if (w->w_pool_held) {
-		pthread_mutex_unlock(&w->w_store->st_pool_lock);
-		w->w_pool_held = false;
-	}
+	return !dd_writer_commit_due(ctx, b->pb_bytes, b->pb_nblk);
 }
 
-/* The pool job: compress the previous batch's new blocks and hash the
- * current batch, as one parallel-for over both item lists. */
-static void dd_pipeline_job(void *arg, size_t item, unsigned worker)
+/* po_store: stage 4 for a compressed batch, and the commit that is due
+ * after it -- only ever after a batch stored first (dd_writer_store_late
+ * said so): one stored late leaves the count below the mark. */
+static int dd_writer_store(void *ctx, dd_pbatch *b)
 {
-	dd_writer *w = arg;
-
-	if (item < w->w_job_ncomp)
-		dd_compress_one(w, w->w_compressing, item, worker);
-	else
-		dd_hash_pair(w, w->w_hashing, item - w->w_job_ncomp, worker);
-}
-
-static void dd_pipeline_wait(dd_writer *w)
-{
-	if (!w->w_job_running)
-		return;
-	/* the caller has filled its next batch: help instead of idling */
-	dd_pool_join(w->w_store->st_pool);
-	w->w_job_running = false;
-	dd_writer_pool_release(w);
-}
-
-/* Stage 4 for a compressed batch. */
-static int dd_batch_store(dd_writer *w, dd_batch *b)
-{
+	dd_writer *w = ctx;
 	int rc = 0;
 
-	for (size_t j = 0; !rc && j < b->bt_nnew; j++)
-		rc = dd_store_slot(w, b, b->bt_new[j]);
+	for (size_t j = 0; !rc && j < b->pb_nnew; j++)
+		rc = dd_store_blk(w, b, j);
 	if (rc)
 		return rc;
-	w->w_uncommitted += b->bt_fill;
-	w->w_uncommitted_blocks += b->bt_nblk;
-	b->bt_fill = 0;
-	b->bt_nnew = 0;
-	return 0;
-}
-
-/* One step of the pipeline.  Finish the running job (it compressed batch
- * C and hashed batch H); look H up; start the next job (compress H, hash
- * the batch just filled, if any); then store C on this thread while the
- * pool works.  Looking H up before C is stored is safe: a block of H that
- * C holds meets C's PENDING placeholder, takes a reference on it, and
- * storing C then fills in the location.  An intermediate commit must not
- * see placeholders, so at a commit point C is stored and committed before
- * H is looked up.  Then filling moves to C's buffer, free again. */
-static int dd_pipeline_step(dd_writer *w)
-{
-	dd_batch *fill = &w->w_batch[w->w_cur];
-	dd_batch *comp, *hashed;
-	int rc = 0;
-
-	dd_pipeline_wait(w);
-	comp = w->w_compressing;
-	hashed = w->w_hashing;
-	w->w_compressing = NULL;
-	w->w_hashing = NULL;
-	if (comp && dd_writer_commit_due(w, comp->bt_fill, comp->bt_nblk)) {
-		rc = dd_batch_store(w, comp);
-		comp = NULL;
-		if (!rc)
-			rc = dd_writer_sync_commit(w, true);
-	}
-	if (!rc && hashed)
-		rc = dd_lookup_batch(w, hashed);
-	if (rc)
-		return rc;
-	w->w_compressing = hashed;
-	if (fill->bt_fill > 0) {
-		fill->bt_nblk = (fill->bt_fill + w->w_bs - 1) / w->w_bs;
-		fill->bt_first = w->w_blocks;
-		fill->bt_nnew = 0;
-		w->w_blocks += fill->bt_nblk;
-		w->w_size += fill->bt_fill;
-		w->w_hashing = fill;
-		w->w_cur = (w->w_cur + 1) % DD_WRITER_RING;
-	}
-	w->w_job_ncomp = w->w_compressing ? w->w_compressing->bt_nnew : 0;
-	if (w->w_job_ncomp || w->w_hashing) {
-		pthread_mutex_lock(&w->w_store->st_pool_lock);
-		w->w_pool_held = true;
-		dd_pool_start(w->w_store->st_pool, dd_pipeline_job, w,
-			      w->w_job_ncomp + (w->w_hashing
-							? (w->w_hashing->bt_nblk + 1) / 2
-							: 0));
-		w->w_job_running = true;
-	}
-	if (comp)
-		rc = dd_batch_store(w, comp);
+	w->w_uncommitted += b->pb_bytes;
+	w->w_uncommitted_blocks += b->pb_nblk;
+	if (dd_writer_commit_due(w, 0, 0))
+		rc = dd_writer_sync_commit(w, true);
 	return rc;
 }
 
-/* Runs the pipeline until every batch is stored. */
-static int dd_pipeline_drain(dd_writer *w)
-{
-	int rc = 0;
-
-	while (!rc && (w->w_batch[w->w_cur].bt_fill > 0 || w->w_hashing ||
-		       w->w_compressing || w->w_job_running))
-		rc = dd_pipeline_step(w);
-	return rc;
-}
+static const dd_pipe_ops dd_writer_ops = {
+	.po_lookup = dd_writer_lookup,
+	.po_store = dd_writer_store,
+	.po_store_late = dd_writer_store_late,
+	.po_keep = dd_writer_keep,
+};
 
 /* ---- public ------------------------------------------------------------*/
 
-static int dd_batch_alloc(dd_writer *w, dd_batch *b)
+/* The byte pipeline (chunk/pipeline.h) on the store's pool and its
+ * workers' codecs, in batches of 4 MiB or 16 blocks; the probes. */
+static int dd_writer_pipe(dd_writer *w)
 {
-	b->bt_data = dd_malloc(w->w_cap * w->w_bs);
-	b->bt_slot = dd_calloc(w->w_cap, sizeof(*b->bt_slot));
-	b->bt_out = dd_malloc(w->w_cap * w->w_stride);
-	b->bt_new = dd_calloc(w->w_cap, sizeof(*b->bt_new));
-	if (!b->bt_data || !b->bt_slot || !b->bt_out || !b->bt_new)
-		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
-	return 0;
-}
-
-static int dd_writer_alloc_workers(dd_writer *w)
-{
-	w->w_nworkers = w->w_store->st_nscratch;
-	w->w_hot = dd_calloc(w->w_nworkers, sizeof(*w->w_hot));
+	dd_store *s = w->w_store;
+	dd_cutter cut;
+	dd_pipe_cfg cfg = {
+		.pc_pool = s->st_pool,
+		.pc_pool_lock = &s->st_pool_lock,
+		.pc_hash_kind = s->st_hash_kind,
+		.pc_cut = &cut,
+		.pc_ncut = 1,
+		.pc_compress = dd_codec_compress,
+		.pc_zbound = dd_codec_bound(w->w_bs),
+		.pc_zkeep = true,
+		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)w->w_bs
+				    ? DD_WRITER_BATCH_BYTES
+				    : 16 * (size_t)w->w_bs,
+		.pc_bytes = DD_PIPE_BYTES_SOME,
+		.pc_read = DD_PIPE_READ_FAIL,
+		.pc_ops = &dd_writer_ops,
+		.pc_ctx = w,
+		.pc_err = &w->w_err,
+	};
+	w->w_nworkers = s->st_nscratch;
 	w->w_probe = dd_calloc(w->w_nworkers, sizeof(*w->w_probe));
-	if (!w->w_hot || !w->w_probe)
+	w->w_zctx = dd_calloc(w->w_nworkers, sizeof(*w->w_zctx));
+	if (!w->w_probe || !w->w_zctx)
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	for (unsigned i = 0; i < w->w_nworkers; i++)
-		if (!(w->w_hot[i] = dd_malloc(2 * w->w_bs))) /* a pair */
-			return dd_err_set(&w->w_err, DD_ENOMEM,
-					  "out of memory");
-	return 0;
+		w->w_zctx[i] = s->st_scratch[i].sc_codec;
+	cfg.pc_zctx = w->w_zctx;
+	dd_cutter_fixed(&cut, w->w_bs);
+	return dd_pipe_new(&w->w_pipe, &cfg);
 }
 
 /* Ends the probes' read txns: the writer gives up its lock after this. */
@@ -626,15 +467,6 @@ static void dd_writer_probe_end(dd_writer *w)
 		dd_txn_abort(w->w_probe[i]);
 		w->w_probe[i] = NULL;
 	}
-}
-
-static void dd_batch_free(dd_batch *b)
-{
-	dd_batch_end_range(b);
-	dd_free(b->bt_data);
-	dd_free(b->bt_slot);
-	dd_free(b->bt_out);
-	dd_free(b->bt_new);
 }
 
 /* Reserves a snapshot id and records it pending, in its own commit, so a
@@ -716,8 +548,6 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w = dd_calloc(1, sizeof(*w));
 	if (!w)
 		return dd_store_failf(s, DD_ENOMEM, "out of memory");
-	for (int i = 0; i < DD_WRITER_RING; i++)
-		w->w_batch[i].bt_src_fd = -1; /* 0 would be a descriptor */
 	w->w_store = s;
 	w->w_bs = s->st_block_size;
 	w->w_id = resume_id;
@@ -758,14 +588,7 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	rc = dd_writer_open(&w, s, name, 0);
 	if (rc)
 		return rc;
-	w->w_cap = DD_WRITER_BATCH_BYTES / w->w_bs;
-	if (w->w_cap < 16)
-		w->w_cap = 16;
-	w->w_stride = dd_codec_bound(w->w_bs);
-	for (int i = 0; !rc && i < DD_WRITER_RING; i++)
-		rc = dd_batch_alloc(w, &w->w_batch[i]);
-	if (!rc)
-		rc = dd_writer_alloc_workers(w);
+	rc = dd_writer_pipe(w);
 	if (rc) {
 		dd_store_fail(s, &w->w_err);
 		dd_writer_free(w);
@@ -784,7 +607,7 @@ static int dd_writer_check_open(dd_writer *w)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "writer is not open (after an error, commit "
 				  "or abort)");
-	if (w->w_raw)
+	if (!w->w_pipe)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"a receiving writer takes blocks, not bytes"));
 	return 0;
@@ -792,7 +615,6 @@ static int dd_writer_check_open(dd_writer *w)
 
 int dd_writer_buffer(dd_writer *w, void **buf, size_t *len)
 {
-	dd_batch *b;
 	int rc;
 
 	if (!w)
@@ -803,37 +625,27 @@ int dd_writer_buffer(dd_writer *w, void **buf, size_t *len)
 	rc = dd_writer_check_open(w);
 	if (rc)
 		return rc;
-	b = &w->w_batch[w->w_cur];
-	*buf = b->bt_data + b->bt_fill;
-	*len = w->w_cap * w->w_bs - b->bt_fill;
+	dd_pipe_buffer(w->w_pipe, buf, len);
 	return 0;
 }
 
 int dd_writer_produce(dd_writer *w, size_t n)
 {
-	dd_batch *b;
 	int rc;
 
 	rc = dd_writer_check_open(w);
 	if (rc)
 		return rc;
-	b = &w->w_batch[w->w_cur];
-	if (n > w->w_cap * w->w_bs - b->bt_fill)
+	if (n > dd_pipe_room(w->w_pipe))
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"dd_writer_produce: %zu bytes is more than the "
 				"buffer given", n));
-	b->bt_fill += n;
-	if (b->bt_fill == w->w_cap * w->w_bs) {
-		rc = dd_pipeline_step(w);
-		if (rc)
-			return dd_writer_fail(w, rc);
-	}
-	return 0;
+	rc = dd_pipe_produce(w->w_pipe, n);
+	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
 int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 {
-	const uint8_t *p = buf;
 	int rc;
 
 	if (!w)
@@ -842,57 +654,16 @@ int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 						    "NULL buffer"));
 	rc = dd_writer_check_open(w);
-	while (!rc && len > 0) {
-		void *dst;
-		size_t room;
-
-		rc = dd_writer_buffer(w, &dst, &room);
-		if (rc)
-			break;
-		if (room > len)
-			room = len;
-		memcpy(dst, p, room);
-		p += room;
-		len -= room;
-		rc = dd_writer_produce(w, room);
-	}
-	return rc;
+	if (rc)
+		return rc;
+	rc = dd_pipe_write(w->w_pipe, buf, len);
+	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
-/* Reads the batch's pending file range now, on this thread: a batch holds
- * at most one, and the next one does not continue it. */
-static int dd_batch_read_now(dd_writer *w, dd_batch *b)
-{
-	bool ok = dd_read_range(b, b->bt_data + b->bt_src_start,
-				b->bt_src_start, b->bt_src_end);
-
-	dd_batch_end_range(b);
-	return ok ? 0 : dd_err_copy(&w->w_err, &b->bt_read_err);
-}
-
-/* Starts batch b's range at byte bt_fill: the batch keeps a descriptor of
- * its own, so the caller may close fd at once, and remembers the file by
- * device and inode, so that only the same file continues the range. */
-static int dd_batch_start_range(dd_writer *w, dd_batch *b, int fd,
-				const struct stat *st, uint64_t off)
-{
-	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-
-	if (dup < 0)
-		return dd_err_set_errno(&w->w_err, errno, "dd_writer_write_file:"
-					" cannot keep a descriptor of the file");
-	b->bt_src_fd = dup;
-	b->bt_src_dev = st->st_dev;
-	b->bt_src_ino = st->st_ino;
-	b->bt_src_off = off;
-	b->bt_src_start = b->bt_src_end = b->bt_fill;
-	atomic_store(&b->bt_read_failed, 0);
-	return 0;
-}
-
+/* The range goes to the pipeline, whose hash stage reads it on the pool
+ * (chunk/pipeline.c). */
 int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 {
-	struct stat st;
 	int rc;
 
 	rc = dd_writer_check_open(w);
@@ -901,32 +672,8 @@ int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 	if (fd < 0 || off > INT64_MAX || len > INT64_MAX - off)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"dd_writer_write_file: bad descriptor or range"));
-	if (fstat(fd, &st) != 0)
-		return dd_writer_fail(w, dd_err_set_errno(&w->w_err, errno,
-				"dd_writer_write_file: fstat"));
-	while (len > 0) {
-		dd_batch *b = &w->w_batch[w->w_cur];
-		size_t n = w->w_cap * w->w_bs - b->bt_fill;
-
-		if (b->bt_src_fd >= 0 &&
-		    (b->bt_src_dev != st.st_dev || b->bt_src_ino != st.st_ino ||
-		     b->bt_src_end != b->bt_fill ||
-		     b->bt_src_off + (b->bt_src_end - b->bt_src_start) != off))
-			rc = dd_batch_read_now(w, b);
-		if (!rc && b->bt_src_fd < 0)
-			rc = dd_batch_start_range(w, b, fd, &st, off);
-		if (rc)
-			return dd_writer_fail(w, rc);
-		if (n > len)
-			n = (size_t)len;
-		b->bt_src_end = b->bt_fill + n;
-		off += n;
-		len -= n;
-		rc = dd_writer_produce(w, n);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	rc = dd_pipe_file(w->w_pipe, fd, off, len, "the input");
+	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
 int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
@@ -968,7 +715,7 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 	rc = dd_snap_put(w->w_txn, &w->w_err, w->w_name, &rec);
 	if (!rc)
 		rc = dd_pend_del(w->w_txn, &w->w_err, w->w_id);
-	w->w_resumable = false; /* done: no state to keep */
+	w->w_on_commit = NULL; /* done: no state to keep */
 	if (!rc)
 		rc = dd_writer_sync_commit(w, false);
 	if (rc) {
@@ -990,7 +737,7 @@ int dd_writer_commit(dd_writer *w)
 	rc = dd_writer_check_open(w);
 	if (rc)
 		return rc;
-	rc = dd_pipeline_drain(w);
+	rc = dd_pipe_drain(w->w_pipe);
 	if (!rc)
 		rc = dd_writer_finish(w, NULL);
 	return rc ? dd_writer_fail(w, rc) : 0;
@@ -1003,7 +750,7 @@ void dd_writer_abort(dd_writer *w)
 	if (!w || w->w_state == DD_W_COMMITTED || w->w_state == DD_W_ABORTED ||
 	    w->w_state == DD_W_SUSPENDED)
 		return;
-	dd_pipeline_wait(w);
+	dd_pipe_wait(w->w_pipe);
 	dd_writer_probe_end(w);
 	dd_txn_abort(w->w_txn);
 	w->w_txn = NULL;
@@ -1022,16 +769,12 @@ void dd_writer_free(dd_writer *w)
 		return;
 	if (w->w_state == DD_W_OPEN || w->w_state == DD_W_FAILED)
 		dd_writer_abort(w);
-	for (int i = 0; i < DD_WRITER_RING; i++)
-		dd_batch_free(&w->w_batch[i]);
+	dd_pipe_free(w->w_pipe);
 	dd_writer_probe_end(w);
-	for (unsigned i = 0; w->w_hot && i < w->w_nworkers; i++)
-		dd_free(w->w_hot[i]);
-	dd_free(w->w_hot);
 	dd_free(w->w_probe);
+	dd_free(w->w_zctx);
 	dd_scratch_fini(&w->w_sc);
 	dd_digest_free(w->w_digest);
-	dd_free(w->w_vbuf);
 	dd_free(w);
 }
 

@@ -1,61 +1,29 @@
 /*
  * writer_internal.h -- the snapshot writer's state, shared by writer.c
- * (images written as bytes) and receive.c (images arriving as hashed,
- * compressed blocks from a replication stream).  Only store/ includes it.
+ * (images written as bytes, through the block pipeline) and receive.c,
+ * which wraps a writer fed with hashed, compressed blocks from a
+ * replication stream.  Only store/ includes it.
  */
 #ifndef DD_STORE_WRITER_INTERNAL_H
 #define DD_STORE_WRITER_INTERNAL_H
 
-#include <stdatomic.h>
-#include <sys/types.h>
-
+#include "chunk/pipeline.h"
 #include "store/store_internal.h"
 
 #define DD_WRITER_BATCH_BYTES ((size_t)4 << 20)
-#define DD_WRITER_RING 3
 
-enum { DD_SLOT_ZERO, DD_SLOT_DUP, DD_SLOT_NEW };
 enum {
 	DD_W_OPEN,
 	DD_W_FAILED,
 	DD_W_COMMITTED,
 	DD_W_ABORTED,
-	DD_W_SUSPENDED   /* a resumable receive kept for later (receive.c) */
+	DD_W_SUSPENDED   /* kept for later by its owner (receive.c) */
 };
 
-typedef struct dd_slot {
-	dd_ddt_key sl_key;
-	uint32_t sl_lsize;
-	uint32_t sl_psize;
-	uint8_t sl_kind;
-	uint8_t sl_codec;
-	bool sl_nodata;         /* its bytes never reached bt_data: read from
-				   a file, the DDT held them already */
-	int sl_rc;
-} dd_slot;
-
-typedef struct dd_batch {
-	uint8_t *bt_data;       /* bt_cap blocks of logical bytes */
-	size_t bt_fill;         /* bytes in bt_data */
-	/* dd_writer_write_file: bytes [bt_src_start, bt_src_end) of bt_data
-	 * are read by the hash stage, on the pool, with pread from bt_src_fd
-	 * (the batch's own dup, closed once read) at bt_src_off onwards;
-	 * bt_src_fd is -1 when every byte is in bt_data already.  At most one
-	 * such range per batch, of the file bt_src_dev/bt_src_ino. */
-	int bt_src_fd;
-	dev_t bt_src_dev;
-	ino_t bt_src_ino;
-	uint64_t bt_src_off;
-	size_t bt_src_start, bt_src_end;
-	atomic_int bt_read_failed; /* set once by the first failed pread */
-	dd_err bt_read_err;     /* ...which left its message here */
-	dd_slot *bt_slot;
-	uint8_t *bt_out;        /* compressed payloads, one stride per slot */
-	uint32_t *bt_new;       /* slots of new blocks, in order */
-	size_t bt_nnew;
-	size_t bt_nblk;
-	uint64_t bt_first;      /* image block index of slot 0 */
-} dd_batch;
+/* Runs at every commit while the writer is open, before the pack is
+ * sealed, in the commit's transaction (w_txn): a resumable receive saves
+ * its state there (receive.c).  Cleared when the writer finishes. */
+typedef int (*dd_writer_hook)(void *ctx);
 
 struct dd_writer {
 	dd_store *w_store;
@@ -67,22 +35,14 @@ struct dd_writer {
 	dd_pack *w_pack;          /* active pack, writable; NULL until needed */
 	uint64_t w_pack_next;     /* meta pack.next */
 	uint32_t w_bs;
-	size_t w_cap;             /* blocks per batch */
-	size_t w_stride;          /* bytes per slot in bt_out */
-	dd_batch w_batch[DD_WRITER_RING];
-	int w_cur;                /* the batch being filled */
-	dd_batch *w_hashing;      /* stage 1 in the running job, or NULL */
-	dd_batch *w_compressing;  /* stage 3 in the running job, or NULL */
-	size_t w_job_ncomp;       /* job items below this compress */
-	bool w_job_running;
-	bool w_pool_held;
+	dd_pipe *w_pipe;          /* bytes in; NULL when fed blocks */
 	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
-	/* dd_writer_write_file, per pool worker (dd_hash_prepare): a buffer
-	 * for two blocks that the bytes are read into, and for the background workers a
-	 * read txn on the DDT, parked at every commit. */
+	/* per pool worker: dd_writer_keep's probes -- for the background
+	 * workers a read txn on the DDT, parked at every commit -- and the
+	 * store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
-	uint8_t **w_hot;
 	dd_txn **w_probe;
+	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
 	uint64_t w_size;
 	uint64_t w_blocks;
@@ -92,11 +52,8 @@ struct dd_writer {
 	uint64_t w_new_bytes;     /* their headers and payloads */
 	uint64_t w_uncommitted;   /* logical bytes since the last commit */
 	uint64_t w_uncommitted_blocks; /* blocks since the last commit */
-	bool w_raw;               /* fed by dd_recv_put_* (receive.c) */
-	uint8_t *w_vbuf;          /* receive, verify mode: the stored copy */
-	bool w_resumable;         /* receive: keep what arrived on failure */
-	uint64_t w_final_size;    /* receive: the size the stream announced */
-	uint8_t w_final_digest[32];
+	dd_writer_hook w_on_commit;
+	void *w_on_commit_ctx;
 };
 
 
@@ -107,9 +64,6 @@ int dd_writer_fail(dd_writer *w, int rc);
  * active pack. */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 		   uint64_t resume_id);
-
-/* receive.c: records a resumable receive's state in its pending entry. */
-int dd_recv_save_state(dd_writer *w);
 
 /* Appends a record to the active pack (rolling over when full). */
 int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,

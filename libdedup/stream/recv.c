@@ -8,8 +8,8 @@
  * whole store.  The snapshot becomes visible only when END checks out and
  * the content digest matches the header's.  Any failure aborts the writer,
  * which rolls back: the store is as it was.  With opts->resumable, a
- * failure instead keeps what arrived (dd_recv_suspend) and the caller can
- * print dd_recv_resume_token for `ddsend -t`.
+ * failure instead keeps what arrived (dd_replica_suspend) and the caller
+ * can print dd_recv_resume_token for `ddsend -t`.
  */
 #include <stdio.h>
 #include <string.h>
@@ -22,7 +22,7 @@ typedef struct dd_receiver {
 	dd_err rv_err;
 	const dd_recv_opts *rv_opts;
 	dd_sdec *rv_dec;
-	dd_writer *rv_w;
+	dd_replica_writer *rv_w;
 	dd_stream_hdr rv_hdr;
 	dd_stream_info rv_info;
 } dd_receiver;
@@ -79,14 +79,14 @@ static int dd_recv_records(dd_receiver *rv)
 		rc = 0;
 		switch (r.sr_type) {
 		case DD_SREC_DATA:
-			rc = dd_recv_put_data(rv->rv_w, r.sr_idx, r.sr_hash,
+			rc = dd_replica_put_data(rv->rv_w, r.sr_idx, r.sr_hash,
 					      r.sr_codec, r.sr_lsize,
 					      r.sr_psize, r.sr_payload);
 			in->data_records++;
 			in->data_bytes += r.sr_psize;
 			break;
 		case DD_SREC_REF:
-			rc = dd_recv_put_ref(rv->rv_w, r.sr_idx, r.sr_hash,
+			rc = dd_replica_put_ref(rv->rv_w, r.sr_idx, r.sr_hash,
 					     r.sr_lsize);
 			in->ref_records++;
 			break;
@@ -104,7 +104,7 @@ static int dd_recv_records(dd_receiver *rv)
 		}
 		if (rc)
 			return dd_err_set_msg(&rv->rv_err, rc,
-					      dd_writer_errmsg(rv->rv_w));
+					      dd_replica_errmsg(rv->rv_w));
 		if ((r.sr_idx & 255) == 0 && (rc = dd_recv_progress(rv, r.sr_idx)))
 			return rc;
 	}
@@ -131,13 +131,13 @@ static int dd_recv_open_writer(dd_receiver *rv, const char *name)
 	int rc;
 
 	if (h->sh_resume_from)
-		return dd_recv_resume(&rv->rv_w, &rv->rv_err, rv->rv_store,
+		return dd_replica_resume(&rv->rv_w, &rv->rv_err, rv->rv_store,
 				      h->sh_digest, h->sh_resume_from,
 				      h->sh_block_size);
-	rc = dd_recv_begin(&rv->rv_w, &rv->rv_err, rv->rv_store, name,
+	rc = dd_replica_begin(&rv->rv_w, &rv->rv_err, rv->rv_store, name,
 			   h->sh_block_size);
 	if (!rc && rv->rv_opts && rv->rv_opts->resumable)
-		rc = dd_recv_set_resumable(rv->rv_w, h->sh_size, h->sh_digest);
+		rc = dd_replica_set_resumable(rv->rv_w, h->sh_size, h->sh_digest);
 	return rc;
 }
 
@@ -163,11 +163,11 @@ static int dd_recv_run(dd_receiver *rv, dd_read_fn fn, void *ctx)
 	if (!rc)
 		rc = dd_recv_records(rv);
 	if (!rc) {
-		rc = dd_recv_finish(rv->rv_w, rv->rv_hdr.sh_size,
+		rc = dd_replica_finish(rv->rv_w, rv->rv_hdr.sh_size,
 				    rv->rv_hdr.sh_digest);
 		if (rc)
 			dd_err_set_msg(&rv->rv_err, rc,
-				       dd_writer_errmsg(rv->rv_w));
+				       dd_replica_errmsg(rv->rv_w));
 	}
 	rv->rv_info.stream_bytes = dd_sdec_bytes(rv->rv_dec);
 	return rc;
@@ -192,10 +192,10 @@ int dd_recv(dd_store *s, const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 	/* resumable: keep what arrived; the error stands, and the token
 	 * (dd_recv_resume_token) says where to resume */
 	if (rc && rv.rv_w && opts && opts->resumable &&
-	    dd_recv_suspend(rv.rv_w) == 0)
-		dd_recv_writer_token(rv.rv_w, rv.rv_info.resume_token,
+	    dd_replica_suspend(rv.rv_w) == 0)
+		dd_replica_writer_token(rv.rv_w, rv.rv_info.resume_token,
 				     sizeof(rv.rv_info.resume_token));
-	dd_writer_free(rv.rv_w); /* aborts, rolling back, unless done/kept */
+	dd_replica_free(rv.rv_w); /* aborts, rolling back, unless done/kept */
 	dd_sdec_free(rv.rv_dec);
 	if (info)
 		*info = rv.rv_info;
@@ -208,7 +208,7 @@ int dd_recv_abort_partial(dd_store *s)
 
 	if (!s)
 		return DD_EINVAL;
-	return dd_recv_discard(s, &err) ? dd_store_fail(s, &err) : 0;
+	return dd_replica_discard(s, &err) ? dd_store_fail(s, &err) : 0;
 }
 
 int dd_recv_resume_token(dd_store *s, char *buf, size_t len)
@@ -218,6 +218,6 @@ int dd_recv_resume_token(dd_store *s, char *buf, size_t len)
 	if (!s || !buf || !len)
 		return s ? dd_store_failf(s, DD_EINVAL, "dd_recv_resume_token: "
 					  "no buffer") : DD_EINVAL;
-	return dd_recv_token(s, &err, buf, len, NULL, 0)
+	return dd_replica_token(s, &err, buf, len, NULL, 0)
 		       ? dd_store_fail(s, &err) : 0;
 }

@@ -10,43 +10,19 @@
  * The table is asked first, from the block map's hash alone: only DATA
  * blocks are looked up in the DDT and read from their pack.
  *
- * A resume token (format/stream.md §10.3) names the snapshot's content
- * digest and the first block the receiver lacks; the stream then starts
- * there, with REFs for blocks carried before that point resolved by the
- * receiver's store, which holds them.
+ * A resume token (format/stream.md §10.3; written and read by
+ * store/receive.c) names the snapshot's content digest and the first
+ * block the receiver lacks; the stream then starts there, with REFs for
+ * blocks carried before that point resolved by the receiver's store,
+ * which holds them.
  */
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/hmap.h"
 #include "hash/hash.h"
 #include "store/replica.h"
 #include "stream/stream.h"
-
-/* Parses "ddr1:<64 hex digest>:<next block>". */
-static int dd_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
-			  uint64_t *next)
-{
-	char *end;
-
-	if (strncmp(tok, "ddr1:", 5) != 0 || strlen(tok) < 5 + 64 + 2 ||
-	    tok[5 + 64] != ':')
-		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-
-		if (sscanf(tok + 5 + 2 * i, "%2x", &v) != 1)
-			return dd_err_set(err, DD_EINVAL,
-					  "resume token is malformed");
-		digest[i] = (uint8_t)v;
-	}
-	*next = strtoull(tok + 5 + 64 + 1, &end, 10);
-	if (*end)
-		return dd_err_set(err, DD_EINVAL, "resume token is malformed");
-	return 0;
-}
 
 /* "NAME", "@NAME" and "STORE@NAME" all name snapshot NAME. */
 static const char *dd_base_name(const char *base)
@@ -60,7 +36,7 @@ typedef struct dd_sender {
 	dd_store *sd_store;
 	dd_err sd_err;
 	const dd_send_opts *sd_opts;
-	dd_snap_iter *sd_it;
+	dd_replica_iter *sd_it;
 	dd_hmap *sd_sent;
 	dd_senc *sd_enc;
 	dd_stream_hdr sd_hdr;
@@ -69,26 +45,26 @@ typedef struct dd_sender {
 /* Every block of the base goes in the table: the receiver holds them. */
 static int dd_send_seed_base(dd_sender *sd, const char *base)
 {
-	dd_snap_iter *bit;
+	dd_replica_iter *bit;
 	dd_replica_snap binfo;
 	dd_replica_blk blk;
 	uint64_t idx;
-	int rc = dd_snap_iter_open(&bit, &sd->sd_err, sd->sd_store, base,
-				   &binfo);
+	int rc = dd_replica_iter_open(&bit, &sd->sd_err, sd->sd_store, base,
+				      &binfo);
 
 	if (rc)
 		return rc;
-	if (binfo.rs_block_size != sd->sd_hdr.sh_block_size)
+	if (binfo.rps_block_size != sd->sd_hdr.sh_block_size)
 		rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 				"base '%s' has another block size", base);
-	while (!rc && (rc = dd_snap_iter_next(bit, &sd->sd_err, 0, &idx,
-					      &blk)) == 1)
-		rc = dd_hmap_put(sd->sd_sent, &sd->sd_err, blk.rb_hash, idx);
-	dd_snap_iter_close(bit);
+	while (!rc && (rc = dd_replica_iter_next(bit, &sd->sd_err, 0, &idx,
+						 &blk)) == 1)
+		rc = dd_hmap_put(sd->sd_sent, &sd->sd_err, blk.rpb_hash, idx);
+	dd_replica_iter_close(bit);
 	if (rc < 0)
 		return rc;
 	snprintf(sd->sd_hdr.sh_base, sizeof(sd->sd_hdr.sh_base), "%s", base);
-	memcpy(sd->sd_hdr.sh_base_digest, binfo.rs_digest, 32);
+	memcpy(sd->sd_hdr.sh_base_digest, binfo.rps_digest, 32);
 	sd->sd_hdr.sh_flags |= DD_SH_INCREMENTAL;
 	return 0;
 }
@@ -115,26 +91,26 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 	dd_err *err = &sd->sd_err;
 	int rc;
 
-	while ((rc = dd_snap_iter_next(sd->sd_it, err, from, &idx,
-				       &blk)) == 1) {
+	while ((rc = dd_replica_iter_next(sd->sd_it, err, from, &idx,
+					  &blk)) == 1) {
 		rc = idx > next ? dd_senc_zero(sd->sd_enc, err, next, idx - next)
 				: 0;
 		if (rc)
 			return rc;
-		rc = dd_hmap_get(sd->sd_sent, err, blk.rb_hash, &seen);
+		rc = dd_hmap_get(sd->sd_sent, err, blk.rpb_hash, &seen);
 		if (rc == 0) {
-			rc = dd_senc_ref(sd->sd_enc, err, idx, blk.rb_hash,
-					 blk.rb_lsize);
+			rc = dd_senc_ref(sd->sd_enc, err, idx, blk.rpb_hash,
+					 blk.rpb_lsize);
 		} else if (rc == DD_ENOENT) {
 			/* only now the DDT and the pack: a REF needs neither */
-			rc = dd_snap_iter_load(sd->sd_it, err, &blk);
+			rc = dd_replica_iter_load(sd->sd_it, err, &blk);
 			if (!rc)
 				rc = dd_senc_data(sd->sd_enc, err, idx,
-						  blk.rb_hash, blk.rb_codec,
-						  blk.rb_lsize, blk.rb_psize,
-						  blk.rb_payload);
+						  blk.rpb_hash, blk.rpb_codec,
+						  blk.rpb_lsize, blk.rpb_psize,
+						  blk.rpb_payload);
 			if (!rc)
-				rc = dd_hmap_put(sd->sd_sent, err, blk.rb_hash,
+				rc = dd_hmap_put(sd->sd_sent, err, blk.rpb_hash,
 						 idx);
 		}
 		if (!rc && (idx & 255) == 0)
@@ -160,25 +136,26 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	uint64_t from = 0;
 	int rc;
 
-	rc = dd_snap_iter_open(&sd->sd_it, &sd->sd_err, sd->sd_store, name,
-			       &info);
+	rc = dd_replica_iter_open(&sd->sd_it, &sd->sd_err, sd->sd_store, name,
+				  &info);
 	if (rc)
 		return rc;
 	sd->sd_hdr.sh_version = DD_STREAM_VERSION;
-	sd->sd_hdr.sh_block_size = info.rs_block_size;
+	sd->sd_hdr.sh_block_size = info.rps_block_size;
 	sd->sd_hdr.sh_hash_alg = DD_STREAM_HASH_SHA256;
-	sd->sd_hdr.sh_size = info.rs_size;
-	memcpy(sd->sd_hdr.sh_digest, info.rs_digest, 32);
+	sd->sd_hdr.sh_size = info.rps_size;
+	memcpy(sd->sd_hdr.sh_digest, info.rps_digest, 32);
 	snprintf(sd->sd_hdr.sh_name, sizeof(sd->sd_hdr.sh_name), "%s", name);
 	if (o && o->resume_token) {
 		uint8_t want[32];
 
-		rc = dd_token_parse(&sd->sd_err, o->resume_token, want, &from);
-		if (!rc && memcmp(want, info.rs_digest, 32))
+		rc = dd_replica_token_parse(&sd->sd_err, o->resume_token,
+					    want, &from);
+		if (!rc && memcmp(want, info.rps_digest, 32))
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is for another snapshot "
 					"(content digest differs)");
-		if (!rc && from > info.rs_blocks)
+		if (!rc && from > info.rps_blocks)
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is past the snapshot's end");
 		if (rc)
@@ -194,7 +171,7 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	if (!rc)
 		rc = dd_senc_header(sd->sd_enc, &sd->sd_err, &sd->sd_hdr);
 	if (!rc)
-		rc = dd_send_blocks(sd, from, info.rs_blocks);
+		rc = dd_send_blocks(sd, from, info.rps_blocks);
 	if (!rc)
 		rc = dd_senc_end(sd->sd_enc, &sd->sd_err);
 	return rc;
@@ -218,6 +195,6 @@ int dd_send(dd_store *s, const char *name, const dd_send_opts *opts,
 		rc = dd_err_set(&sd.sd_err, DD_EIO, "internal error %d", rc);
 	dd_senc_free(sd.sd_enc);
 	dd_hmap_free(sd.sd_sent);
-	dd_snap_iter_close(sd.sd_it);
+	dd_replica_iter_close(sd.sd_it);
 	return rc ? dd_store_fail(s, &sd.sd_err) : 0;
 }

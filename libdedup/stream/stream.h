@@ -5,8 +5,18 @@
  * block order, then an END record (format/stream.md).  Every record is
  * framed with its type, length and CRC-32C, so damage is found at the
  * record where it happens; END carries totals and a SHA-256 of every byte
- * before it.  This module knows nothing of stores or LMDB: send.c and
- * recv.c connect it to the store (store/replica.h), raw.c to plain files.
+ * before it.  This module knows nothing of stores or LMDB:
+ *
+ *   senc.c    the record encoder, sdec.c the decoder (this header;
+ *             wire.h holds the rules they share);
+ *   send.c    dd_send: a store's snapshot as a stream (store/replica.h);
+ *   recv.c    dd_recv: a stream into a store, through the receiving
+ *             writer (store/replica.h);
+ *   rsend.c   dd_send_fd: a file or device as a stream, without a store,
+ *             through the block pipeline (chunk/pipeline.h);
+ *   rrecv.c   dd_recv_fd and dd_stream_check: a stream rebuilt into a file
+ *             or device, or only checked;
+ *   rawio.c   what rsend.c and rrecv.c share: fd callbacks, codecs.
  */
 #ifndef DD_STREAM_STREAM_H
 #define DD_STREAM_STREAM_H
@@ -116,12 +126,19 @@ uint64_t dd_sdec_bytes(const dd_sdec *d);
  * the END record" otherwise).  Reads at most one more byte. */
 int dd_sdec_expect_eof(dd_sdec *d, dd_err *err);
 
-/* ---- store-less streams (raw.c) --------------------------------------------*/
+/* ---- store-less streams (rrecv.c, rawio.c) --------------------------------*/
 
 /* dd_stream_check, also returning the number of REF records that name a
  * block not carried earlier in the stream (allowed in incremental and
  * resumed streams: the receiver holds them). */
 int dd_stream_check_ex(const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 		       dd_stream_info *info, uint64_t *base_refs);
+
+/* n codec contexts of one codec and level, one per pool worker; on
+ * failure the codec's code, with a message in err. */
+typedef struct dd_codec_ctx dd_codec_ctx;
+int dd_raw_codecs(dd_codec_ctx ***out, dd_err *err, unsigned n, int codec,
+		  int level);
+void dd_raw_codecs_free(dd_codec_ctx **c, unsigned n);
 
 #endif

@@ -1,6 +1,11 @@
 /*
  * test_chunk.c -- chunk/: zero-block detection on every length, alignment
- * and position of a single non-zero byte; block-size rules.
+ * and position of a single non-zero byte; block-size rules; the content
+ * digest; the block pipeline (pipeline.h): cut points, zero blocks and
+ * hashes -- checked against SHA-256 from libcrypto -- of buffers, files
+ * and pipes, short last blocks, several block sizes at once, a cutter of
+ * varying lengths, files that shrink or fail to read, and the order in
+ * which a sink sees its batches.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,11 +13,20 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "dedup.h"
 #include "chunk/chunk.h"
+#include "chunk/pipeline.h"
+#include "common/faults.h"
 
 static void test_is_zero_exhaustive(void **state)
 {
@@ -102,13 +116,780 @@ static void test_block_size(void **state)
 			 (UINT64_MAX >> 20) + 1);
 }
 
+static void test_block_lsize(void **state)
+{
+	(void)state;
+	assert_int_equal(dd_block_lsize(8192, 4096, 0), 4096);
+	assert_int_equal(dd_block_lsize(8192, 4096, 1), 4096);
+	assert_int_equal(dd_block_lsize(8193, 4096, 2), 1);
+	assert_int_equal(dd_block_lsize(100, 4096, 0), 100);
+	assert_int_equal(dd_block_lsize(((uint64_t)1 << 40) + 7, 1u << 20,
+					(uint64_t)1 << 20), 7);
+}
+
+/* ---- helpers --------------------------------------------------------------*/
+
+static void ref_sha256(const void *p, size_t n, uint8_t out[32])
+{
+	unsigned len = 0;
+
+	assert_int_equal(EVP_Digest(p, n, out, &len, EVP_sha256(), NULL), 1);
+	assert_int_equal(len, 32);
+}
+
+static uint64_t rng_state = 1;
+
+static uint8_t rng_byte(void)
+{
+	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (uint8_t)(rng_state >> 56);
+}
+
+/* An image of n bytes: random, with the blocks of `bs` listed in zeros
+ * (as block indices, -1 ended) all zero. */
+static uint8_t *make_image(size_t n, uint32_t bs, const long *zeros)
+{
+	uint8_t *p = malloc(n ? n : 1);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = rng_byte() | 1;
+	for (; zeros && *zeros >= 0; zeros++) {
+		size_t off = (size_t)*zeros * bs;
+
+		memset(p + off, 0, n - off < bs ? n - off : bs);
+	}
+	return p;
+}
+
+/* The content digest: SHA-256 over the block hashes, 32 zero bytes for a
+ * hole, then size and block size, little-endian (format/store.md §6). */
+static void test_digest(void **state)
+{
+	uint8_t h1[32], h2[32], out[32], want[32], msg[3 * 32 + 12] = {0};
+	dd_digest *d;
+
+	(void)state;
+	memset(h1, 0x11, 32);
+	memset(h2, 0x22, 32);
+	assert_int_equal(dd_digest_new(&d, NULL), 0);
+	for (int round = 0; round < 2; round++) { /* final resets it */
+		dd_digest_block(d, h1);
+		dd_digest_zeros(d, 1);
+		dd_digest_block(d, h2);
+		dd_digest_final(d, 0x0102030405, 4096, out);
+		memcpy(msg, h1, 32);
+		memcpy(msg + 64, h2, 32);
+		msg[96] = 0x05, msg[97] = 0x04, msg[98] = 0x03, msg[99] = 0x02;
+		msg[100] = 0x01;
+		msg[104 + 1] = 0x10;  /* 4096 = 0x1000 */
+		ref_sha256(msg, sizeof(msg), want);
+		assert_memory_equal(out, want, 32);
+	}
+	/* 300 holes at once, as 300 single ones */
+	for (int i = 0; i < 300; i++)
+		dd_digest_block(d, NULL);
+	dd_digest_final(d, 300 * 4096, 4096, want);
+	dd_digest_zeros(d, 300);
+	dd_digest_final(d, 300 * 4096, 4096, out);
+	assert_memory_equal(out, want, 32);
+	dd_digest_free(d);
+}
+
+/* ---- a sink that records what it is handed --------------------------------*/
+
+typedef struct rec_blk {
+	size_t image;
+	uint64_t idx;
+	uint32_t len;
+	uint8_t cut, kind;
+	bool nodata;
+	uint8_t hash[32];
+	uint8_t *bytes;           /* copy of the batch's bytes, unless nodata */
+} rec_blk;
+
+typedef struct sink {
+	dd_err err;
+	rec_blk *blk;
+	size_t n, cap;
+	size_t image;             /* images so far, as the caller counts */
+	uint64_t last_idx[DD_PIPE_MAX_CUT];
+	int lookups, stores, works;
+	unsigned batches_seen;    /* pb_id sequence, to check the ring order */
+	int order_bad;
+	uint64_t lost;
+	int lost_calls;
+	unsigned keep_every;      /* po_keep: keep every n-th block */
+	bool mark_all;            /* list every data block for stage 3 */
+	uint64_t stored_upto;     /* blocks stored so far */
+	uint64_t looked_upto;
+	dd_pipe *pipe;
+} sink;
+
+static int sink_lookup(void *ctx, dd_pbatch *b)
+{
+	sink *k = ctx;
+
+	k->lookups++;
+	if (b->pb_id != k->batches_seen % DD_PIPE_RING)
+		k->order_bad++;
+	k->batches_seen++;
+	for (size_t i = 0; i < b->pb_nblk; i++) {
+		const dd_blk *bk = &b->pb_blk[i];
+		rec_blk *r;
+
+		if (k->n == k->cap) {
+			k->cap = k->cap ? 2 * k->cap : 256;
+			k->blk = realloc(k->blk, k->cap * sizeof(*k->blk));
+			assert_non_null(k->blk);
+		}
+		r = &k->blk[k->n++];
+		memset(r, 0, sizeof(*r));
+		r->idx = bk->bk_idx;
+		r->len = bk->bk_len;
+		r->cut = bk->bk_cut;
+		r->kind = bk->bk_kind;
+		r->nodata = bk->bk_nodata;
+		memcpy(r->hash, bk->bk_hash, 32);
+		if (!bk->bk_nodata) {
+			r->bytes = malloc(bk->bk_len);
+			assert_non_null(r->bytes);
+			memcpy(r->bytes, b->pb_data + bk->bk_off, bk->bk_len);
+		}
+		if (k->mark_all && bk->bk_kind == DD_BLK_DATA)
+			dd_pipe_mark(b, i);
+	}
+	k->looked_upto += b->pb_nblk;
+	return 0;
+}
+
+/* Stage 3's compressor, for the test: the payload is the block, plus a
+ * mark at its end (pc_zbound has room). */
+static int copy_compress(dd_codec_ctx *c, dd_err *err, void *dst,
+			 const void *src, size_t len, uint32_t *psize,
+			 uint8_t *codec)
+{
+	(void)c;
+	(void)err;
+	memcpy(dst, src, len);
+	((uint8_t *)dst)[len] = 0xfe;
+	*psize = (uint32_t)len + 1;
+	*codec = 0x7e;
+	return 0;
+}
+
+static int sink_store(void *ctx, dd_pbatch *b)
+{
+	sink *k = ctx;
+
+	k->stores++;
+	/* stored in order, after its lookup */
+	if (k->stored_upto + b->pb_nblk > k->looked_upto)
+		k->order_bad++;
+	k->stored_upto += b->pb_nblk;
+	/* each listed block's payload, kept until now */
+	for (size_t j = 0; j < b->pb_nnew; j++) {
+		const dd_blk *bk = &b->pb_blk[b->pb_new[j]];
+		const uint8_t *pay = dd_pipe_payload(k->pipe, b, j);
+
+		k->works++;
+		if (bk->bk_psize != bk->bk_len + 1 || bk->bk_codec != 0x7e ||
+		    memcmp(pay, b->pb_data + bk->bk_off, bk->bk_len) != 0 ||
+		    pay[bk->bk_len] != 0xfe)
+			k->order_bad++;
+	}
+	return 0;
+}
+
+static bool sink_late(void *ctx, const dd_pbatch *b)
+{
+	(void)ctx;
+	return b->pb_id != 1; /* both paths */
+}
+
+static bool sink_keep(void *ctx, const dd_pbatch *b, size_t i, unsigned w)
+{
+	sink *k = ctx;
+
+	(void)w;
+	return k->keep_every && b->pb_blk[i].bk_idx % k->keep_every == 0;
+}
+
+static void sink_lost(void *ctx, const char *label, uint64_t image,
+		      uint64_t bytes, const dd_err *why)
+{
+	sink *k = ctx;
+
+	(void)label;
+	(void)image;
+	assert_true(why->de_code < 0);
+	k->lost += bytes;
+	k->lost_calls++;
+}
+
+static const dd_pipe_ops sink_ops = {
+	.po_lookup = sink_lookup,
+	.po_store = sink_store,
+	.po_store_late = sink_late,
+	.po_keep = sink_keep,
+	.po_lost = sink_lost,
+};
+
+static void sink_free(sink *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->blk[i].bytes);
+	free(k->blk);
+	memset(k, 0, sizeof(*k));
+}
+
+static dd_pool *pool;
+
+static int setup_pool(void **state)
+{
+	(void)state;
+	return dd_pool_new(&pool, 2);
+}
+
+static int teardown_pool(void **state)
+{
+	(void)state;
+	dd_pool_free(pool);
+	return 0;
+}
+
+static dd_codec_ctx *no_ctx[8];
+
+static dd_pipe *new_pipe(sink *k, const dd_cutter *cut, size_t ncut,
+			 size_t batch, int bytes, int readmode)
+{
+	dd_pipe_cfg cfg = {
+		.pc_pool = pool,
+		.pc_hash_kind = DD_HASH_SHA256,
+		.pc_cut = cut,
+		.pc_ncut = ncut,
+		.pc_compress = copy_compress,
+		.pc_zctx = no_ctx,
+		.pc_zbound = 65536 + 1,
+		.pc_zkeep = true,
+		.pc_batch = batch,
+		.pc_bytes = bytes,
+		.pc_read = readmode,
+		.pc_ops = &sink_ops,
+		.pc_ctx = k,
+		.pc_err = &k->err,
+	};
+	dd_pipe *p;
+
+	assert_int_equal(dd_pipe_new(&p, &cfg), 0);
+	k->pipe = p;
+	return p;
+}
+
+/* Every block of image img (n bytes) as cutter c of fixed size bs cuts
+ * it, at k->blk[*at...]: indices, lengths, zero blocks, hashes against
+ * libcrypto, and the bytes when they were kept. */
+static void check_fixed(const sink *k, size_t *at, const uint8_t *img,
+			size_t n, uint32_t bs, uint8_t c)
+{
+	uint64_t nb = dd_block_count(n, bs);
+
+	for (uint64_t i = 0; i < nb; i++) {
+		const rec_blk *r;
+		uint8_t want[32];
+		size_t len = dd_block_lsize(n, bs, i);
+
+		while (*at < k->n && k->blk[*at].cut != c)
+			(*at)++;
+		assert_true(*at < k->n);
+		r = &k->blk[(*at)++];
+		assert_int_equal(r->idx, i);
+		assert_int_equal(r->len, len);
+		if (dd_is_zero(img + i * bs, len)) {
+			assert_int_equal(r->kind, DD_BLK_ZERO);
+			continue;
+		}
+		assert_int_equal(r->kind, DD_BLK_DATA);
+		ref_sha256(img + i * bs, len, want);
+		assert_memory_equal(r->hash, want, 32);
+		if (!r->nodata)
+			assert_memory_equal(r->bytes, img + i * bs, len);
+	}
+}
+
+/* ---- sources --------------------------------------------------------------*/
+
+/* The caller's buffers, in uneven pieces; a short last block; zero
+ * blocks anywhere, the short one too; batches that overlap in the ring. */
+static void test_pipe_buffer(void **state)
+{
+	static const long zeros[] = {0, 3, 4, 17, 40, -1};
+	const size_t n = 40 * 4096 + 1000;
+	uint8_t *img = make_image(n, 4096, zeros);
+	dd_cutter cut;
+	sink k = {.mark_all = true};
+	size_t at = 0, off = 0, step = 1;
+	dd_pipe *p;
+
+	(void)state;
+	dd_cutter_fixed(&cut, 4096);
+	p = new_pipe(&k, &cut, 1, 16384, DD_PIPE_BYTES_ALL, DD_PIPE_READ_FAIL);
+	assert_int_equal(dd_pipe_batch_bytes(p) % 4096, 0);
+	while (off < n) {
+		size_t len = n - off < step ? n - off : step;
+
+		assert_int_equal(dd_pipe_write(p, img + off, len), 0);
+		off += len;
+		step = step * 3 + 1;
+	}
+	assert_int_equal(dd_pipe_drain(p), 0);
+	dd_pipe_free(p);
+	assert_int_equal(k.n, 41);
+	check_fixed(&k, &at, img, n, 4096, 0);
+	assert_int_equal(k.order_bad, 0);
+	assert_int_equal(k.lookups, k.stores);
+	assert_true(k.lookups > DD_PIPE_RING);
+	assert_int_equal(k.works, 41 - 5);
+	/* the zero-copy way: dd_pipe_buffer / dd_pipe_produce */
+	sink_free(&k);
+	p = new_pipe(&k, &cut, 1, 16384, DD_PIPE_BYTES_ALL, DD_PIPE_READ_FAIL);
+	for (off = 0; off < n;) {
+		void *buf;
+		size_t room;
+
+		dd_pipe_buffer(p, &buf, &room);
+		assert_true(room > 0);
+		if (room > n - off)
+			room = n - off;
+		if (room > 5000)
+			room = 5000;
+		memcpy(buf, img + off, room);
+		assert_int_equal(dd_pipe_produce(p, room), 0);
+		off += room;
+	}
+	assert_int_equal(dd_pipe_drain(p), 0);
+	dd_pipe_free(p);
+	at = 0;
+	assert_int_equal(k.n, 41);
+	check_fixed(&k, &at, img, n, 4096, 0);
+	sink_free(&k);
+	free(img);
+}
+
+static char tmpdir[] = "/tmp/test_chunk.XXXXXX";
+
+static int write_tmp(const char *name, const uint8_t *p, size_t n, char *path)
+{
+	int fd;
+
+	snprintf(path, 256, "%s/%s", tmpdir, name);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	return fd;
+}
+
+/* A file handed over as ranges, read on the pool: into the batch
+ * (BYTES_ALL), into the workers' buffers with nothing kept (BYTES_NONE),
+ * and with only what po_keep asks copied (BYTES_SOME); a range that
+ * starts after bytes of memory, and two files one after the other. */
+static void test_pipe_file(void **state)
+{
+	static const long zeros[] = {2, 9, 30, -1};
+	const size_t n = 97 * 4096 + 123;
+	const int modes[] = {DD_PIPE_BYTES_ALL, DD_PIPE_BYTES_NONE,
+			     DD_PIPE_BYTES_SOME};
+	uint8_t *img = make_image(n, 4096, zeros);
+	char path[256];
+	dd_cutter cut;
+	int fd;
+
+	(void)state;
+	fd = write_tmp("f", img, n, path);
+	dd_cutter_fixed(&cut, 4096);
+	for (size_t m = 0; m < 3; m++) {
+		sink k = {.keep_every = 3};
+		size_t at = 0, nodata = 0;
+		dd_pipe *p = new_pipe(&k, &cut, 1, 65536, modes[m],
+				      DD_PIPE_READ_FAIL);
+
+		/* 5000 bytes from memory, then the rest from the file in two
+		 * ranges that continue each other */
+		assert_int_equal(dd_pipe_write(p, img, 5000), 0);
+		assert_int_equal(dd_pipe_file(p, fd, 5000, 200000, "f"), 0);
+		assert_int_equal(dd_pipe_file(p, fd, 205000, n - 205000, "f"),
+				 0);
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		assert_int_equal(k.n, 98);
+		check_fixed(&k, &at, img, n, 4096, 0);
+		for (size_t i = 0; i < k.n; i++) {
+			const rec_blk *r = &k.blk[i];
+
+			nodata += r->nodata;
+			if (modes[m] != DD_PIPE_BYTES_SOME || !r->nodata)
+				continue;
+			/* only blocks po_keep did not want lack bytes */
+			assert_true(r->idx % 3 != 0 || r->kind == DD_BLK_ZERO);
+		}
+		if (modes[m] == DD_PIPE_BYTES_ALL)
+			assert_int_equal(nodata, 0);
+		else  /* all but the first region's, part memory */
+			assert_true(nodata > (modes[m] == DD_PIPE_BYTES_SOME
+					      ? 50 : 80));
+		sink_free(&k);
+	}
+	close(fd);
+	unlink(path);
+	free(img);
+}
+
+/* A step before the batch is full leaves a part of a block uncut: its
+ * bytes, a file range's, go on to the next batch with the cutter. */
+static void test_pipe_early_step(void **state)
+{
+	const size_t n = 5 * 4096 + 10;
+	uint8_t *img = make_image(n, 4096, NULL);
+	char path[256];
+	dd_cutter cut;
+	sink k = {.mark_all = true};
+	size_t at = 0;
+	int fd = write_tmp("e", img, n, path);
+	dd_pipe *p;
+
+	(void)state;
+	dd_cutter_fixed(&cut, 4096);
+	for (int m = 0; m < 2; m++) {
+		p = new_pipe(&k, &cut, 1, 65536, m ? DD_PIPE_BYTES_NONE
+						   : DD_PIPE_BYTES_ALL,
+			     DD_PIPE_READ_FAIL);
+		assert_int_equal(dd_pipe_range(p, fd, 0, 10000, "e"), 0);
+		assert_int_equal(dd_pipe_step(p), 0);
+		assert_int_equal(dd_pipe_range(p, fd, 10000, n - 10000, "e"),
+				 0);
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		at = 0;
+		assert_int_equal(k.n, 6);
+		check_fixed(&k, &at, img, n, 4096, 0);
+		assert_int_equal(k.order_bad, 0);
+		sink_free(&k);
+		k.mark_all = true;
+	}
+	close(fd);
+	unlink(path);
+	free(img);
+}
+
+struct feeder {
+	int fd;
+	const uint8_t *p;
+	size_t n;
+};
+
+static void *feed_pipe(void *arg)
+{
+	struct feeder *f = arg;
+
+	for (size_t off = 0; off < f->n;) {
+		size_t len = f->n - off < 7777 ? f->n - off : 7777;
+		ssize_t w = write(f->fd, f->p + off, len);
+
+		assert_true(w > 0);
+		off += (size_t)w;
+	}
+	close(f->fd);
+	return NULL;
+}
+
+/* A pipe, read by the caller into dd_pipe_buffer as it comes, in short
+ * reads; two images in a row, each cut from its own start. */
+static void test_pipe_pipe(void **state)
+{
+	static const long zeros[] = {1, -1};
+	const size_t n1 = 50 * 8192 + 5, n2 = 8192 * 3;
+	uint8_t *img1 = make_image(n1, 8192, zeros);
+	uint8_t *img2 = make_image(n2, 8192, NULL);
+	const uint8_t *imgs[2] = {img1, img2};
+	const size_t ns[2] = {n1, n2};
+	dd_cutter cut;
+	sink k = {0};
+	size_t at = 0;
+	dd_pipe *p;
+
+	(void)state;
+	dd_cutter_fixed(&cut, 8192);
+	p = new_pipe(&k, &cut, 1, 65536, DD_PIPE_BYTES_ALL, DD_PIPE_READ_FAIL);
+	for (int im = 0; im < 2; im++) {
+		int fds[2];
+		pthread_t t;
+		struct feeder f;
+
+		assert_int_equal(pipe(fds), 0);
+		f = (struct feeder){fds[1], imgs[im], ns[im]};
+		assert_int_equal(pthread_create(&t, NULL, feed_pipe, &f), 0);
+		for (;;) {
+			void *buf;
+			size_t room;
+			ssize_t got;
+
+			dd_pipe_buffer(p, &buf, &room);
+			got = read(fds[0], buf, room);
+			assert_true(got >= 0);
+			if (got == 0)
+				break;
+			assert_int_equal(dd_pipe_produce(p, (size_t)got), 0);
+		}
+		pthread_join(t, NULL);
+		close(fds[0]);
+		assert_int_equal(dd_pipe_end_image(p), 0);
+	}
+	assert_int_equal(dd_pipe_drain(p), 0);
+	dd_pipe_free(p);
+	assert_int_equal(k.n, 51 + 3);
+	check_fixed(&k, &at, img1, n1, 8192, 0);
+	check_fixed(&k, &at, img2, n2, 8192, 0);
+	sink_free(&k);
+	free(img1);
+	free(img2);
+}
+
+/* Several block sizes at once (as dedup scan cuts): every size cuts each
+ * image from its own start, over many small and large images sharing
+ * batches; blocks of each size come in order. */
+static void test_pipe_sizes(void **state)
+{
+	const uint32_t bs[3] = {4096, 16384, 65536};
+	const size_t ns[5] = {1, 70000, 4096, 300001, 65536};
+	uint8_t *imgs[5];
+	dd_cutter cut[3];
+	sink k = {.mark_all = true};
+	size_t at[3] = {0, 0, 0}, total = 0;
+	dd_pipe *p;
+
+	(void)state;
+	for (int c = 0; c < 3; c++)
+		dd_cutter_fixed(&cut[c], bs[c]);
+	p = new_pipe(&k, cut, 3, 262144, DD_PIPE_BYTES_NONE,
+		     DD_PIPE_READ_FAIL);
+	for (int im = 0; im < 5; im++) {
+		static const long z[] = {1, -1};
+
+		imgs[im] = make_image(ns[im], 4096, im == 3 ? z : NULL);
+		assert_int_equal(dd_pipe_write(p, imgs[im], ns[im]), 0);
+		assert_int_equal(dd_pipe_end_image(p), 0);
+	}
+	assert_int_equal(dd_pipe_drain(p), 0);
+	dd_pipe_free(p);
+	for (int im = 0; im < 5; im++) {
+		size_t from[3];
+
+		for (int c = 0; c < 3; c++) {
+			/* each image's blocks of size c, from where the last
+			 * image's ended */
+			from[c] = at[c];
+			check_fixed(&k, &at[c], imgs[im], ns[im], bs[c],
+				    (uint8_t)c);
+			total += at[c] > from[c];
+		}
+		free(imgs[im]);
+	}
+	assert_int_equal(total, 15);
+	assert_int_equal(k.order_bad, 0);
+	sink_free(&k);
+}
+
+/* A content-defined cutter, for the test: a block ends after a byte
+ * 0x2a, or at 3000 bytes; at least 16 bytes. */
+static size_t cut_star(const dd_cutter *c, const uint8_t *data, size_t len,
+		       bool final)
+{
+	for (size_t i = c->cu_min - 1; i < len && i < c->cu_max; i++)
+		if (data[i] == 0x2a || i + 1 == c->cu_max)
+			return i + 1;
+	return final ? (len < c->cu_max ? len : c->cu_max) : 0;
+}
+
+/* Blocks of varying length: cut points found in the bytes, even across
+ * batches (the bytes after a batch's last cut go to the next), from a
+ * buffer and from a file; hashes of blocks of every length. */
+static void test_pipe_varying(void **state)
+{
+	const size_t n = 200000;
+	uint8_t *img = make_image(n, 4096, NULL);
+	dd_cutter cut = {.cu_next = cut_star, .cu_min = 16, .cu_max = 3000,
+			 .cu_reads = true};
+	char path[256];
+	int fd;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++)   /* a cut point every ~256 bytes */
+		if (img[i] == 0x2b)
+			img[i] = 0x2a;
+	memset(img + 50000, 0, 9000);     /* a zero block or two: no 0x2a */
+	fd = write_tmp("v", img, n, path);
+	for (int src = 0; src < 2; src++) {
+		sink k = {0};
+		size_t off = 0;
+		dd_pipe *p = new_pipe(&k, &cut, 1, 8192, DD_PIPE_BYTES_ALL,
+				      DD_PIPE_READ_FAIL);
+
+		if (src == 0)
+			assert_int_equal(dd_pipe_write(p, img, n), 0);
+		else
+			assert_int_equal(dd_pipe_file(p, fd, 0, n, "v"), 0);
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		for (size_t i = 0; i < k.n; i++) {
+			const rec_blk *r = &k.blk[i];
+			size_t want = cut_star(&cut, img + off, n - off, true);
+			uint8_t h[32];
+
+			assert_int_equal(r->idx, i);
+			assert_int_equal(r->len, want);
+			if (dd_is_zero(img + off, want)) {
+				assert_int_equal(r->kind, DD_BLK_ZERO);
+			} else {
+				ref_sha256(img + off, want, h);
+				assert_memory_equal(r->hash, h, 32);
+				assert_memory_equal(r->bytes, img + off, want);
+			}
+			off += want;
+		}
+		assert_int_equal(off, n);
+		assert_true(k.n > 500);
+		sink_free(&k);
+	}
+	close(fd);
+	unlink(path);
+	free(img);
+}
+
+/* A pipeline over file "s" (img, n bytes) that shrinks to 10 blocks and
+ * a byte once handed over (or, with `fault`, fails every read). */
+static int run_damaged(sink *k, const dd_cutter *cut, const uint8_t *img,
+		       size_t n, int bytes, int readmode, bool fault)
+{
+	char path[256];
+	int fd = write_tmp("s", img, n, path);
+	dd_pipe *p = new_pipe(k, cut, 1, 1 << 20, bytes, readmode);
+	int rc;
+
+	assert_int_equal(dd_pipe_file(p, fd, 0, n, "s"), 0);
+	if (fault)
+		dd_fault_arm(DD_FAULT_READ, 1, EIO, 1);
+	else
+		assert_int_equal(ftruncate(fd, 10 * 4096 + 1), 0);
+	rc = dd_pipe_drain(p);
+	dd_fault_disarm_all();
+	dd_pipe_free(p);
+	close(fd);
+	unlink(path);
+	return rc;
+}
+
+/* A file that shrinks after it was handed over: an error that says so
+ * (DD_PIPE_READ_FAIL), or zeros reported through po_lost; a read that
+ * fails: the same. */
+static void test_pipe_short_file(void **state)
+{
+	const size_t n = 40 * 4096, cut_at = 10 * 4096 + 1;
+	uint8_t *img = make_image(n, 4096, NULL);
+	dd_cutter cut;
+	sink k = {0};
+	size_t at = 0;
+
+	(void)state;
+	dd_cutter_fixed(&cut, 4096);
+	assert_int_equal(run_damaged(&k, &cut, img, n, DD_PIPE_BYTES_ALL,
+				     DD_PIPE_READ_FAIL, false), DD_EIO);
+	assert_non_null(strstr(k.err.de_msg, "shrink"));
+	sink_free(&k);
+	assert_int_equal(run_damaged(&k, &cut, img, n, DD_PIPE_BYTES_ALL,
+				     DD_PIPE_READ_ZERO, false), 0);
+	assert_int_equal(k.lost, n - cut_at);
+	assert_int_equal(k.lost_calls, 1);
+	assert_int_equal(k.blk[10].kind, DD_BLK_DATA);
+	assert_int_equal(k.blk[11].kind, DD_BLK_ZERO);
+	memset(img + cut_at, 0, n - cut_at);
+	check_fixed(&k, &at, img, n, 4096, 0);
+	sink_free(&k);
+	/* every read fails */
+	assert_int_equal(run_damaged(&k, &cut, img, n, DD_PIPE_BYTES_NONE,
+				     DD_PIPE_READ_FAIL, true), DD_EIO);
+	sink_free(&k);
+	assert_int_equal(run_damaged(&k, &cut, img, n, DD_PIPE_BYTES_NONE,
+				     DD_PIPE_READ_ZERO, true), 0);
+	assert_int_equal(k.lost, n);
+	assert_int_equal(k.n, 40);
+	for (size_t i = 0; i < k.n; i++)
+		assert_int_equal(k.blk[i].kind, DD_BLK_ZERO);
+	sink_free(&k);
+	free(img);
+}
+
+/* Bad setups are refused: no cutter, a reading cutter beside another,
+ * sizes that do not divide each other, BYTES_SOME without po_keep. */
+static void test_pipe_setup(void **state)
+{
+	dd_cutter c[2];
+	dd_pipe_ops ops = sink_ops;
+	dd_err err = {0};
+	dd_pipe_cfg cfg = {
+		.pc_pool = pool, .pc_hash_kind = DD_HASH_SHA256, .pc_cut = c,
+		.pc_ncut = 0, .pc_batch = 65536, .pc_ops = &ops,
+		.pc_err = &err,
+	};
+	dd_pipe *p;
+
+	(void)state;
+	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	dd_cutter_fixed(&c[0], 4096);
+	dd_cutter_fixed(&c[1], 6144);
+	cfg.pc_ncut = 2;
+	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	c[1] = (dd_cutter){.cu_next = cut_star, .cu_min = 16, .cu_max = 3000,
+			   .cu_reads = true};
+	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	cfg.pc_ncut = 1;
+	cfg.pc_bytes = DD_PIPE_BYTES_SOME;
+	ops.po_keep = NULL;
+	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	ops.po_keep = sink_keep;
+	if (dd_pipe_new(&p, &cfg) != 0)
+		fail_msg("%s", err.de_msg);
+	dd_pipe_free(p);
+}
+
+static int setup_all(void **state)
+{
+	assert_non_null(mkdtemp(tmpdir));
+	return setup_pool(state);
+}
+
+static int teardown_all(void **state)
+{
+	rmdir(tmpdir);
+	return teardown_pool(state);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_is_zero_exhaustive),
 		cmocka_unit_test(test_is_zero_blocks),
 		cmocka_unit_test(test_block_size),
+		cmocka_unit_test(test_block_lsize),
+		cmocka_unit_test(test_digest),
+		cmocka_unit_test(test_pipe_buffer),
+		cmocka_unit_test(test_pipe_file),
+		cmocka_unit_test(test_pipe_early_step),
+		cmocka_unit_test(test_pipe_pipe),
+		cmocka_unit_test(test_pipe_sizes),
+		cmocka_unit_test(test_pipe_varying),
+		cmocka_unit_test(test_pipe_short_file),
+		cmocka_unit_test(test_pipe_setup),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
