@@ -72,6 +72,7 @@
 #include "common/io.h"
 #include "catalog/db_internal.h"
 #include "catalog/lmdb_page.h"
+#include "catalog/guard_internal.h"
 
 /* ---- which pages passed --------------------------------------------------*/
 
@@ -141,7 +142,7 @@ static enum dd_lm_tree_kind lg_kind(int tree)
 		? LM_TREE_FREE : LM_TREE_TABLE;
 }
 
-static int lg_bad(const dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
+int dd_guard_bad(const dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		  const char *what)
 {
 	return dd_db_damage(err, "%s: page %llu of LMDB table "
@@ -232,7 +233,7 @@ static unsigned lg_role(enum dd_lm_tree_kind kind, bool leaf)
  * bytes (`need`; else *out is NULL): a writer's lookups would otherwise
  * fault in leaves LMDB itself reads from its own changed copies.
  */
-static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
+int dd_guard_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		   bool leaf, bool need, const uint8_t **out)
 {
 	dd_db *db = txn->tx_db;
@@ -245,7 +246,7 @@ static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 
 	*out = NULL;
 	if (pgno < 2 || pgno > gs->gs_last_pg)
-		return lg_bad(txn, err, tree, pgno,
+		return dd_guard_bad(txn, err, tree, pgno,
 			      "a page number outside the file");
 	if (!need && lg_memo(db, pgno) == role)
 		return 0;
@@ -261,7 +262,7 @@ static int lg_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 	why = dd_lm_page_verify(pg, db->db_psize, pgno, gs->gs_last_pg, leaf,
 			     kind);
 	if (why)
-		return lg_bad(txn, err, tree, pgno, why);
+		return dd_guard_bad(txn, err, tree, pgno, why);
 	lg_memo_set(db, pgno, role);
 	*out = pg;
 	return 0;
@@ -306,7 +307,7 @@ static int lg_in_range(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 		       r->gf_hi_len) >= 0)) {
 		/* it passed as a page; as a child here it does not */
 		lg_memo_set(txn->tx_db, pgno, 0);
-		return lg_bad(txn, err, tree, pgno, "keys outside the range "
+		return dd_guard_bad(txn, err, tree, pgno, "keys outside the range "
 			      "its parent page sends to it");
 	}
 	return 0;
@@ -324,7 +325,7 @@ static int lg_down(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		bool leaf = l + 1 == cur->gc_depth, exact = false;
 		const uint8_t *pg = NULL;
 		unsigned n, i;
-		int rc = lg_page(txn, err, cur->gc_tree, pgno, leaf,
+		int rc = dd_guard_page(txn, err, cur->gc_tree, pgno, leaf,
 				 !leaf || cur->gc_read_leaf, &pg);
 
 		if (!rc && pg)
@@ -414,7 +415,7 @@ static int lg_step(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur)
 		cur->gc_at = false; /* the last leaf: LMDB's step ends */
 		return 0;
 	}
-	rc = lg_page(txn, err, cur->gc_tree, cur->gc_lv[l].pgno, false, true,
+	rc = dd_guard_page(txn, err, cur->gc_tree, cur->gc_lv[l].pgno, false, true,
 		     &pg);
 	if (rc)
 		return rc;
@@ -433,7 +434,7 @@ static int lg_lowest_below(dd_txn *txn, dd_err *err,
 {
 	struct dd_guard_cur scratch = *at;
 	const uint8_t *pg = NULL;
-	int rc = lg_page(txn, err, at->gc_tree, pgno, false, true, &pg);
+	int rc = dd_guard_page(txn, err, at->gc_tree, pgno, false, true, &pg);
 
 	if (rc)
 		return rc;
@@ -454,7 +455,7 @@ static int lg_neighbours(dd_txn *txn, dd_err *err,
 		unsigned nkids = 0;
 		const uint8_t *pg = NULL;
 
-		rc = lg_page(txn, err, path->gc_tree, up->pgno, false, true,
+		rc = dd_guard_page(txn, err, path->gc_tree, up->pgno, false, true,
 			     &pg);
 		for (unsigned j = up->idx ? up->idx - 1 : 0;
 		     !rc && j <= up->idx + 1 && j < up->nkeys; j++)
@@ -462,7 +463,7 @@ static int lg_neighbours(dd_txn *txn, dd_err *err,
 		for (unsigned k = 0; !rc && k < nkids; k++) {
 			unsigned n;
 
-			rc = lg_page(txn, err, path->gc_tree, kids[k], leaf,
+			rc = dd_guard_page(txn, err, path->gc_tree, kids[k], leaf,
 				     !leaf, &pg);
 			if (rc || leaf)
 				continue;
@@ -612,7 +613,7 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	if (dd_get_le64(hdr) != ov ||
 	    (dd_get_le16(hdr + 10) & LM_P_KINDS) != LM_P_OVERFLOW ||
 	    dd_get_le32(hdr + 12) != need)
-		return lg_bad(txn, err, DD_TREE_FREE, leaf,
+		return dd_guard_bad(txn, err, DD_TREE_FREE, leaf,
 			      "not the overflow run its node names");
 	if (!(list = dd_malloc(dsize)))
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
@@ -624,17 +625,14 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	if (rc)
 		return rc;
 	if (why)
-		return lg_bad(txn, err, DD_TREE_FREE, ov, why);
+		return dd_guard_bad(txn, err, DD_TREE_FREE, ov, why);
 	lg_memo_set(db, ov, lg_role(LM_TREE_FREE, true)); /* its run */
 	return 0;
 }
 
 /* Calls fn for every leaf of tree, left to right, as LMDB's cursor steps
  * onto them; fn's failure, or the walk's, ends it. */
-typedef int (*lg_leaf_fn)(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
-			  void *ctx);
-
-static int lg_walk_leaves(dd_txn *txn, dd_err *err, int tree, lg_leaf_fn fn,
+int dd_guard_walk_leaves(dd_txn *txn, dd_err *err, int tree, dd_guard_leaf_fn fn,
 			  void *ctx)
 {
 	struct dd_guard_cur cur;
@@ -650,180 +648,12 @@ static int lg_walk_leaves(dd_txn *txn, dd_err *err, int tree, lg_leaf_fn fn,
 	return rc;
 }
 
-/* ---- free pages that are in use ----------------------------------------------*/
-
-/*
- * LMDB hands pages on the free list to a writer, which overwrites them.
- * A page number that damage put on the list while the page is still part
- * of a tree would have a writer destroy a live page -- another snapshot's
- * block map, say -- and commit.  So before a write transaction builds on
- * a snapshot, every page the free list names must be used by no tree.
- *
- * The used pages are found through the branch pages alone: a tree's
- * leaves are its bottom branches' children, and libdedup's tables keep no
- * value large enough for overflow pages (the free list's own are marked by
- * its walk).  Branch pages are about one page in a hundred, already read
- * (and cached) by every descent; the leaves are not read.  Done once per
- * snapshot another process committed: a snapshot this process's own
- * write transaction committed is LMDB's work on a checked one.
- */
-struct lg_live {
-	uint8_t *bits;             /* a bit a page: used by a tree */
-	uint64_t npages;
-};
-
-static void lg_live_set(struct lg_live *lv, uint64_t pgno)
-{
-	if (pgno < lv->npages)
-		lv->bits[pgno / 8] |= (uint8_t)(1u << (pgno % 8));
-}
-
-static bool lg_live_has(const struct lg_live *lv, uint64_t pgno)
-{
-	return pgno < lv->npages && (lv->bits[pgno / 8] >> (pgno % 8) & 1);
-}
-
-/* Marks page pgno at `level` of a tree of `depth` levels and, for a
- * branch, what lies below it. */
-static int lg_mark(dd_txn *txn, dd_err *err, struct lg_live *lv, int tree,
-		   uint64_t pgno, unsigned level, unsigned depth)
-{
-	const uint8_t *pg = NULL;
-	uint64_t *kids;
-	unsigned n;
-	int rc;
-
-	lg_live_set(lv, pgno);
-	if (level + 1 >= depth)
-		return 0;            /* a leaf: not read */
-	rc = lg_page(txn, err, tree, pgno, false, true, &pg);
-	if (rc)
-		return rc;
-	n = dd_lm_nkeys(pg);
-	/* the children first: the page's buffer may be reused below */
-	if (!(kids = dd_malloc((n ? n : 1) * sizeof(*kids))))
-		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	for (unsigned i = 0; i < n; i++)
-		kids[i] = dd_lm_node_child(dd_lm_node(pg, i));
-	for (unsigned i = 0; !rc && i < n; i++)
-		rc = lg_mark(txn, err, lv, tree, kids[i], level + 1, depth);
-	dd_free(kids);
-	return rc;
-}
-
-struct lg_free_ctx {
-	struct lg_live *fc_live;
-	uint8_t *fc_list;          /* a record's page list */
-	size_t fc_cap;
-};
-
-/* Every page number of every free-list record of one leaf, against the
- * pages in use. */
-static int lg_free_leaf(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
-			void *ctx)
-{
-	struct lg_free_ctx *fc = ctx;
-	dd_db *db = txn->tx_db;
-	const uint8_t *pg = NULL;
-	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
-	unsigned n = rc ? 0 : dd_lm_nkeys(pg);
-
-	for (unsigned i = 0; !rc && i < n; i++) {
-		const uint8_t *node = dd_lm_node(pg, i);
-		size_t dsize = dd_lm_node_dsize(node);
-		uint64_t count;
-
-		if (dsize > fc->fc_cap) {
-			uint8_t *nl = dd_realloc(fc->fc_list, dsize);
-
-			if (!nl)
-				return dd_err_set(err, DD_ENOMEM, "out of memory");
-			fc->fc_list = nl;
-			fc->fc_cap = dsize;
-		}
-		if (dd_lm_node_flags(node) & LM_F_BIGDATA)
-			rc = dd_io_pread_full(err, db->db_fd, fc->fc_list, dsize,
-					      dd_get_le64(dd_lm_node_key(node) +
-						dd_lm_node_ksize(node)) *
-					      db->db_psize + LM_PAGEHDR,
-					      db->db_file);
-		else
-			memcpy(fc->fc_list, dd_lm_node_key(node) +
-			       dd_lm_node_ksize(node), dsize);
-		/* the list was checked as a list (dd_guard_table) */
-		count = rc ? 0 : dd_get_le64(fc->fc_list);
-		for (uint64_t k = 1; !rc && k <= count && 8 * k < dsize; k++)
-			if (lg_live_has(fc->fc_live,
-					dd_get_le64(fc->fc_list + 8 * k)))
-				rc = lg_bad(txn, err, tree, leaf, "a page on the "
-					    "free list is in use by a table");
-		/* the page buffer may have been reused */
-		if (!rc)
-			rc = lg_page(txn, err, tree, leaf, true, true, &pg);
-	}
-	return rc;
-}
-
-/* Marks the overflow runs of one leaf of the free list. */
-static int lg_mark_overflow(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
-			    void *ctx)
-{
-	struct lg_live *lv = ctx;
-	const uint8_t *pg = NULL;
-	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
-
-	for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
-		const uint8_t *node = dd_lm_node(pg, i);
-		uint64_t ov, need;
-
-		if (!(dd_lm_node_flags(node) & LM_F_BIGDATA))
-			continue;
-		ov = dd_get_le64(dd_lm_node_key(node) + dd_lm_node_ksize(node));
-		need = (LM_PAGEHDR + dd_lm_node_dsize(node) +
-			txn->tx_db->db_psize - 1) / txn->tx_db->db_psize;
-		for (uint64_t k = 0; k < need; k++)
-			lg_live_set(lv, ov + k);
-	}
-	return rc;
-}
-
-static int dd_guard_free_pages(dd_txn *txn, dd_err *err)
-{
-	struct dd_guard_snap *gs = &txn->tx_guard;
-	struct lg_live lv = {.npages = gs->gs_last_pg + 1};
-	int rc = 0;
-
-	lv.bits = dd_calloc(lv.npages / 8 + 1, 1);
-	if (!lv.bits)
-		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	lg_live_set(&lv, 0);
-	lg_live_set(&lv, 1);       /* the meta pages */
-	/* every tree, the free list's own included, and its overflow runs */
-	for (int t = 0; !rc && t < DD_TREE_COUNT; t++) {
-		const struct dd_lm_tree_root *r = &gs->gs_tree[t];
-
-		if (r->root != LM_P_INVALID)
-			rc = lg_mark(txn, err, &lv, t, r->root, 0, r->depth);
-	}
-	if (!rc)
-		rc = lg_walk_leaves(txn, err, DD_TREE_FREE, lg_mark_overflow,
-				    &lv);
-	if (!rc) {
-		struct lg_free_ctx fc = {.fc_live = &lv};
-
-		rc = lg_walk_leaves(txn, err, DD_TREE_FREE, lg_free_leaf, &fc);
-		dd_free(fc.fc_list);
-	}
-	dd_free(lv.bits);
-	return rc;
-}
-
 /* A free-list leaf's overflow records, checked. */
 static int lg_overflow_leaf(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
 			    void *ctx)
 {
 	const uint8_t *pg = NULL;
-	int rc = lg_page(txn, err, tree, leaf, true, true, &pg);
+	int rc = dd_guard_page(txn, err, tree, leaf, true, true, &pg);
 
 	(void)ctx;
 	for (unsigned i = 0; !rc && i < dd_lm_nkeys(pg); i++) {
@@ -834,7 +664,7 @@ static int lg_overflow_leaf(dd_txn *txn, dd_err *err, int tree, uint64_t leaf,
 		rc = lg_overflow_list(txn, err, leaf, node);
 		/* the page buffer may have been reused */
 		if (!rc)
-			rc = lg_page(txn, err, tree, leaf, true, true, &pg);
+			rc = dd_guard_page(txn, err, tree, leaf, true, true, &pg);
 	}
 	return rc;
 }
@@ -856,7 +686,7 @@ int dd_guard_table(dd_txn *txn, dd_err *err, int tree)
 {
 	if (txn->tx_db->db_guard_off)
 		return 0;
-	return lg_walk_leaves(txn, err, tree, tree == DD_TREE_FREE
+	return dd_guard_walk_leaves(txn, err, tree, tree == DD_TREE_FREE
 					      ? lg_overflow_leaf : lg_no_more,
 			      NULL);
 }
@@ -873,7 +703,7 @@ static int lg_record(dd_txn *txn, dd_err *err, int tree, const uint8_t *p)
 	if (db.flags != (tree == DD_TREE_FREE ? 0x08 : 0) ||
 	    (db.root != LM_P_INVALID &&
 	     (db.depth == 0 || db.depth > LM_MAXDEPTH)))
-		return lg_bad(txn, err, tree, 0, "a damaged table record");
+		return dd_guard_bad(txn, err, tree, 0, "a damaged table record");
 	txn->tx_guard.gs_tree[tree].root = db.root;
 	txn->tx_guard.gs_tree[tree].depth = db.root == LM_P_INVALID ? 0
 								     : db.depth;
@@ -962,7 +792,7 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 				  NULL);
 		if (rc || !cur.gc_at)
 			continue;
-		rc = lg_page(txn, err, DD_TREE_MAIN,
+		rc = dd_guard_page(txn, err, DD_TREE_MAIN,
 			     cur.gc_lv[cur.gc_depth - 1].pgno, true, true, &pg);
 		if (rc)
 			break;
@@ -971,7 +801,7 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 			continue; /* not created yet */
 		node = dd_lm_node(pg, i);
 		if (!(dd_lm_node_flags(node) & LM_F_SUBDATA))
-			rc = lg_bad(txn, err, DD_TREE_MAIN,
+			rc = dd_guard_bad(txn, err, DD_TREE_MAIN,
 				    cur.gc_lv[cur.gc_depth - 1].pgno,
 				    "a table name without a table record");
 		else

@@ -168,6 +168,9 @@ typedef struct dd_idset {
 	size_t is_n, is_cap;
 } dd_idset;
 bool dd_idset_has(const dd_idset *set, uint64_t id);
+int dd_idset_add(dd_err *err, dd_idset *set, uint64_t id);
+/* qsort's comparison of two uint64_t ids */
+int dd_id_cmp(const void *a, const void *b);
 
 /* The manifests directory's ids by state (enum dd_manifest_state). */
 typedef struct dd_mfstate {
@@ -175,6 +178,19 @@ typedef struct dd_mfstate {
 } dd_mfstate;
 int dd_mfstate_read(dd_store *s, dd_err *err, dd_mfstate *ms);
 void dd_mfstate_free(dd_mfstate *ms);
+/* Does manifests/ID exist in this state (enum dd_manifest_state)? */
+bool dd_manifest_present(const dd_store *s, uint64_t id, int state);
+
+/* The catalog snapshot with this id, by a walk (used after crashes). */
+int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
+		    char name[DD_NAME_MAX + 1], dd_snap_rec *rec);
+/* The pending writer of snapshot name, by a walk of the few pending. */
+int dd_pend_find_name(dd_txn *txn, dd_err *err, const char *name,
+		      uint64_t *id);
+/* A snapshot record from its manifest header. */
+struct dd_manifest_hdr;
+void dd_snap_rec_from_manifest(dd_snap_rec *rec,
+			       const struct dd_manifest_hdr *h);
 
 /* The writer's commit: manifests/ID.snap from the block map of rec's id as
  * txn sees it (checked against rec's digest), durable and published. */

@@ -1,0 +1,443 @@
+/*
+ * recover.c -- the writer lock, and what its next holder does after a
+ * crash (format/store.md §5, §7).
+ *
+ * The writer lock is flock(2) on STORE/lock, so it dies with its process:
+ * a killed writer never leaves a store locked.  The first holder after a
+ * crash recovers (dd_store_recover): it is the only one allowed to change
+ * anything, so recovery never races a live writer.  The manifests come
+ * first (commit.c): nothing is cut or removed from a store whose catalog
+ * disagrees with them.  Then the pending snapshots of dead writers are
+ * rolled back, the packs gc doomed are reaped once no reader needs them,
+ * pack tails past their committed end are cut and packs no commit
+ * recorded are removed -- never a record a DDT entry names.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/io.h"
+#include "store/manifest.h"
+#include "store/store_internal.h"
+
+/* ---- the writer lock and recovery ---------------------------------------------*/
+
+int dd_store_lock(dd_store *s, dd_err *err)
+{
+	int rc;
+
+	if (s->st_opts.readonly)
+		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
+				  s->st_path);
+	pthread_mutex_lock(&s->st_lock);
+	if (s->st_writer_held) {
+		pthread_mutex_unlock(&s->st_lock);
+		return dd_err_set(err, DD_EBUSY,
+				  "%s: store is busy: this handle has a writer "
+				  "open", s->st_path);
+	}
+	s->st_writer_held = true;
+	pthread_mutex_unlock(&s->st_lock);
+	for (;;) {
+		if (flock(s->st_lockfd,
+			  LOCK_EX | (s->st_opts.wait_for_lock ? 0 : LOCK_NB)) == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		rc = errno == EWOULDBLOCK
+			     ? dd_err_set(err, DD_EBUSY,
+					  "%s: store is busy: another writer "
+					  "holds its lock", s->st_path)
+			     : dd_err_set(err, dd_errno_code(errno),
+					  "%s/lock: %s", s->st_path,
+					  strerror(errno));
+		goto fail;
+	}
+	rc = dd_store_recover(s, err);
+	if (!rc)
+		rc = dd_commit_upgrade(s, err);
+	if (rc) {
+		flock(s->st_lockfd, LOCK_UN);
+		goto fail;
+	}
+	return 0;
+fail:
+	pthread_mutex_lock(&s->st_lock);
+	s->st_writer_held = false;
+	pthread_mutex_unlock(&s->st_lock);
+	return rc;
+}
+
+void dd_store_unlock(dd_store *s)
+{
+	flock(s->st_lockfd, LOCK_UN);
+	pthread_mutex_lock(&s->st_lock);
+	s->st_writer_held = false;
+	pthread_mutex_unlock(&s->st_lock);
+}
+
+/* Pending ids to roll back: every one but a resumable receive's. */
+struct dd_pend_ids {
+	dd_err *pi_err;
+	uint64_t *pi_id;
+	size_t pi_n, pi_cap;
+};
+
+static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_pend_ids *pi = arg;
+
+	if (rec->pr_state_len)
+		return 0;
+	if (pi->pi_n == pi->pi_cap) {
+		size_t n = pi->pi_cap ? pi->pi_cap * 2 : 8;
+		uint64_t *ids = dd_realloc(pi->pi_id, n * sizeof(*ids));
+
+		if (!ids)
+			return dd_err_set(pi->pi_err, DD_ENOMEM, "out of memory");
+		pi->pi_id = ids;
+		pi->pi_cap = n;
+	}
+	pi->pi_id[pi->pi_n++] = id;
+	return 0;
+}
+
+/* Rolls back every snapshot a killed writer left pending, in one
+ * transaction: its references are dropped and its map deleted. */
+static int dd_recover_pending(dd_store *s, dd_err *err)
+{
+	struct dd_pend_ids pi = {err, NULL, 0, 0};
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_pend_walk(txn, err, dd_pend_collect, &pi);
+	for (size_t i = 0; !rc && i < pi.pi_n; i++) {
+		rc = dd_snap_drop_refs(txn, err, pi.pi_id[i]);
+		if (!rc)
+			rc = dd_pend_del(txn, err, pi.pi_id[i]);
+	}
+	if (!rc && pi.pi_n)
+		rc = dd_txn_commit(txn, err);
+	else
+		dd_txn_abort(txn);
+	dd_free(pi.pi_id);
+	return rc;
+}
+
+/* ---- doomed packs ------------------------------------------------------------*/
+
+struct dd_doomed {
+	dd_err *dm_err;
+	uint64_t dm_oldest;       /* reap those doomed at or before this */
+	uint32_t *dm_id;
+	size_t dm_n, dm_cap;
+	bool dm_all;              /* collect all, reapable or not */
+};
+
+static int dd_doomed_collect(void *arg, uint32_t id, uint64_t since)
+{
+	struct dd_doomed *dm = arg;
+
+	if (!dm->dm_all && since > dm->dm_oldest)
+		return 0;
+	if (dm->dm_n == dm->dm_cap) {
+		size_t n = dm->dm_cap ? dm->dm_cap * 2 : 16;
+		uint32_t *ids = dd_realloc(dm->dm_id, n * sizeof(*ids));
+
+		if (!ids)
+			return dd_err_set(dm->dm_err, DD_ENOMEM, "out of memory");
+		dm->dm_id = ids;
+		dm->dm_cap = n;
+	}
+	dm->dm_id[dm->dm_n++] = id;
+	return 0;
+}
+
+int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed)
+{
+	struct dd_doomed dm = {.dm_err = err};
+	dd_txn *txn;
+	int rc = dd_db_oldest_reader(s->st_db, err, &dm.dm_oldest);
+
+	*freed = 0;
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, err, true, &txn);
+	if (rc)
+		return rc;
+	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &dm);
+	for (size_t i = 0; !rc && i < dm.dm_n; i++)
+		rc = dd_packs_del(txn, err, dm.dm_id[i]);
+	if (rc || dm.dm_n == 0) {
+		dd_txn_abort(txn);
+		dd_free(dm.dm_id);
+		return rc;
+	}
+	rc = dd_txn_commit(txn, err);
+	/* forgotten first, unlinked after: a crash in between leaves files
+	 * no record names, which recovery removes */
+	for (size_t i = 0; !rc && i < dm.dm_n; i++) {
+		char name[32];
+		struct stat st;
+
+		dd_pack_name(name, sizeof(name), dm.dm_id[i]);
+		if (fstatat(s->st_packdir, name, &st, 0) == 0)
+			*freed += (uint64_t)st.st_size;
+		unlinkat(s->st_packdir, name, 0);
+	}
+	if (!rc)
+		fsync(s->st_packdir);
+	dd_free(dm.dm_id);
+	return rc;
+}
+
+/* Is pack id doomed (its file must stay)? */
+static bool dd_is_doomed(const struct dd_doomed *dm, uint32_t id)
+{
+	for (size_t i = 0; i < dm->dm_n; i++)
+		if (dm->dm_id[i] == id)
+			return true;
+	return false;
+}
+
+struct dd_live_probe {
+	dd_txn *lp_txn;
+	uint32_t lp_pack;
+	uint64_t lp_from;
+	bool lp_live;
+	uint64_t lp_offset;
+};
+
+static int dd_live_probe_rec(void *ctx, uint64_t offset,
+			     const dd_pack_rec *rec, const void *payload)
+{
+	struct dd_live_probe *lp = ctx;
+	dd_ddt_key key;
+	dd_ddt_ent ent;
+	dd_err e;
+
+	(void)payload;
+	if (offset + DD_PACK_REC_HDR_SIZE + rec->pr_psize <= lp->lp_from)
+		return 0; /* wholly before the cut */
+	memcpy(key.dk_hash, rec->pr_hash, DD_HASH_SIZE);
+	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+		key.dk_variant = (uint8_t)v;
+		if (dd_ddt_get(lp->lp_txn, &e, &key, &ent) != 0)
+			return 0; /* no (more) entries with this hash */
+		if (ent.de_pack == lp->lp_pack && ent.de_offset == offset &&
+		    !(ent.de_flags & DD_DDE_PENDING)) {
+			lp->lp_live = true;
+			lp->lp_offset = offset;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* May recovery cut pack p back to `from` (remove it: from 0)?  Only if
+ * no DDT entry names a record that reaches past it.  A writer or gc that
+ * died before committing left nothing a committed entry names; a
+ * committed end or a packs entry damaged in the LMDB file would, and
+ * destroying live blocks on its word is what recovery must never do:
+ * DD_ECORRUPT then.  The walk reads headers from the pack's start (a
+ * damaged end need not fall on a record) and stops at a torn record (a
+ * killed writer's last one): nothing past it can be named either. */
+static int dd_pack_tail_is_dead(dd_txn *txn, dd_err *err, dd_pack *p,
+				uint64_t from)
+{
+	struct dd_live_probe lp = {.lp_txn = txn, .lp_pack = dd_pack_id(p),
+				   .lp_from = from};
+	dd_err walk_err;
+	char name[16];           /* dd_pack_name's size */
+	int rc = dd_pack_walk_headers(p, &walk_err, dd_live_probe_rec, &lp,
+				      NULL);
+
+	if (lp.lp_live) {
+		dd_pack_name(name, sizeof(name), lp.lp_pack);
+		return dd_err_set(err, DD_ECORRUPT, "pack %s: the store's "
+				  "metadata says it ends at %llu, but a live "
+				  "block is at %llu (damaged metadata: not "
+				  "cutting it; run scrub)", name,
+				  (unsigned long long)from,
+				  (unsigned long long)lp.lp_offset);
+	}
+	if (rc == DD_EIO || rc == DD_ENOMEM)
+		return dd_err_copy(err, &walk_err);
+	return 0;
+}
+
+static int dd_names_pack(void *ctx, const dd_ddt_key *key,
+			 const dd_ddt_ent *ent)
+{
+	(void)key;
+	return ent->de_pack == *(const uint32_t *)ctx &&
+	       !(ent->de_flags & DD_DDE_PENDING);
+}
+
+/* Recovery's check for a pack whose header cannot be read: no committed
+ * DDT entry may name it (one DDT walk; only after such a crash). */
+static int dd_pack_unnamed(dd_txn *txn, dd_err *err, uint32_t id)
+{
+	char name[16];           /* dd_pack_name's size */
+	int rc = dd_ddt_walk(txn, err, dd_names_pack, &id);
+
+	if (rc != 1)
+		return rc;
+	dd_pack_name(name, sizeof(name), id);
+	return dd_err_set(err, DD_ECORRUPT, "pack %s holds live blocks but "
+			  "the store's metadata does not list it and its "
+			  "header is unreadable (damage: not removing it; "
+			  "run scrub)", name);
+}
+
+struct dd_pack_present {
+	dd_store *pp_store;
+	dd_err *pp_err;
+};
+
+static int dd_pack_present(void *arg, uint32_t id, uint64_t end)
+{
+	struct dd_pack_present *pp = arg;
+	char name[16];           /* dd_pack_name's size */
+	struct stat st;
+
+	(void)end;
+	dd_pack_name(name, sizeof(name), id);
+	if (fstatat(pp->pp_store->st_packdir, name, &st, 0) == 0)
+		return 0;
+	if (errno != ENOENT)
+		return dd_err_set_errno(pp->pp_err, errno, "%s", name);
+	return dd_err_set(pp->pp_err, DD_ECORRUPT, "pack %s is in the catalog "
+			  "but not in packs/ (a catalog older than the store, "
+			  "or a lost file): run dedup repair", name);
+}
+
+/* Truncates pack tails past their committed end; removes pack files that
+ * no commit recorded (created by a writer that died before committing).
+ * Neither happens to a pack holding a block the DDT names (metadata
+ * damage): dd_pack_tail_is_dead. */
+static int dd_recover_packs(dd_store *s, dd_err *err)
+{
+	int dfd = dup(s->st_packdir);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct dirent *de;
+	dd_txn *txn;
+	int rc;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return dd_err_set(err, dd_errno_code(errno), "%s/packs: %s",
+				  s->st_path, strerror(errno));
+	}
+	struct dd_doomed doomed = {.dm_err = err, .dm_all = true};
+
+	rc = dd_txn_begin(s->st_db, err, false, &txn);
+	if (rc) {
+		closedir(d);
+		return rc;
+	}
+	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &doomed);
+	/* every pack the catalog records must be there before anything is
+	 * cut: a catalog that lists vanished packs is not one to trust with
+	 * deciding what else is dead */
+	if (!rc)
+		rc = dd_packs_walk(txn, err, dd_pack_present,
+				   &(struct dd_pack_present){s, err});
+	rewinddir(d);
+	while (!rc && (de = readdir(d)) != NULL) {
+		char *end;
+		unsigned long id;
+		uint64_t committed;
+		struct stat st;
+
+		if (strlen(de->d_name) != 13 ||
+		    strcmp(de->d_name + 8, ".pack") != 0)
+			continue;
+		errno = 0;
+		id = strtoul(de->d_name, &end, 16);
+		if (errno || end != de->d_name + 8 || id == 0 ||
+		    id > UINT32_MAX)
+			continue;
+		if (dd_is_doomed(&doomed, (uint32_t)id))
+			continue; /* a reader may still need it */
+		rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
+		if (rc == DD_ENOENT) {
+			dd_pack *p;
+
+			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id,
+					  0);
+			if (!rc) {
+				rc = dd_pack_tail_is_dead(txn, err, p, 0);
+				dd_pack_close(p);
+			} else if (rc == DD_ECORRUPT) {
+				/* no readable header (a writer died before it
+				 * was written): no record to walk, so ask the
+				 * DDT whether any entry names the pack */
+				rc = dd_pack_unnamed(txn, err, (uint32_t)id);
+			}
+			if (!rc && unlinkat(s->st_packdir, de->d_name, 0) != 0)
+				rc = dd_err_set(err, dd_errno_code(errno),
+						"remove %s: %s", de->d_name,
+						strerror(errno));
+			continue;
+		}
+		if (rc)
+			break;
+		if (fstatat(s->st_packdir, de->d_name, &st, 0) != 0) {
+			rc = dd_err_set(err, dd_errno_code(errno), "%s: %s",
+					de->d_name, strerror(errno));
+			break;
+		}
+		if ((uint64_t)st.st_size < committed) {
+			rc = dd_err_set(err, DD_ECORRUPT,
+					"pack %s is %lld bytes, shorter than its "
+					"committed %llu", de->d_name,
+					(long long)st.st_size,
+					(unsigned long long)committed);
+		} else if ((uint64_t)st.st_size > committed) {
+			dd_pack *p = NULL;
+
+			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id, 1);
+			if (!rc)
+				rc = dd_pack_tail_is_dead(txn, err, p, committed);
+			if (!rc)
+				rc = dd_pack_truncate(p, err, committed);
+			dd_pack_close(p);
+		}
+	}
+	dd_txn_abort(txn);
+	closedir(d);
+	dd_free(doomed.dm_id);
+	if (!rc && fsync(s->st_packdir) != 0)
+		rc = dd_err_set(err, dd_errno_code(errno), "sync %s/packs: %s",
+				s->st_path, strerror(errno));
+	return rc;
+}
+
+int dd_store_recover(dd_store *s, dd_err *err)
+{
+	uint64_t freed;
+	/* the manifests first: they say what is committed, and nothing is
+	 * cut or removed from a store whose catalog disagrees with them */
+	int rc = dd_commit_recover(s, err);
+
+	if (!rc)
+		rc = dd_recover_pending(s, err);
+	if (!rc)
+		rc = dd_store_reap(s, err, &freed);
+	if (!rc)
+		rc = dd_recover_packs(s, err);
+	return rc;
+}
+
