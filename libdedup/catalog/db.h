@@ -157,8 +157,9 @@ typedef int (*dd_snap_walk_fn)(void *ctx, const char *name,
 			       const dd_snap_rec *rec);
 int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx);
 
-/* Appends block idx of snapshot id (indices must increase per id: the
- * table is written with MDB_APPEND). */
+/* Adds block idx of snapshot id: indices must increase within a
+ * snapshot (else DD_ECORRUPT), while other snapshots' maps may grow at
+ * the same time.  MDB_APPEND when it is the table's last key. */
 int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
 		   const dd_ddt_key *key);
 

@@ -154,19 +154,37 @@ int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
 {
 	uint8_t kb[DD_BMAP_KEY_SIZE], vb[DD_DDT_KEY_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	dd_bmap_cur *cur = NULL;
+	dd_ddt_key found;
+	uint64_t at = 0;
 	int rc;
 
 	dd_bmap_key(kb, id, idx);
 	memcpy(vb, key->dk_hash, DD_HASH_SIZE);
 	vb[DD_HASH_SIZE] = key->dk_variant;
+	/* the last key of the table: one cheap append (a lone writer's
+	 * case, and the newest snapshot's) */
 	rc = dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, MDB_APPEND,
 			  "block map put");
-	if (rc == DD_EEXIST)
+	if (rc != DD_EEXIST)
+		return rc;
+	/* other snapshots' maps grew past this one (writers side by side):
+	 * an ordinary put, once no entry of this snapshot is at idx or
+	 * above -- within one map the indices only increase */
+	rc = dd_bmap_open(txn, err, id, &cur);
+	if (!rc)
+		rc = dd_bmap_seek(cur, err, idx, &at, &found);
+	dd_bmap_close(cur);
+	if (rc == 1)
 		return dd_db_damage(err,
 				    "block map append out of order (id %llu, "
-				    "block %llu)", (unsigned long long)id,
-				    (unsigned long long)idx);
-	return rc;
+				    "block %llu after block %llu)",
+				    (unsigned long long)id,
+				    (unsigned long long)idx,
+				    (unsigned long long)at);
+	if (rc < 0)
+		return rc;
+	return dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, 0, "block map put");
 }
 
 int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
