@@ -21,12 +21,17 @@
  *  - The library never prints, never calls exit() or abort() on input, and
  *    checks every argument: misuse returns DD_EINVAL.
  *
- * Threads: a dd_store may be shared by several threads.  Readers
- * (dd_reader) are independent handles; use one reader per thread.  A writer
- * (dd_writer) must be used by one thread at a time.  Processes: any number
- * of processes may read one store at any time; one writer at a time (a
- * snapshot writer, dd_snapshot_delete, dd_store_gc) holds the store's writer
- * lock, and a second one gets DD_EBUSY (or waits, see dd_open_opts).
+ * Threads: a dd_store may be shared by several threads, and so may every
+ * operation on it: readers, writers, dd_snapshot_delete and dd_store_gc
+ * run at the same time, from threads of one process and from several
+ * processes.  Each dd_reader and each dd_writer is used by one thread at a
+ * time (one per thread); dd_writer_cancel is the exception.  Writers never
+ * wait for one another to finish: each appends to its own pack and updates
+ * the catalog in short transactions (LMDB takes them one at a time).  A
+ * block two writers store at once is kept once; the spare copy is garbage
+ * that gc reclaims.  What needs the store to itself -- dd_store_repair, a
+ * second dd_store_gc -- gets DD_EBUSY naming the holder, or waits (see
+ * dd_open_opts).
  */
 #ifndef DEDUP_H
 #define DEDUP_H
@@ -109,7 +114,8 @@ typedef struct dd_create_opts {
  * at `threads`; the fields after it take their defaults for them. */
 typedef struct dd_open_opts {
 	unsigned version;     /* DD_OPEN_OPTS_VERSION */
-	int wait_for_lock;    /* writers wait for the lock instead of DD_EBUSY */
+	int wait_for_lock;    /* wait instead of DD_EBUSY while repair has the
+				 store, or (gc) another gc runs */
 	int readonly;         /* refuse every write through this handle */
 	unsigned threads;     /* worker threads for hashing/compression; 0 = cores */
 	/* ---- version 2: block caches (see "block caches" below) ---- */
@@ -123,9 +129,12 @@ typedef struct dd_open_opts {
 	int l2_feed_sequential; /* 0 = the store's setting (default: no);
 				   1 = feed blocks of long sequential reads to
 				   L2 too; -1 = do not */
+	/* ---- version 3 ---- */
+	unsigned lock_timeout_ms; /* with wait_for_lock: DD_EBUSY after this
+				     many milliseconds (0 = wait for ever) */
 } dd_open_opts;
-#define DD_OPEN_OPTS_VERSION 2
-#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0}
+#define DD_OPEN_OPTS_VERSION 3
+#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Creates a new store in directory `path` (created if missing; it must be
  * empty otherwise) and opens it.  opts may be NULL for the defaults.
@@ -163,9 +172,11 @@ DD_API int dd_store_info_get(dd_store *store, dd_store_info *out);
 typedef struct dd_writer dd_writer;
 
 /* Starts snapshot `name` (1..255 bytes, no '/', no NUL, not "." or "..",
- * no control characters).  Takes the store's writer lock.
- * Errors: DD_ENAME, DD_EEXIST (a committed snapshot has that name),
- * DD_EBUSY, DD_EPERM (read-only handle), DD_EIO. */
+ * no control characters).  Any number of writers may be open at once, on
+ * this handle and others (see the top of this file).  Errors: DD_ENAME,
+ * DD_EEXIST (a snapshot of that name is committed, or being written: the
+ * message names the writer), DD_EBUSY (repair has the store: see
+ * wait_for_lock), DD_EPERM (read-only handle), DD_EIO. */
 DD_API int dd_writer_begin(dd_writer **out, dd_store *store, const char *name);
 
 /* Appends len bytes to the image.  Blocks are cut, hashed, deduplicated and
@@ -266,8 +277,9 @@ DD_API void dd_snapshot_list_free(dd_snapshot_info *list);
 DD_API int dd_snapshot_stat(dd_store *store, const char *name,
 			    dd_snapshot_info *out);
 
-/* Deletes a snapshot and drops its block references (takes the writer
- * lock).  Space comes back with dd_store_gc.  DD_ENOENT if absent. */
+/* Deletes a snapshot and drops its block references, beside running
+ * writers and gc.  Space comes back with dd_store_gc.  DD_ENOENT if
+ * absent. */
 DD_API int dd_snapshot_delete(dd_store *store, const char *name);
 
 /* ---- snapshot lifecycle: space, differences, retention -------------------*/
@@ -415,8 +427,7 @@ typedef struct dd_prune_entry {
 /* Applies the rules to the store's snapshots (those whose name starts with
  * opts->prefix; of equal times, the one created later is the newer) and
  * deletes those no rule keeps, oldest first, with one
- * dd_snapshot_delete each (so each takes the writer lock, and gc reclaims
- * the space later).  *out gets every snapshot considered, newest first,
+ * dd_snapshot_delete each (gc reclaims the space later).  *out gets every snapshot considered, newest first,
  * *count entries, released with dd_prune_free (NULL when *count is 0).
  * A snapshot deleted meanwhile by someone else counts as deleted.
  * Errors: those of dd_prune_select and dd_snapshot_delete; on an error
@@ -481,8 +492,11 @@ typedef struct dd_gc_result {
 	uint64_t bytes_reclaimed;  /* pack bytes freed on disk */
 } dd_gc_result;
 
-/* Removes unreferenced blocks, rewrites sparse packs, compacts the DDT.
- * Takes the writer lock.  out may be NULL. */
+/* Removes unreferenced blocks, rewrites sparse packs, compacts the DDT
+ * (when no writer runs).  Runs beside writers and never frees a block one
+ * of them may still reference (format/store.md §7.1).  One gc at a time:
+ * DD_EBUSY naming the one that runs (or waits: wait_for_lock).  out may
+ * be NULL. */
 DD_API int dd_store_gc(dd_store *store, const dd_gc_opts *opts,
 		       dd_gc_result *out);
 
@@ -666,15 +680,19 @@ typedef void (*dd_repair_report_fn)(void *ctx, const dd_repair_event *ev);
 typedef struct dd_repair_opts {
 	unsigned version;          /* DD_REPAIR_OPTS_VERSION */
 	int verify;                /* also decompress and hash every record */
-	int wait_for_lock;         /* wait for a running writer */
+	int wait_for_lock;         /* wait for running writers to finish
+				      (repair needs the store to itself) */
 	dd_repair_report_fn report;/* may be NULL */
 	void *report_ctx;
 	dd_progress_fn progress;   /* pack bytes walked; may be NULL */
 	void *progress_ctx;
+	/* ---- version 2 ---- */
+	unsigned lock_timeout_ms;  /* with wait_for_lock: DD_EBUSY after this
+				      many milliseconds (0 = wait for ever) */
 } dd_repair_opts;
-#define DD_REPAIR_OPTS_VERSION 1
+#define DD_REPAIR_OPTS_VERSION 2
 #define DD_REPAIR_OPTS_INIT {DD_REPAIR_OPTS_VERSION, 0, 0, NULL, NULL, NULL, \
-			     NULL}
+			     NULL, 0}
 
 typedef struct dd_repair_result {
 	unsigned version;          /* DD_REPAIR_RESULT_VERSION: set by caller */
@@ -695,8 +713,9 @@ typedef struct dd_repair_result {
 #define DD_REPAIR_RESULT_VERSION 1
 
 /* Rebuilds the catalog of the store at path (format 2; a format-1 store
- * has no manifests and gets DD_ENOTSUP).  Takes the writer lock (DD_EBUSY,
- * or waits).  Returns 0 when the new catalog is in place -- check
+ * has no manifests and gets DD_ENOTSUP).  Needs the store to itself:
+ * DD_EBUSY naming the running writers, or waits (wait_for_lock, until
+ * lock_timeout_ms).  Returns 0 when the new catalog is in place -- check
  * out->incomplete_snapshots and damaged_manifests: a store can be repaired
  * and still have lost data.  out may be NULL.  Errors (the old catalog
  * stays): DD_ENOENT, DD_EVERSION, DD_ENOTSUP (a test-hash store), DD_EBUSY,
@@ -977,14 +996,15 @@ DD_API void dd_cache_list_free(dd_cache_dev *list);
  * MiB + 8 KiB); size 0 takes an existing file's or device's size.  The
  * device is formatted (format/cache.md); one that holds data -- another
  * store's cache, or anything non-zero where the header goes -- is refused
- * without DD_CACHE_ADD_FORCE.  Takes the writer lock.  Errors: DD_EINVAL,
+ * without DD_CACHE_ADD_FORCE.  One configuration change at a time (writers
+ * go on).  Errors: DD_EINVAL,
  * DD_EEXIST (configured already, or holds data), DD_EPERM, DD_EBUSY,
  * DD_EIO, DD_ENOSPC. */
 DD_API int dd_cache_add(dd_store *store, const char *path, uint64_t size,
 			unsigned flags);
 
 /* Removes `path` from the configuration (and stops using it); the device's
- * contents are left as they are.  Takes the writer lock.  DD_ENOENT when
+ * contents are left as they are.  DD_ENOENT when
  * it is not configured. */
 DD_API int dd_cache_remove(dd_store *store, const char *path);
 
@@ -998,8 +1018,8 @@ typedef struct dd_cache_config {
 #define DD_CACHE_CONFIG_VERSION 1
 #define DD_CACHE_CONFIG_INIT {DD_CACHE_CONFIG_VERSION, 0, 0, 0}
 
-/* Reads / writes the stored tunables (set takes the writer lock; it
- * applies to handles opened afterwards). */
+/* Reads / writes the stored tunables (set applies to handles opened
+ * afterwards). */
 DD_API int dd_cache_config_get(dd_store *store, dd_cache_config *out);
 DD_API int dd_cache_config_set(dd_store *store, const dd_cache_config *cfg);
 

@@ -62,6 +62,7 @@ struct dd_pipe {
 	size_t pp_job_nwork;      /* job items below this are stage 3's */
 	bool pp_job_running;
 	bool pp_pool_held;
+	bool pp_solo;             /* running a job alone (pc_pool_lock busy) */
 	size_t pp_pos[DD_PIPE_MAX_CUT];   /* the next block's first byte */
 	uint64_t pp_idx[DD_PIPE_MAX_CUT]; /* ... and its index in the image */
 	uint64_t pp_image;        /* images ended */
@@ -215,7 +216,8 @@ static void dd_pipe_compress(dd_pipe *p, dd_pbatch *b, size_t j,
 	const dd_pipe_cfg *c = &p->pp_cfg;
 	dd_blk *bk = &b->pb_blk[b->pb_new[j]];
 	dd_err err;
-	int rc = c->pc_compress(c->pc_zctx[worker], &err,
+	int rc = c->pc_compress(p->pp_solo ? c->pc_zctx_solo
+					   : c->pc_zctx[worker], &err,
 				dd_pipe_zdst(p, b, j, worker),
 				b->pb_data + bk->bk_off, bk->bk_len,
 				&bk->bk_psize, &bk->bk_codec);
@@ -531,14 +533,23 @@ int dd_pipe_step(dd_pipe *p)
 	p->pp_job_nwork = p->pp_working && p->pp_cfg.pc_compress
 				  ? p->pp_working->pb_nnew : 0;
 	if (p->pp_job_nwork || p->pp_hashing) {
-		if (p->pp_cfg.pc_pool_lock) {
-			pthread_mutex_lock(p->pp_cfg.pc_pool_lock);
-			p->pp_pool_held = true;
+		size_t n = p->pp_job_nwork +
+			   (p->pp_hashing ? p->pp_hashing->pb_nreg : 0);
+
+		if (p->pp_cfg.pc_pool_lock &&
+		    pthread_mutex_trylock(p->pp_cfg.pc_pool_lock) != 0) {
+			/* another pipeline has the pool for its job: this one
+			 * works alone, on the caller's thread (waiting could
+			 * be for ever when both are the same thread's) */
+			p->pp_solo = true;
+			for (size_t i = 0; i < n; i++)
+				dd_pipe_job(p, i, 0);
+			p->pp_solo = false;
+		} else {
+			p->pp_pool_held = p->pp_cfg.pc_pool_lock != NULL;
+			dd_pool_start(p->pp_cfg.pc_pool, dd_pipe_job, p, n);
+			p->pp_job_running = true;
 		}
-		dd_pool_start(p->pp_cfg.pc_pool, dd_pipe_job, p,
-			      p->pp_job_nwork + (p->pp_hashing
-						 ? p->pp_hashing->pb_nreg : 0));
-		p->pp_job_running = true;
 	}
 	if (done)
 		rc = dd_pipe_store(p, done);
@@ -650,7 +661,8 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 	if (c->pc_ncut == 0 || c->pc_ncut > DD_PIPE_MAX_CUT || !c->pc_cut ||
 	    !c->pc_pool || !c->pc_ops ||
 	    (c->pc_bytes == DD_PIPE_BYTES_SOME && !c->pc_ops->po_keep) ||
-	    (c->pc_compress && (!c->pc_zctx || !c->pc_zbound)))
+	    (c->pc_compress && (!c->pc_zctx || !c->pc_zbound)) ||
+	    (c->pc_compress && c->pc_pool_lock && !c->pc_zctx_solo))
 		return dd_err_set(c->pc_err, DD_EINVAL, "bad pipeline setup");
 	p->pp_align = 1;
 	for (size_t i = 0; i < c->pc_ncut; i++) {

@@ -153,13 +153,17 @@ enum {
 
 typedef struct dd_pipe_cfg {
 	dd_pool *pc_pool;
-	pthread_mutex_t *pc_pool_lock; /* held while a job runs, or NULL */
+	pthread_mutex_t *pc_pool_lock; /* held while a job runs, or NULL;
+				     when another pipeline holds it, a step
+				     runs its job alone on the caller's
+				     thread, compressing with pc_zctx_solo */
 	int pc_hash_kind;         /* hash/hash.h */
 	const dd_cutter *pc_cut;  /* copied; several only if none reads */
 	size_t pc_ncut;
 	/* stage 3: NULL for none (then po_lookup lists nothing) */
 	dd_compress_fn pc_compress;
 	dd_codec_ctx *const *pc_zctx; /* per pool worker */
+	dd_codec_ctx *pc_zctx_solo; /* the caller's own (pc_pool_lock) */
 	size_t pc_zbound;         /* room for one payload */
 	bool pc_zkeep;            /* keep payloads until stored, or only
 				     their sizes */

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <errno.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <dedup.h>
@@ -254,6 +255,19 @@ void dd_pack_close(dd_pack *p)
 		return;
 	dd_io_close(p->pk_fd);
 	dd_free(p);
+}
+
+int dd_pack_lock(dd_pack *p, dd_err *err)
+{
+	while (flock(p->pk_fd, LOCK_EX | LOCK_NB) != 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno == EWOULDBLOCK)
+			return dd_err_set(err, DD_EBUSY, "pack %s is in use",
+					  p->pk_name);
+		return dd_err_set_errno(err, errno, "pack %s", p->pk_name);
+	}
+	return 0;
 }
 
 static int pack_check_writable(dd_pack *p, dd_err *err)

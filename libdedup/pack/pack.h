@@ -107,6 +107,11 @@ uint32_t dd_pack_id(const dd_pack *p);
 /* The file name of pack id: "0000002a.pack" (buf >= 16 bytes). */
 void dd_pack_name(char *buf, size_t len, uint32_t id);
 
+/* Takes the pack's own lock (flock, exclusive, without waiting) for as
+ * long as this handle stays open: the store's writers hold it on every
+ * pack they append to, and gc and recovery touch no pack whose lock they
+ * cannot take.  DD_EBUSY when another handle holds it. */
+int dd_pack_lock(dd_pack *p, dd_err *err);
 /* Appending: the end offset where the next record goes. */
 uint64_t dd_pack_end(const dd_pack *p);
 /* Sets the append end (after truncating the file to it): the store passes

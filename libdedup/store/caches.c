@@ -212,8 +212,19 @@ static int dd_cache_add_locked(dd_store *s, dd_err *err, const char *path,
 	return rc;
 }
 
+/* cache.conf changes one at a time (STORE/conf.lock); writers, gc and
+ * readers go on. */
+static int dd_cache_conf_lock(dd_store *s, dd_err *err, int *fd)
+{
+	if (s->st_opts.readonly)
+		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
+				  s->st_path);
+	return dd_lock_take(s, err, "conf.lock", true, fd);
+}
+
 int dd_cache_add(dd_store *s, const char *path, uint64_t size, unsigned flags)
 {
+	int lockfd = -1;
 	uint64_t used = 0;
 	dd_err err;
 	int rc;
@@ -227,11 +238,11 @@ int dd_cache_add(dd_store *s, const char *path, uint64_t size, unsigned flags)
 		rc = dd_err_set(&err, DD_ENOTSUP, "a store with a test hash "
 				"has no caches");
 	if (!rc)
-		rc = dd_store_lock(s, &err);
+		rc = dd_cache_conf_lock(s, &err, &lockfd);
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_cache_add_locked(s, &err, path, size, flags, &used);
-	dd_store_unlock(s);
+	dd_lock_drop(lockfd);
 	if (!rc)
 		rc = dd_cache_attach(s->st_cache, &err, path, used);
 	return rc ? dd_store_fail(s, &err) : 0;
@@ -239,6 +250,7 @@ int dd_cache_add(dd_store *s, const char *path, uint64_t size, unsigned flags)
 
 int dd_cache_remove(dd_store *s, const char *path)
 {
+	int lockfd = -1;
 	dd_cache_conf conf;
 	dd_err err;
 	size_t at = 0;
@@ -248,7 +260,7 @@ int dd_cache_remove(dd_store *s, const char *path)
 		return DD_EINVAL;
 	rc = dd_cache_conf_path_check(&err, path);
 	if (!rc)
-		rc = dd_store_lock(s, &err);
+		rc = dd_cache_conf_lock(s, &err, &lockfd);
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_cache_conf_read(&err, s->st_path, &conf);
@@ -260,7 +272,7 @@ int dd_cache_remove(dd_store *s, const char *path)
 		rc = dd_cache_conf_write(&err, s->st_path, &conf);
 	}
 	dd_cache_conf_fini(&conf);
-	dd_store_unlock(s);
+	dd_lock_drop(lockfd);
 	if (!rc)
 		dd_cache_detach(s->st_cache, path);
 	return rc ? dd_store_fail(s, &err) : 0;
@@ -290,6 +302,7 @@ int dd_cache_config_get(dd_store *s, dd_cache_config *out)
 
 int dd_cache_config_set(dd_store *s, const dd_cache_config *cfg)
 {
+	int lockfd = -1;
 	dd_cache_conf conf;
 	dd_err err;
 	int rc;
@@ -301,7 +314,7 @@ int dd_cache_config_set(dd_store *s, const dd_cache_config *cfg)
 	    cfg->l2_feed_sequential < -1 || cfg->l2_feed_sequential > 1)
 		return dd_store_failf(s, DD_EINVAL, "dd_cache_config: bad "
 				      "version or value");
-	rc = dd_store_lock(s, &err);
+	rc = dd_cache_conf_lock(s, &err, &lockfd);
 	if (rc)
 		return dd_store_fail(s, &err);
 	rc = dd_cache_conf_read(&err, s->st_path, &conf);
@@ -312,6 +325,6 @@ int dd_cache_config_set(dd_store *s, const dd_cache_config *cfg)
 		rc = dd_cache_conf_write(&err, s->st_path, &conf);
 		dd_cache_conf_fini(&conf);
 	}
-	dd_store_unlock(s);
+	dd_lock_drop(lockfd);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

@@ -11,7 +11,8 @@
  *  - readers see the manifests' state (visible.c): a `pend` entry whose
  *    ID.snap exists is a committed snapshot, its record taken from the
  *    manifest header; a snapshot with an ID.del is gone;
- *  - the next writer's recovery (dd_commit_recover, under the writer lock)
+ *  - the next writer's recovery (dd_commit_recover; it acts only for
+ *    writers and rm that are gone, lock.c)
  *    brings the catalog up to date: drops ID.del snapshots, rolls forward
  *    a published `pend` entry after checking its block map against the
  *    manifest, removes ID.tmp files.
@@ -300,7 +301,7 @@ static int dd_cc_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
  * against writers running meanwhile (each publishes before its catalog
  * commit, and renames before it drops), a snapshot of txn has its file in
  * one of them, and a manifest `after` lists is in txn (pending since the
- * writer began).  Under the writer lock both are the same. */
+ * writer began).  With the store to itself both are the same. */
 static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 			       const dd_mfstate *before,
 			       const dd_mfstate *after)
@@ -383,8 +384,9 @@ static int dd_rf_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 	struct dd_rf *rf = arg;
 
 	(void)rec;
-	if (!dd_idset_has(&rf->rf_ms->ms_set[DD_MANIFEST_SNAP], id))
-		return 0;
+	if (!dd_idset_has(&rf->rf_ms->ms_set[DD_MANIFEST_SNAP], id) ||
+	    dd_writer_alive(rf->rf_store, id))
+		return 0;   /* not published, or its writer finishes it */
 	return dd_idset_add(rf->rf_err, &rf->rf_ids, id);
 }
 
@@ -420,19 +422,60 @@ static int dd_roll_forward(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
 	return rc;
 }
 
-/* The catalog's side of a crash: drops the snapshots of ID.del files and
- * rolls published pending ones forward, in one transaction. */
+/* Is the rm or writer of snapshot id gone, leaving its manifest state
+ * for recovery to finish? */
+static bool dd_commit_orphaned(dd_store *s, uint64_t id)
+{
+	return !dd_writer_alive(s, id);
+}
+
+/* Does the catalog still have snapshot id (any failure: say yes, and
+ * leave its file)? */
+static bool dd_commit_in_catalog(dd_store *s, uint64_t id)
+{
+	char name[DD_NAME_MAX + 1];
+	dd_snap_rec r;
+	dd_err e;
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, &e, false, &txn);
+
+	if (rc)
+		return true;
+	rc = dd_snap_find_id(txn, &e, id, name, &r);
+	dd_txn_abort(txn);
+	return rc != DD_ENOENT;
+}
+
+/* The catalog's side of a crash: drops the snapshots of dead rm's ID.del
+ * files and rolls dead writers' published pending ones forward, in one
+ * transaction -- only when there is any (a read finds out). */
 static int dd_commit_catch_up(dd_store *s, dd_err *err, const dd_mfstate *ms,
 			      bool *changed)
 {
 	struct dd_rf rf = {.rf_store = s, .rf_err = err, .rf_ms = ms};
 	const dd_idset *del = &ms->ms_set[DD_MANIFEST_DEL];
+	bool work = false;
 	dd_txn *txn;
-	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
 	*changed = false;
 	if (rc)
 		return rc;
+	rc = dd_pend_walk(txn, err, dd_rf_collect, &rf);
+	dd_txn_abort(txn);
+	work = rf.rf_ids.is_n > 0;
+	for (size_t i = 0; !work && i < del->is_n; i++)
+		work = dd_commit_orphaned(s, del->is_ids[i]);
+	rf.rf_ids.is_n = 0;
+	if (rc || !work) {
+		dd_free(rf.rf_ids.is_ids);
+		return rc;
+	}
+	rc = dd_txn_begin(s->st_db, err, true, &txn);
+	if (rc) {
+		dd_free(rf.rf_ids.is_ids);
+		return rc;
+	}
 	rc = dd_pend_walk(txn, err, dd_rf_collect, &rf);
 	for (size_t i = 0; !rc && i < rf.rf_ids.is_n; i++, *changed = true)
 		rc = dd_roll_forward(s, err, txn, rf.rf_ids.is_ids[i]);
@@ -440,6 +483,8 @@ static int dd_commit_catch_up(dd_store *s, dd_err *err, const dd_mfstate *ms,
 		dd_snap_rec r;
 		char name[DD_NAME_MAX + 1];
 
+		if (!dd_commit_orphaned(s, del->is_ids[i]))
+			continue;   /* its rm is running */
 		rc = dd_snap_find_id(txn, err, del->is_ids[i], name, &r);
 		if (rc == DD_ENOENT) {
 			rc = 0;
@@ -461,7 +506,6 @@ static int dd_commit_catch_up(dd_store *s, dd_err *err, const dd_mfstate *ms,
 int dd_commit_recover(dd_store *s, dd_err *err)
 {
 	dd_mfstate ms;
-	dd_txn *txn;
 	bool changed = false;
 	int rc;
 
@@ -471,18 +515,21 @@ int dd_commit_recover(dd_store *s, dd_err *err)
 	if (rc)
 		return rc;
 	/* nothing is changed unless the catalog agrees with the manifests
-	 * once the crash's last step is accounted for */
-	rc = dd_txn_begin(s->st_db, err, false, &txn);
-	if (!rc) {
-		rc = dd_commit_check_txn(s, err, txn, &ms, &ms);
-		dd_txn_abort(txn);
-	}
+	 * once the crash's last step is accounted for (checked as readers
+	 * do: other writers run meanwhile) */
+	rc = dd_commit_check(s, err);
 	if (!rc)
 		rc = dd_commit_catch_up(s, err, &ms, &changed);
+	/* ID.tmp of dead writers, ID.del of finished or dead rm whose
+	 * snapshot the catalog no longer has */
 	for (int st = DD_MANIFEST_TMP; !rc && st <= DD_MANIFEST_DEL; st++) {
 		const dd_idset *set = &ms.ms_set[st];
 
 		for (size_t i = 0; !rc && i < set->is_n; i++) {
+			if (!dd_commit_orphaned(s, set->is_ids[i]) ||
+			    (st == DD_MANIFEST_DEL &&
+			     dd_commit_in_catalog(s, set->is_ids[i])))
+				continue;
 			rc = dd_manifest_remove(s->st_mfdir, err, set->is_ids[i],
 						st);
 			if (rc == DD_ENOENT)

@@ -1,49 +1,104 @@
 /*
- * gc.c -- reclaiming the space of blocks no snapshot references.
+ * gc.c -- reclaiming the space of blocks no snapshot references, beside
+ * running writers (docs/design.md "Concurrent writers").
  *
- * Under the writer lock, in one write transaction:
- *   0. every block map must be its snapshot's manifest, entry by entry
- *      (dd_gc_check_manifest), and every block a map names must have a
- *      refcount (dd_gc_check_map): a damaged catalog never frees a block
- *      a committed snapshot needs;
- *   1. live bytes per pack are summed from the DDT (refcount > 0);
- *   2. packs with nothing live are dropped; packs whose live fraction is
- *      below the threshold have their live records read (and verified),
- *      appended to a new pack, and their DDT entries pointed there;
- *   3. the new pack is synced, the dropped packs leave the packs table,
- *      and the DDT is rebuilt in key order without its refcount-0 entries
- *      (compaction, format/ddt.md §4);
- *   4. the transaction commits, with the emptied packs marked doomed; their
- *      files are unlinked once no reader that began before the commit is
- *      left (dd_store_reap, here and at every later lock), so a reader
- *      that opened a snapshot before gc keeps reading it.
- * A crash before 4 leaves the old state (the new pack, never recorded, is
- * removed by recovery); a crash after it leaves doomed packs, reaped
- * later.  Live data is never touched in place, and a live
- * block that fails verification stops gc with the store unchanged.
+ * One gc at a time (STORE/gc.lock, whose busy message names the holder);
+ * writers, rm and readers go on meanwhile.  Which dead blocks gc may free
+ * is the writers' epoch rule: a writer references only entries alive when
+ * it looked, or dead since its start (dd_writer_usable), so gc keeps every
+ * dead entry that died at or after the oldest running writer's start
+ * (STORE/writers, read after gc's read transaction began -- a writer that
+ * registers later starts later than anything gc saw die).
+ *
+ * Read phase, in a read transaction, no lock on the catalog:
+ *   0. every block map must be its snapshot's manifest, entry by entry,
+ *      and every block a map names must have a refcount (dd_gc_check_map):
+ *      a damaged catalog never frees a block a committed snapshot needs;
+ *   1. live bytes per pack are summed from the DDT: alive entries and the
+ *      dead ones kept for writers;
+ *   2. packs with nothing live are to be dropped, packs whose live fraction
+ *      is below the threshold rewritten -- each only if gc gets its lock
+ *      (never a pack a writer appends to);
+ *   3. the live records of rewritten packs are read (and verified) and
+ *      appended to a new pack, which is synced.
+ * Write phase, one short write transaction:
+ *   4. a chosen pack whose committed end moved (a writer committed to it
+ *      before gc got its lock) stays; each moved entry still at its old
+ *      place is pointed at its copy;
+ *      each dead entry gc chose to free is deleted if it is still dead
+ *      since the same transaction -- one a writer revived meanwhile keeps
+ *      its pack;
+ *   5. the chosen packs are doomed; when no writer runs, the DDT is also
+ *      rebuilt in key order (compaction, format/ddt.md §4).
+ * The doomed packs' files are unlinked once no reader that began before
+ * the commit is left (dd_store_reap).  A crash before 5 leaves the old
+ * state and a new pack no commit recorded, which recovery removes; live data
+ * is never touched in place, and a live block that fails verification
+ * stops gc with the store unchanged.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
-#include "store/store_internal.h"
+#include "store/writer_internal.h"
 
 #define DD_GC_MAX_PACKS (1u << 24)
+
+/* An entry gc moves (the place it was read at) or frees (its death). */
+typedef struct dd_gc_key {
+	dd_ddt_key gk_key;
+	uint32_t gk_pack;
+	uint64_t gk_off;          /* a move: its offset; a free: dead_since */
+} dd_gc_key;
+
+typedef struct dd_gc_keys {
+	dd_gc_key *gk;
+	size_t n, cap;
+} dd_gc_keys;
 
 typedef struct dd_gc {
 	dd_store *gc_store;
 	dd_err *gc_err;
-	dd_txn *gc_txn;
+	dd_txn *gc_txn;           /* the read phase's, then the write phase's */
+	uint64_t gc_keep_since;   /* dead entries dying at or after it stay */
 	uint64_t gc_npacks;       /* pack.next: ids are below it */
 	uint64_t *gc_live;        /* live record bytes per pack id */
 	uint64_t *gc_end;         /* committed end per pack id (0: none) */
 	uint8_t *gc_fate;         /* per pack id: keep, drop, rewrite */
-	dd_ddt_key *gc_move;      /* keys of live blocks in rewritten packs */
-	size_t gc_nmove, gc_capmove;
-	uint64_t gc_new_bytes;    /* size of the pack live blocks moved to */
+	dd_pack **gc_held;        /* per pack id: gc's handle, locked */
+	dd_gc_keys gc_move;       /* live entries of rewritten packs */
+	dd_gc_keys gc_free;       /* dead entries to delete */
+	dd_pack *gc_new;          /* where moved blocks go */
+	uint64_t gc_new_bytes;    /* its size */
 	dd_gc_result gc_res;
 } dd_gc;
 
 enum { DD_GC_KEEP, DD_GC_DROP, DD_GC_REWRITE };
+
+static int dd_gc_keys_add(dd_gc *gc, dd_gc_keys *ks, const dd_ddt_key *key,
+			  uint32_t pack, uint64_t off)
+{
+	if (ks->n == ks->cap) {
+		size_t n = ks->cap ? ks->cap * 2 : 1024;
+		dd_gc_key *k = dd_realloc(ks->gk, n * sizeof(*k));
+
+		if (!k)
+			return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
+		ks->gk = k;
+		ks->cap = n;
+	}
+	ks->gk[ks->n++] = (dd_gc_key){*key, pack, off};
+	return 0;
+}
+
+/* Does gc keep this entry's bytes: alive, or dead only since a running
+ * writer started? */
+static bool dd_gc_keeps(const dd_gc *gc, const dd_ddt_ent *e)
+{
+	return e->de_refcnt > 0 || e->de_dead_since >= gc->gc_keep_since;
+}
+
+/* ---- read phase ------------------------------------------------------------*/
 
 static int dd_gc_sum_live(void *arg, const dd_ddt_key *key,
 			  const dd_ddt_ent *e)
@@ -51,8 +106,8 @@ static int dd_gc_sum_live(void *arg, const dd_ddt_key *key,
 	dd_gc *gc = arg;
 
 	(void)key;
-	if (e->de_refcnt == 0 || (e->de_flags & DD_DDE_MISSING))
-		return 0;   /* nothing, or no bytes, in a pack */
+	if ((e->de_flags & DD_DDE_MISSING) || !dd_gc_keeps(gc, e))
+		return 0;   /* no bytes in a pack, or none to keep */
 	if (e->de_pack >= gc->gc_npacks)
 		return dd_err_set(gc->gc_err, DD_ECORRUPT,
 				  "ddt entry names pack %u beyond pack.next",
@@ -64,7 +119,8 @@ static int dd_gc_sum_live(void *arg, const dd_ddt_key *key,
 /* Every block a map names must have a reference counted.  gc drops what
  * has none, so a refcount that damage to the LMDB file lowered to 0 would
  * make it destroy a live block: it stops instead (scrub names the
- * snapshot).  One DDT lookup per map entry, before anything is chosen. */
+ * snapshot).  One DDT lookup per map entry, before anything is chosen.
+ * Maps of running writers count too: their references commit with them. */
 static int dd_gc_check_map(void *arg, uint64_t id, uint64_t idx,
 			   const dd_ddt_key *key)
 {
@@ -109,56 +165,68 @@ static int dd_gc_note_pack(void *arg, uint32_t id, uint64_t end)
 	return 0;
 }
 
-static int dd_gc_collect_moves(void *arg, const dd_ddt_key *key,
-			       const dd_ddt_ent *e)
+/* Packs to drop or rewrite, by their live bytes -- each only once gc
+ * holds its lock: a pack a writer holds stays as it is this time. */
+static int dd_gc_choose(dd_gc *gc, double below)
 {
-	dd_gc *gc = arg;
+	dd_store *s = gc->gc_store;
 
-	if (e->de_refcnt == 0 || (e->de_flags & DD_DDE_MISSING) ||
-	    gc->gc_fate[e->de_pack] != DD_GC_REWRITE)
-		return 0;
-	if (gc->gc_nmove == gc->gc_capmove) {
-		size_t n = gc->gc_capmove ? gc->gc_capmove * 2 : 1024;
-		dd_ddt_key *m = dd_realloc(gc->gc_move, n * sizeof(*m));
-
-		if (!m)
-			return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
-		gc->gc_move = m;
-		gc->gc_capmove = n;
-	}
-	gc->gc_move[gc->gc_nmove++] = *key;
-	return 0;
-}
-
-static void dd_gc_choose(dd_gc *gc, double below)
-{
 	for (uint64_t id = 1; id < gc->gc_npacks; id++) {
 		uint64_t end = gc->gc_end[id], data;
+		dd_err busy;
+		dd_pack *p;
+		int rc;
 
 		gc->gc_fate[id] = DD_GC_KEEP;
 		if (end == 0)
 			continue;
 		data = end > DD_PACK_FILE_HDR_SIZE ? end - DD_PACK_FILE_HDR_SIZE
 						   : 0;
-		if (gc->gc_live[id] == 0)
-			gc->gc_fate[id] = DD_GC_DROP;
-		else if ((double)gc->gc_live[id] < below * (double)data)
-			gc->gc_fate[id] = DD_GC_REWRITE;
+		if (gc->gc_live[id] != 0 &&
+		    (double)gc->gc_live[id] >= below * (double)data)
+			continue;
+		rc = dd_pack_open(&p, gc->gc_err, s->st_packdir, (uint32_t)id,
+				  0);
+		if (rc)
+			return rc;
+		if (dd_pack_lock(p, &busy)) {
+			dd_pack_close(p);
+			continue;
+		}
+		gc->gc_held[id] = p;
+		gc->gc_fate[id] = gc->gc_live[id] ? DD_GC_REWRITE : DD_GC_DROP;
 	}
+	return 0;
 }
 
-/* Copies the live blocks of rewritten packs into one new pack. */
-static int dd_gc_move(dd_gc *gc, dd_scratch *sc)
+/* Entries of the chosen packs: those kept move (rewritten packs), the
+ * others are freed; dead entries elsewhere are freed too (their records
+ * stay, garbage, until gc rewrites their pack). */
+static int dd_gc_collect(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
+{
+	dd_gc *gc = arg;
+
+	if (e->de_flags & DD_DDE_MISSING)
+		return 0;
+	if (!dd_gc_keeps(gc, e))
+		return dd_gc_keys_add(gc, &gc->gc_free, key, e->de_pack,
+				      e->de_dead_since);
+	if (gc->gc_fate[e->de_pack] == DD_GC_REWRITE)
+		return dd_gc_keys_add(gc, &gc->gc_move, key, e->de_pack,
+				      e->de_offset);
+	return 0;
+}
+
+/* Copies the blocks to move into gc's new pack, and syncs it. */
+static int dd_gc_copy(dd_gc *gc, dd_scratch *sc, uint64_t *new_off)
 {
 	dd_store *s = gc->gc_store;
-	dd_pack *np = NULL;
 	int rc = 0;
 
-	for (size_t i = 0; !rc && i < gc->gc_nmove; i++) {
-		dd_ddt_key *key = &gc->gc_move[i];
+	for (size_t i = 0; !rc && i < gc->gc_move.n; i++) {
+		const dd_ddt_key *key = &gc->gc_move.gk[i].gk_key;
 		dd_ddt_ent e;
 		dd_pack_rec rec;
-		uint64_t off;
 
 		rc = dd_ddt_get(gc->gc_txn, gc->gc_err, key, &e);
 		if (!rc)
@@ -170,54 +238,25 @@ static int dd_gc_move(dd_gc *gc, dd_scratch *sc)
 					"block in pack %u at offset %llu is "
 					"damaged (run scrub)", e.de_pack,
 					(unsigned long long)e.de_offset);
+		if (!rc && !gc->gc_new)
+			rc = dd_store_new_pack(s, gc->gc_err, false,
+					       &gc->gc_new);
 		if (rc)
 			break;
-		if (!np) {
-			uint32_t id = (uint32_t)gc->gc_npacks;
-
-			rc = dd_pack_create(&np, gc->gc_err, s->st_packdir, id);
-			if (!rc)
-				rc = dd_meta_put_u64(gc->gc_txn, gc->gc_err,
-						     "pack.next", id + 1);
-			if (rc)
-				break;
-		}
 		rec = (dd_pack_rec){.pr_codec = e.de_codec,
 				    .pr_lsize = e.de_lsize,
 				    .pr_psize = e.de_psize};
 		memcpy(rec.pr_hash, key->dk_hash, DD_HASH_SIZE);
-		rc = dd_pack_append(np, gc->gc_err, &rec,
-				    sc->sc_rbuf + DD_PACK_REC_HDR_SIZE, &off);
-		if (rc)
-			break;
-		e.de_pack = dd_pack_id(np);
-		e.de_offset = off;
-		rc = dd_ddt_put(gc->gc_txn, gc->gc_err, key, &e);
-		gc->gc_res.blocks_moved++;
+		rc = dd_pack_append(gc->gc_new, gc->gc_err, &rec,
+				    sc->sc_rbuf + DD_PACK_REC_HDR_SIZE,
+				    &new_off[i]);
 	}
-	if (!rc && np) {
-		rc = dd_pack_sync(np, gc->gc_err);
-		if (!rc)
-			rc = dd_packs_put(gc->gc_txn, gc->gc_err, dd_pack_id(np),
-					  dd_pack_end(np));
-		gc->gc_new_bytes = dd_pack_end(np);
-	}
-	dd_pack_close(np);
+	if (!rc && gc->gc_new)
+		rc = dd_pack_sync(gc->gc_new, gc->gc_err);
 	return rc;
 }
 
-/* Counts what gc decided; the files go when no reader needs them. */
-static void dd_gc_count(dd_gc *gc)
-{
-	for (uint64_t id = 1; id < gc->gc_npacks; id++) {
-		if (gc->gc_fate[id] == DD_GC_DROP)
-			gc->gc_res.packs_deleted++;
-		else if (gc->gc_fate[id] == DD_GC_REWRITE)
-			gc->gc_res.packs_rewritten++;
-	}
-}
-
-static int dd_gc_run(dd_gc *gc, double below)
+static int dd_gc_read_phase(dd_gc *gc, double below, uint64_t **new_off)
 {
 	dd_scratch sc;
 	int rc;
@@ -227,12 +266,16 @@ static int dd_gc_run(dd_gc *gc, double below)
 	if (!rc && (gc->gc_npacks == 0 || gc->gc_npacks > DD_GC_MAX_PACKS))
 		rc = dd_err_set(gc->gc_err, DD_ECORRUPT,
 				"meta pack.next out of range");
+	if (!rc)
+		rc = dd_writers_min_start(gc->gc_store, gc->gc_err,
+					  &gc->gc_keep_since);
 	if (rc)
 		return rc;
 	gc->gc_live = dd_calloc(gc->gc_npacks, sizeof(*gc->gc_live));
 	gc->gc_end = dd_calloc(gc->gc_npacks, sizeof(*gc->gc_end));
 	gc->gc_fate = dd_calloc(gc->gc_npacks, 1);
-	if (!gc->gc_live || !gc->gc_end || !gc->gc_fate)
+	gc->gc_held = dd_calloc(gc->gc_npacks, sizeof(*gc->gc_held));
+	if (!gc->gc_live || !gc->gc_end || !gc->gc_fate || !gc->gc_held)
 		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
 	/* nothing is freed on the word of a catalog the manifests do not
 	 * back: every block map is first the manifest's, entry by entry, so
@@ -246,27 +289,183 @@ static int dd_gc_run(dd_gc *gc, double below)
 		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_sum_live, gc);
 	if (!rc)
 		rc = dd_packs_walk(gc->gc_txn, gc->gc_err, dd_gc_note_pack, gc);
+	if (!rc)
+		rc = dd_gc_choose(gc, below);
+	if (!rc)
+		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_collect, gc);
 	if (rc)
 		return rc;
-	dd_gc_choose(gc, below);
-	rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_collect_moves, gc);
-	if (rc)
-		return rc;
+	*new_off = dd_calloc(gc->gc_move.n + 1, sizeof(**new_off));
+	if (!*new_off)
+		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
 	rc = dd_scratch_init(&sc, gc->gc_err, gc->gc_store);
 	if (rc)
 		return rc;
-	rc = dd_gc_move(gc, &sc);
+	rc = dd_gc_copy(gc, &sc, *new_off);
 	dd_scratch_fini(&sc);
+	return rc;
+}
+
+/* ---- write phase -----------------------------------------------------------*/
+
+/* Points each moved entry that is still where gc read it at its copy. */
+static int dd_gc_repoint(dd_gc *gc, const uint64_t *new_off)
+{
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < gc->gc_move.n; i++) {
+		const dd_gc_key *m = &gc->gc_move.gk[i];
+		dd_ddt_ent e;
+
+		rc = dd_ddt_get(gc->gc_txn, gc->gc_err, &m->gk_key, &e);
+		if (rc == DD_ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (rc || e.de_pack != m->gk_pack || e.de_offset != m->gk_off ||
+		    (e.de_flags & DD_DDE_MISSING))
+			continue;
+		e.de_pack = dd_pack_id(gc->gc_new);
+		e.de_offset = new_off[i];
+		rc = dd_ddt_put(gc->gc_txn, gc->gc_err, &m->gk_key, &e);
+		gc->gc_res.blocks_moved++;
+	}
+	return rc;
+}
+
+/* Deletes the dead entries gc chose, each only if it is still dead since
+ * the same transaction; one that changed (a writer revived it) keeps the
+ * pack it is in. */
+static int dd_gc_free(dd_gc *gc)
+{
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < gc->gc_free.n; i++) {
+		const dd_gc_key *f = &gc->gc_free.gk[i];
+		dd_ddt_ent e;
+
+		rc = dd_ddt_get(gc->gc_txn, gc->gc_err, &f->gk_key, &e);
+		if (rc == DD_ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			break;
+		if (e.de_refcnt == 0 && e.de_dead_since == f->gk_off &&
+		    !(e.de_flags & DD_DDE_MISSING)) {
+			rc = dd_ddt_del(gc->gc_txn, gc->gc_err, &f->gk_key);
+			gc->gc_res.ddt_entries_removed++;
+		} else if (!(e.de_flags & DD_DDE_MISSING) &&
+			   e.de_pack < gc->gc_npacks) {
+			gc->gc_fate[e.de_pack] = DD_GC_KEEP;
+		}
+	}
+	return rc;
+}
+
+/* A chosen pack whose committed end moved since the read phase took
+ * blocks a writer committed before gc got its lock: it stays. */
+static int dd_gc_recheck_ends(dd_gc *gc)
+{
+	int rc = 0;
+
+	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++) {
+		uint64_t end;
+
+		if (gc->gc_fate[id] == DD_GC_KEEP)
+			continue;
+		rc = dd_packs_get(gc->gc_txn, gc->gc_err, (uint32_t)id, &end);
+		if (rc == DD_ENOENT || (!rc && end != gc->gc_end[id])) {
+			gc->gc_fate[id] = DD_GC_KEEP;
+			rc = 0;
+		}
+	}
+	return rc;
+}
+
+static int dd_gc_write_phase(dd_gc *gc, const uint64_t *new_off)
+{
+	uint64_t running, removed = 0;
+	int rc = dd_gc_recheck_ends(gc);
+
+	if (!rc)
+		rc = dd_gc_repoint(gc, new_off);
+
+	if (!rc)
+		rc = dd_gc_free(gc);
+	if (!rc && gc->gc_new) {
+		gc->gc_new_bytes = dd_pack_end(gc->gc_new);
+		rc = dd_packs_put(gc->gc_txn, gc->gc_err,
+				  dd_pack_id(gc->gc_new), gc->gc_new_bytes);
+	}
 	/* doomed, not deleted: a reader that began before this commit may
 	 * still read them (dd_store_reap removes them later) */
-	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++)
+	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++) {
+		if (gc->gc_fate[id] == DD_GC_DROP)
+			gc->gc_res.packs_deleted++;
+		else if (gc->gc_fate[id] == DD_GC_REWRITE)
+			gc->gc_res.packs_rewritten++;
 		if (gc->gc_fate[id] != DD_GC_KEEP)
 			rc = dd_packs_doom(gc->gc_txn, gc->gc_err, (uint32_t)id,
 					   dd_txn_id(gc->gc_txn));
+	}
+	/* With no writer running -- asked under the write lock, which any
+	 * new one needs to register -- every dead entry left may go, and
+	 * the DDT is rebuilt dense. */
 	if (!rc)
-		rc = dd_ddt_compact(gc->gc_txn, gc->gc_err,
-				    &gc->gc_res.ddt_entries_removed);
+		rc = dd_writers_min_start(gc->gc_store, gc->gc_err, &running);
+	if (!rc && running == UINT64_MAX) {
+		rc = dd_ddt_compact(gc->gc_txn, gc->gc_err, &removed);
+		gc->gc_res.ddt_entries_removed += removed;
+	}
 	return rc;
+}
+
+/* ---- the run ---------------------------------------------------------------*/
+
+static int dd_gc_run(dd_gc *gc, double below)
+{
+	dd_store *s = gc->gc_store;
+	uint64_t *new_off = NULL;
+	int rc = dd_txn_begin(s->st_db, gc->gc_err, false, &gc->gc_txn);
+
+	if (!rc) {
+		rc = dd_gc_read_phase(gc, below, &new_off);
+		dd_txn_abort(gc->gc_txn);
+		gc->gc_txn = NULL;
+	}
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, gc->gc_err, true, &gc->gc_txn);
+	if (!rc) {
+		rc = dd_gc_write_phase(gc, new_off);
+		if (rc)
+			dd_txn_abort(gc->gc_txn);
+		else
+			rc = dd_txn_commit(gc->gc_txn, gc->gc_err);
+		gc->gc_txn = NULL;
+	}
+	dd_free(new_off);
+	return rc;
+}
+
+/* Lets go of the packs; the new one goes too unless gc committed. */
+static void dd_gc_free_state(dd_gc *gc, bool committed)
+{
+	for (uint64_t id = 0; gc->gc_held && id < gc->gc_npacks; id++)
+		dd_pack_close(gc->gc_held[id]);
+	if (gc->gc_new && !committed) {
+		char name[16];   /* dd_pack_name's size */
+
+		dd_pack_name(name, sizeof(name), dd_pack_id(gc->gc_new));
+		unlinkat(gc->gc_store->st_packdir, name, 0);
+	}
+	dd_pack_close(gc->gc_new);
+	dd_free(gc->gc_held);
+	dd_free(gc->gc_live);
+	dd_free(gc->gc_end);
+	dd_free(gc->gc_fate);
+	dd_free(gc->gc_move.gk);
+	dd_free(gc->gc_free.gk);
 }
 
 int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
@@ -274,7 +473,7 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 	dd_err err = {0};
 	dd_gc gc = {.gc_store = s, .gc_err = &err};
 	double below = 0.8;
-	int rc;
+	int gcfd = -1, lockfd = -1, rc;
 
 	if (!s)
 		return DD_EINVAL;
@@ -289,36 +488,27 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 		if (opts->rewrite_below > 0)
 			below = opts->rewrite_below;
 	}
-	rc = dd_store_lock(s, &err);
-	if (rc)
-		return dd_store_fail(s, &err);
-	rc = dd_txn_begin(s->st_db, &err, true, &gc.gc_txn);
-	if (!rc) {
+	if (s->st_opts.readonly)
+		return dd_store_failf(s, DD_EPERM, "%s: store opened "
+				      "read-only", s->st_path);
+	rc = dd_lock_take(s, &err, "gc.lock", true, &gcfd);
+	if (!rc)
+		rc = dd_store_enter(s, &err, &lockfd);
+	if (!rc)
 		rc = dd_gc_run(&gc, below);
-		if (rc) {
-			dd_txn_abort(gc.gc_txn);
-			/* the new pack was never recorded: remove it now */
-			dd_store_recover(s, &(dd_err){0});
-		} else {
-			rc = dd_txn_commit(gc.gc_txn, &err);
-		}
-	}
+	dd_gc_free_state(&gc, rc == 0);
 	if (!rc) {
 		uint64_t freed = 0;
 
-		dd_gc_count(&gc);
-		/* a failure to reap is not gc's failure: the next lock
-		 * holder reaps what remains */
+		/* a failure to reap is not gc's failure: the next one to
+		 * enter the store reaps what remains */
 		if (dd_store_reap(s, &err, &freed) == 0)
-			gc.gc_res.bytes_reclaimed = freed > gc.gc_new_bytes
-							    ? freed - gc.gc_new_bytes
-							    : 0;
+			gc.gc_res.bytes_reclaimed =
+				freed > gc.gc_new_bytes ? freed - gc.gc_new_bytes
+							: 0;
 	}
-	dd_store_unlock(s);
-	dd_free(gc.gc_live);
-	dd_free(gc.gc_end);
-	dd_free(gc.gc_fate);
-	dd_free(gc.gc_move);
+	dd_store_leave(lockfd);
+	dd_lock_drop(gcfd);
 	if (rc)
 		return dd_store_fail(s, &err);
 	if (out)

@@ -33,7 +33,6 @@
 
 struct dd_replica_writer {
 	dd_writer *rpw_w;
-	uint8_t *rpw_vbuf;        /* verify mode: the stored copy */
 	bool rpw_resumable;       /* keep what arrived on failure */
 	uint64_t rpw_final_size;  /* the size the stream announced */
 	uint8_t rpw_final_digest[DD_HASH_SIZE];
@@ -45,11 +44,6 @@ static int dd_replica_new(dd_replica_writer **out, dd_writer *w)
 {
 	dd_replica_writer *rw = dd_calloc(1, sizeof(*rw));
 
-	if (rw && w->w_store->st_verify &&
-	    !(rw->rpw_vbuf = dd_malloc(w->w_bs))) {
-		dd_free(rw);
-		rw = NULL;
-	}
 	if (!rw)
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	rw->rpw_w = w;
@@ -108,71 +102,86 @@ static int dd_replica_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
 	return 0;
 }
 
-static int dd_replica_account(dd_writer *w, const dd_ddt_key *key,
-			   uint32_t lsize)
-{
-	int rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id, w->w_blocks,
-				key);
+/* Lookups read the catalog as of at most this many blocks ago. */
+#define DD_REPLICA_RENEW_BLOCKS 1024u
 
+/* Block w_blocks is op: accounted, and the interval committed when due. */
+static int dd_replica_account(dd_writer *w, dd_wop *op, uint32_t lsize)
+{
+	int rc;
+
+	op->op_idx = w->w_blocks;
+	op->op_lsize = lsize;
+	rc = dd_wops_add(&w->w_ops, &w->w_err, op, NULL);
 	if (rc)
 		return rc;
-	dd_digest_block(w->w_digest, key->dk_hash);
+	dd_digest_block(w->w_digest, op->op_key.dk_hash);
 	w->w_blocks++;
 	w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
 	w->w_uncommitted += lsize;
 	/* lookups touch random DDT pages: keep RSS bounded (replica.h) */
 	dd_replica_trim_map(w->w_store, ++w->w_uncommitted_blocks);
 	if (dd_writer_commit_due(w, 0, 0))
-		return dd_writer_sync_commit(w, true);
+		return dd_writer_sync_commit(w);
+	if (w->w_uncommitted_blocks % DD_REPLICA_RENEW_BLOCKS == 0)
+		dd_txn_reset(w->w_rtxn);   /* renewed by the next lookup */
 	return 0;
 }
 
-/* Finds the variant of key holding these bytes (verify mode compares),
- * 1 if found (refcount taken), 0 if the block is new (key->dk_variant is
- * then the first free variant).  A lost block (DD_DDE_MISSING) is new
- * too, stored under its own key: *refs gets the references it has. */
-static int dd_replica_lookup(dd_replica_writer *rw, dd_ddt_key *key,
-			     const uint8_t *data, uint32_t lsize,
-			     uint64_t *refs)
+/* The read transaction of the lookups, moved to the newest commit when
+ * parked (after a commit, and every DD_REPLICA_RENEW_BLOCKS). */
+static int dd_replica_rtxn(dd_writer *w)
+{
+	if (w->w_rtxn && dd_txn_renew(w->w_rtxn, &w->w_err) == 0)
+		return 0;
+	return dd_writer_renew(w);
+}
+
+/* The op of block data (verify mode compares): a reference to a NEW block
+ * of this interval (PREF) or to a usable DDT entry (REF), or NEW with
+ * op_key the variant to try first. */
+static int dd_replica_lookup(dd_replica_writer *rw, dd_wop *op,
+			     const uint8_t *data, uint32_t lsize)
 {
 	dd_writer *w = rw->rpw_w;
-	dd_ddt_ent ent;
+	bool verify = w->w_store->st_verify;
+	int rc = dd_replica_rtxn(w);
 
-	*refs = 0;
-	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+	for (unsigned v = 0; !rc && v <= DD_DDT_MAX_VARIANT; v++) {
+		const dd_wop *mine;
+		dd_ddt_ent ent;
+		uint32_t at;
 		bool same = true;
-		int rc;
 
-		key->dk_variant = (uint8_t)v;
-		rc = dd_ddt_get(w->w_txn, &w->w_err, key, &ent);
-		if (rc == DD_ENOENT)
-			return 0;
-		if (rc)
-			return rc;
-		if (ent.de_flags & DD_DDE_MISSING) {
-			*refs = ent.de_refcnt;
-			return 0;
-		}
-		if (w->w_store->st_verify) {
-			same = ent.de_lsize == lsize;
-			if (same) {
-				rc = dd_block_read(w->w_store, &w->w_err,
-						   &w->w_sc, key, &ent,
-						   rw->rpw_vbuf);
-				if (rc && rc != DD_ECHECKSUM && rc != DD_ECORRUPT)
-					return rc;
-				same = !rc && !memcmp(rw->rpw_vbuf, data, lsize);
+		op->op_key.dk_variant = (uint8_t)v;
+		mine = dd_wops_find_new(&w->w_ops, &op->op_key, &at);
+		if (mine) {
+			if (verify)
+				rc = dd_writer_same_op(w, mine, data, lsize,
+						       &same);
+			if (!rc && same) {
+				op->op_kind = DD_OP_PREF;
+				op->op_target = at;
+				return 0;
 			}
+			continue;
 		}
-		if (same) {
-			ent.de_refcnt++;
-			rc = dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
-			return rc ? rc : 1;
+		rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op->op_key, &ent);
+		if (rc == DD_ENOENT || (!rc && !dd_writer_usable(w, &ent))) {
+			op->op_kind = DD_OP_NEW;
+			return 0;
+		}
+		if (!rc && verify)
+			rc = dd_writer_same_ent(w, &op->op_key, &ent, data,
+						lsize, &same);
+		if (!rc && same) {
+			op->op_kind = DD_OP_REF;
+			return 0;
 		}
 	}
-	return dd_err_set(&w->w_err, DD_ENOSPC,
-			  "more than %d different blocks share one hash",
-			  DD_DDT_MAX_VARIANT + 1);
+	return rc ? rc : dd_err_set(&w->w_err, DD_ENOSPC,
+				    "more than %d different blocks share one "
+				    "hash", DD_DDT_MAX_VARIANT + 1);
 }
 
 int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
@@ -182,9 +191,8 @@ int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 	dd_writer *w = rw->rpw_w;
 	dd_pack_rec rec = {.pr_codec = codec, .pr_lsize = lsize,
 			   .pr_psize = psize};
-	dd_ddt_key key;
+	dd_wop op = {0};
 	uint8_t got[DD_HASH_SIZE];
-	uint64_t refs;
 	int rc = dd_replica_advance(w, idx, lsize);
 
 	if (rc)
@@ -204,37 +212,55 @@ int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 				  "block %llu: sha256 of the received data "
 				  "does not match the stream",
 				  (unsigned long long)idx);
-	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
-	rc = dd_replica_lookup(rw, &key, w->w_sc.sc_dbuf, lsize, &refs);
-	if (rc == 0) {
-		dd_ddt_ent ent = {.de_codec = codec, .de_psize = psize,
-				  .de_lsize = lsize, .de_refcnt = refs + 1};
-
-		rc = dd_writer_append(w, &rec, payload, &ent.de_pack,
-				      &ent.de_offset);
-		if (!rc)
-			rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+	memcpy(op.op_key.dk_hash, hash, DD_HASH_SIZE);
+	/* verify mode compares into sc_dbuf: the block moves aside */
+	if (w->w_store->st_verify)
+		memcpy(w->w_vbuf, w->w_sc.sc_dbuf, lsize);
+	rc = dd_replica_lookup(rw, &op, w->w_store->st_verify
+						? w->w_vbuf : w->w_sc.sc_dbuf,
+			       lsize);
+	if (!rc && op.op_kind == DD_OP_NEW) {
+		/* stored as it arrived, without recompressing */
+		rc = dd_writer_append(w, &rec, payload, &op.op_pack,
+				      &op.op_off);
+		op.op_placed = true;
+		op.op_codec = codec;
+		op.op_psize = psize;
 	}
-	if (rc >= 0 && (rc = dd_replica_account(w, &key, lsize)) == 0)
-		return 0;
-	return dd_writer_fail(w, rc);
+	if (!rc)
+		rc = dd_replica_account(w, &op, lsize);
+	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
 int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
 		       const uint8_t hash[32], uint32_t lsize)
 {
 	dd_writer *w = rw->rpw_w;
-	dd_ddt_key key;
+	dd_wop op = {.op_kind = DD_OP_REF};
+	const dd_wop *mine;
 	dd_ddt_ent ent;
+	uint32_t at;
 	int rc = dd_replica_advance(w, idx, lsize);
 
 	if (rc)
 		return rc;
 	/* A reference names the block by its SHA-256: variant 0 is the
 	 * block with that hash (variants exist only under a test hash). */
-	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
-	key.dk_variant = 0;
-	rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
+	memcpy(op.op_key.dk_hash, hash, DD_HASH_SIZE);
+	mine = dd_wops_find_new(&w->w_ops, &op.op_key, &at);
+	if (mine) {
+		ent.de_lsize = mine->op_lsize;
+		ent.de_flags = 0;
+		op.op_kind = DD_OP_PREF;
+		op.op_target = at;
+	} else {
+		rc = dd_replica_rtxn(w);
+		if (!rc)
+			rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op.op_key, &ent);
+	}
+	/* An entry dead since before this writer began may still be
+	 * referenced: gc may free it before the commit, which then fails
+	 * naming the block (dd_apply_ref). */
 	if (rc == DD_ENOENT)
 		return dd_err_set(&w->w_err, DD_EFORMAT,
 				  "block %llu refers to a block neither sent "
@@ -250,12 +276,8 @@ int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
 				  "block %llu refers to a block this store has "
 				  "lost (no pack holds it): send it as data "
 				  "(a full stream)", (unsigned long long)idx);
-	if (!rc) {
-		ent.de_refcnt++;
-		rc = dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
-	}
 	if (!rc)
-		rc = dd_replica_account(w, &key, lsize);
+		rc = dd_replica_account(w, &op, lsize);
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -365,13 +387,11 @@ int dd_replica_suspend(dd_replica_writer *rw)
 	if (!rw->rpw_resumable || w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE,
 				  "receive cannot be kept for resuming");
-	rc = dd_writer_sync_commit(w, false);
+	rc = dd_writer_sync_commit(w);
 	if (rc)
 		return dd_writer_fail(w, rc);
 	w->w_state = DD_W_SUSPENDED;
-	dd_pack_close(w->w_pack);
-	w->w_pack = NULL;
-	dd_store_unlock(w->w_store);
+	dd_writer_release(w, false);
 	return 0;
 }
 
@@ -422,8 +442,10 @@ static int dd_replica_replay_digest(dd_writer *w, uint64_t next)
 	dd_bmap_cur *cur;
 	dd_ddt_key key;
 	uint64_t idx, at = 0;
-	int rc = dd_bmap_open(w->w_txn, &w->w_err, w->w_id, &cur);
+	int rc = dd_writer_renew(w);
 
+	if (!rc)
+		rc = dd_bmap_open(w->w_rtxn, &w->w_err, w->w_id, &cur);
 	if (rc)
 		return rc;
 	for (rc = dd_bmap_seek(cur, &w->w_err, 0, &idx, &key);
@@ -433,6 +455,7 @@ static int dd_replica_replay_digest(dd_writer *w, uint64_t next)
 		at = idx + 1;
 	}
 	dd_bmap_close(cur);
+	dd_txn_reset(w->w_rtxn);
 	if (rc < 0)
 		return rc;
 	dd_digest_zeros(w->w_digest, next - at);
@@ -477,12 +500,7 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 		dd_err_copy(err, &w->w_err);
 		/* the kept receive stays as it was: only this attempt ends */
 		w->w_state = DD_W_SUSPENDED;
-		dd_txn_abort(w->w_txn);
-		w->w_txn = NULL;
-		dd_store_unlock(s);
 		dd_writer_free(w);
-		if (rw)
-			dd_free(rw->rpw_vbuf);
 		dd_free(rw);
 		return rc;
 	}
@@ -561,47 +579,53 @@ void dd_replica_free(dd_replica_writer *rw)
 	if (!rw)
 		return;
 	dd_writer_free(rw->rpw_w);
-	dd_free(rw->rpw_vbuf);
 	dd_free(rw);
 }
 
+struct dd_partial_dead {
+	dd_store *pd_store;
+	uint64_t pd_id;           /* the first kept receive nobody resumes */
+};
+
 static int dd_partial_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 {
-	uint64_t *first = arg;
+	struct dd_partial_dead *pd = arg;
 
-	if (rec->pr_state_len && !*first)
-		*first = id;
+	if (rec->pr_state_len && !pd->pd_id &&
+	    !dd_writer_alive(pd->pd_store, id))
+		pd->pd_id = id;
 	return 0;
 }
 
 int dd_replica_discard(dd_store *s, dd_err *err)
 {
-	uint64_t found = 0, id;
-	int rc = dd_store_lock(s, err);
+	struct dd_partial_dead pd = {.pd_store = s};
+	uint64_t found = 0;
+	int lockfd, rc = dd_store_enter(s, err, &lockfd);
 
 	if (rc)
 		return rc;
 	do {
 		dd_txn *txn;
 
-		id = 0;
+		pd.pd_id = 0;
 		rc = dd_txn_begin(s->st_db, err, true, &txn);
 		if (rc)
 			break;
-		rc = dd_pend_walk(txn, err, dd_partial_collect, &id);
-		if (!rc && id) {
-			rc = dd_snap_drop_refs(txn, err, id);
+		rc = dd_pend_walk(txn, err, dd_partial_collect, &pd);
+		if (!rc && pd.pd_id) {
+			rc = dd_snap_drop_refs(txn, err, pd.pd_id);
 			if (!rc)
-				rc = dd_pend_del(txn, err, id);
+				rc = dd_pend_del(txn, err, pd.pd_id);
 		}
-		if (!rc && id) {
+		if (!rc && pd.pd_id) {
 			rc = dd_txn_commit(txn, err);
 			found++;
 		} else {
 			dd_txn_abort(txn);
 		}
-	} while (!rc && id);
-	dd_store_unlock(s);
+	} while (!rc && pd.pd_id);
+	dd_store_leave(lockfd);
 	if (!rc && !found)
 		rc = dd_err_set(err, DD_ENOENT, "no partial receive to discard");
 	return rc;

@@ -1,16 +1,21 @@
 /*
- * recover.c -- the writer lock, and what its next holder does after a
- * crash (format/store.md §5, §7).
+ * recover.c -- entering a store to change it, and recovering what dead
+ * writers left (format/store.md §5, §7).
  *
- * The writer lock is flock(2) on STORE/lock, so it dies with its process:
- * a killed writer never leaves a store locked.  The first holder after a
- * crash recovers (dd_store_recover): it is the only one allowed to change
- * anything, so recovery never races a live writer.  The manifests come
- * first (commit.c): nothing is cut or removed from a store whose catalog
+ * Whoever changes a store -- a writer, rm, gc -- holds STORE/lock shared
+ * for as long as it runs (dd_store_enter); only repair and the format
+ * upgrade take it exclusive.  Each one recovers first (dd_store_recover),
+ * beside the others still running, so recovery acts only on what is
+ * provably dead: a pending snapshot whose writer's registration nobody
+ * holds (lock.c), a pack tail nobody's lock covers, a pack file no commit
+ * recorded -- removed only under the catalog's write lock, since creating
+ * one happens under it too (wpack.c).  The manifests come first
+ * (commit.c): nothing is cut or removed from a store whose catalog
  * disagrees with them.  Then the pending snapshots of dead writers are
  * rolled back, the packs gc doomed are reaped once no reader needs them,
  * pack tails past their committed end are cut and packs no commit
- * recorded are removed -- never a record a DDT entry names.
+ * recorded are removed -- never a record a DDT entry names.  Every flock
+ * dies with its process, so a killed writer never leaves a store locked.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,64 +34,59 @@
 #include "store/manifest.h"
 #include "store/store_internal.h"
 
-/* ---- the writer lock and recovery ---------------------------------------------*/
+/* ---- entering the store ------------------------------------------------------*/
 
-int dd_store_lock(dd_store *s, dd_err *err)
+/* A store of format 1 is upgraded first, with the store to itself (a
+ * writer of an older build takes STORE/lock exclusive: it waits for this
+ * one, or this one for it). */
+static int dd_store_upgrade_alone(dd_store *s, dd_err *err)
 {
-	int rc;
+	int fd, rc;
 
-	if (s->st_opts.readonly)
-		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
-				  s->st_path);
 	pthread_mutex_lock(&s->st_lock);
-	if (s->st_writer_held) {
-		pthread_mutex_unlock(&s->st_lock);
-		return dd_err_set(err, DD_EBUSY,
-				  "%s: store is busy: this handle has a writer "
-				  "open", s->st_path);
+	rc = s->st_format >= 2 ? 0 : dd_lock_take(s, err, "lock", true, &fd);
+	if (!rc && s->st_format < 2) {
+		rc = dd_store_recover(s, err);
+		if (!rc)
+			rc = dd_commit_upgrade(s, err);
+		dd_lock_drop(fd);
 	}
-	s->st_writer_held = true;
-	pthread_mutex_unlock(&s->st_lock);
-	for (;;) {
-		if (flock(s->st_lockfd,
-			  LOCK_EX | (s->st_opts.wait_for_lock ? 0 : LOCK_NB)) == 0)
-			break;
-		if (errno == EINTR)
-			continue;
-		rc = errno == EWOULDBLOCK
-			     ? dd_err_set(err, DD_EBUSY,
-					  "%s: store is busy: another writer "
-					  "holds its lock", s->st_path)
-			     : dd_err_set(err, dd_errno_code(errno),
-					  "%s/lock: %s", s->st_path,
-					  strerror(errno));
-		goto fail;
-	}
-	rc = dd_store_recover(s, err);
-	if (!rc)
-		rc = dd_commit_upgrade(s, err);
-	if (rc) {
-		flock(s->st_lockfd, LOCK_UN);
-		goto fail;
-	}
-	return 0;
-fail:
-	pthread_mutex_lock(&s->st_lock);
-	s->st_writer_held = false;
 	pthread_mutex_unlock(&s->st_lock);
 	return rc;
 }
 
-void dd_store_unlock(dd_store *s)
+int dd_store_enter(dd_store *s, dd_err *err, int *lockfd)
 {
-	flock(s->st_lockfd, LOCK_UN);
-	pthread_mutex_lock(&s->st_lock);
-	s->st_writer_held = false;
-	pthread_mutex_unlock(&s->st_lock);
+	int rc;
+
+	*lockfd = -1;
+	if (s->st_opts.readonly)
+		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
+				  s->st_path);
+	rc = dd_store_upgrade_alone(s, err);
+	if (!rc)
+		rc = dd_lock_take(s, err, "lock", false, lockfd);
+	if (rc)
+		return rc;
+	rc = dd_store_recover(s, err);
+	if (rc) {
+		dd_lock_drop(*lockfd);
+		*lockfd = -1;
+	}
+	return rc;
 }
 
-/* Pending ids to roll back: every one but a resumable receive's. */
+void dd_store_leave(int lockfd)
+{
+	dd_lock_drop(lockfd);
+}
+
+/* ---- dead writers' pending snapshots ------------------------------------------*/
+
+/* Pending ids to roll back: dead writers', but not a resumable receive's
+ * (kept with its state for dd_replica_resume). */
 struct dd_pend_ids {
+	dd_store *pi_store;
 	dd_err *pi_err;
 	uint64_t *pi_id;
 	size_t pi_n, pi_cap;
@@ -96,7 +96,7 @@ static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 {
 	struct dd_pend_ids *pi = arg;
 
-	if (rec->pr_state_len)
+	if (rec->pr_state_len || dd_writer_alive(pi->pi_store, id))
 		return 0;
 	if (pi->pi_n == pi->pi_cap) {
 		size_t n = pi->pi_cap ? pi->pi_cap * 2 : 8;
@@ -111,16 +111,31 @@ static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 	return 0;
 }
 
-/* Rolls back every snapshot a killed writer left pending, in one
- * transaction: its references are dropped and its map deleted. */
+/* Rolls back every snapshot a dead writer left pending: its references
+ * dropped, its map deleted.  A writer registers inside the transaction
+ * that makes it pending and ends it inside the one that drops it, so
+ * under the write lock a pending entry whose registration nobody holds
+ * is a dead writer's.  A read first: most of the time there is none. */
 static int dd_recover_pending(dd_store *s, dd_err *err)
 {
-	struct dd_pend_ids pi = {err, NULL, 0, 0};
+	struct dd_pend_ids pi = {s, err, NULL, 0, 0};
 	dd_txn *txn;
-	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
 	if (rc)
 		return rc;
+	rc = dd_pend_walk(txn, err, dd_pend_collect, &pi);
+	dd_txn_abort(txn);
+	if (rc || pi.pi_n == 0) {
+		dd_free(pi.pi_id);
+		return rc;
+	}
+	pi.pi_n = 0;
+	rc = dd_txn_begin(s->st_db, err, true, &txn);
+	if (rc) {
+		dd_free(pi.pi_id);
+		return rc;
+	}
 	rc = dd_pend_walk(txn, err, dd_pend_collect, &pi);
 	for (size_t i = 0; !rc && i < pi.pi_n; i++) {
 		rc = dd_snap_drop_refs(txn, err, pi.pi_id[i]);
@@ -322,14 +337,147 @@ static int dd_pack_present(void *arg, uint32_t id, uint64_t end)
 			  "or a lost file): run dedup repair", name);
 }
 
+/* Cuts pack id back to its committed end, unless a live writer holds it
+ * (its tail is its uncommitted work) or a live block is past the end
+ * (dd_pack_tail_is_dead).  The end is read once the pack's lock is
+ * ours: nobody can move it then. */
+static int dd_recover_tail(dd_store *s, dd_err *err, uint32_t id)
+{
+	dd_pack *p = NULL;
+	dd_txn *txn = NULL;
+	uint64_t committed;
+	dd_err busy;
+	int rc = dd_pack_open(&p, err, s->st_packdir, id, 1);
+
+	if (rc)
+		return rc == DD_ENOENT ? 0 : rc;   /* reaped meanwhile */
+	if (dd_pack_lock(p, &busy)) {
+		dd_pack_close(p);
+		return 0;
+	}
+	rc = dd_txn_begin(s->st_db, err, false, &txn);
+	if (!rc)
+		rc = dd_packs_get(txn, err, id, &committed);
+	if (!rc)
+		rc = dd_pack_tail_is_dead(txn, err, p, committed);
+	if (!rc)
+		rc = dd_pack_truncate(p, err, committed);
+	if (rc == DD_ENOENT)
+		rc = 0;   /* doomed meanwhile: gc's and the readers' now */
+	dd_txn_abort(txn);
+	dd_pack_close(p);
+	return rc;
+}
+
+/* Removes pack id, which no commit recorded: a writer created it and died
+ * before the transaction that records it committed.  Only inside a write
+ * transaction (txn), as creation happens inside one (wpack.c): the file
+ * cannot be one being created. */
+static int dd_recover_orphan(dd_store *s, dd_err *err, dd_txn *txn,
+			     const struct dd_doomed *doomed, uint32_t id)
+{
+	char name[16];           /* dd_pack_name's size */
+	uint64_t end;
+	dd_pack *p;
+	dd_err busy;
+	int rc = dd_packs_get(txn, err, id, &end);
+
+	if (rc != DD_ENOENT || dd_is_doomed(doomed, id))
+		return rc;   /* recorded since the scan */
+	dd_pack_name(name, sizeof(name), id);
+	rc = dd_pack_open(&p, err, s->st_packdir, id, 0);
+	if (!rc) {
+		if (dd_pack_lock(p, &busy) == 0)
+			rc = dd_pack_tail_is_dead(txn, err, p, 0);
+		else
+			rc = 1;   /* someone holds it: not an orphan */
+		dd_pack_close(p);
+	} else if (rc == DD_ECORRUPT) {
+		/* no readable header (a writer died before it was written):
+		 * no record to walk, so ask the DDT whether any entry names
+		 * the pack */
+		rc = dd_pack_unnamed(txn, err, id);
+	} else if (rc == DD_ENOENT) {
+		return 0;
+	}
+	if (!rc && unlinkat(s->st_packdir, name, 0) != 0 && errno != ENOENT)
+		rc = dd_err_set_errno(err, errno, "remove %s", name);
+	return rc == 1 ? 0 : rc;
+}
+
+/* What the scan of packs/ found to mend. */
+struct dd_pack_todo {
+	dd_err *pt_err;
+	uint32_t *pt_tail, *pt_orphan;
+	size_t pt_ntail, pt_norphan, pt_cap_tail, pt_cap_orphan;
+};
+
+static int dd_todo_add(dd_err *err, uint32_t **ids, size_t *n, size_t *cap,
+		       uint32_t id)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 8;
+		uint32_t *v = dd_realloc(*ids, c * sizeof(*v));
+
+		if (!v)
+			return dd_err_set(err, DD_ENOMEM, "out of memory");
+		*ids = v;
+		*cap = c;
+	}
+	(*ids)[(*n)++] = id;
+	return 0;
+}
+
+/* One file of packs/ against the catalog of txn. */
+static int dd_scan_pack(dd_store *s, dd_txn *txn, struct dd_pack_todo *pt,
+			const struct dd_doomed *doomed, const char *fname)
+{
+	dd_err *err = pt->pt_err;
+	char *end;
+	unsigned long id;
+	uint64_t committed;
+	struct stat st;
+	int rc;
+
+	if (strlen(fname) != 13 || strcmp(fname + 8, ".pack") != 0)
+		return 0;
+	errno = 0;
+	id = strtoul(fname, &end, 16);
+	if (errno || end != fname + 8 || id == 0 || id > UINT32_MAX)
+		return 0;
+	if (dd_is_doomed(doomed, (uint32_t)id))
+		return 0; /* a reader may still need it */
+	rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
+	if (rc == DD_ENOENT)
+		return dd_todo_add(err, &pt->pt_orphan, &pt->pt_norphan,
+				   &pt->pt_cap_orphan, (uint32_t)id);
+	if (rc)
+		return rc;
+	if (fstatat(s->st_packdir, fname, &st, 0) != 0)
+		return dd_err_set_errno(err, errno, "%s", fname);
+	if ((uint64_t)st.st_size < committed)
+		return dd_err_set(err, DD_ECORRUPT, "pack %s is %lld bytes, "
+				  "shorter than its committed %llu", fname,
+				  (long long)st.st_size,
+				  (unsigned long long)committed);
+	if ((uint64_t)st.st_size > committed)
+		return dd_todo_add(err, &pt->pt_tail, &pt->pt_ntail,
+				   &pt->pt_cap_tail, (uint32_t)id);
+	return 0;
+}
+
 /* Truncates pack tails past their committed end; removes pack files that
  * no commit recorded (created by a writer that died before committing).
- * Neither happens to a pack holding a block the DDT names (metadata
- * damage): dd_pack_tail_is_dead. */
+ * Neither happens to a pack a live writer holds, nor to one holding a
+ * block the DDT names (metadata damage): dd_pack_tail_is_dead.  The scan
+ * reads; only the removals take the write lock, and only when there are
+ * some. */
 static int dd_recover_packs(dd_store *s, dd_err *err)
 {
 	int dfd = dup(s->st_packdir);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct dd_doomed doomed = {.dm_err = err, .dm_all = true};
+	struct dd_pack_todo pt = {.pt_err = err};
 	struct dirent *de;
 	dd_txn *txn;
 	int rc;
@@ -337,11 +485,8 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 	if (!d) {
 		if (dfd >= 0)
 			close(dfd);
-		return dd_err_set(err, dd_errno_code(errno), "%s/packs: %s",
-				  s->st_path, strerror(errno));
+		return dd_err_set_errno(err, errno, "%s/packs", s->st_path);
 	}
-	struct dd_doomed doomed = {.dm_err = err, .dm_all = true};
-
 	rc = dd_txn_begin(s->st_db, err, false, &txn);
 	if (rc) {
 		closedir(d);
@@ -355,73 +500,29 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 		rc = dd_packs_walk(txn, err, dd_pack_present,
 				   &(struct dd_pack_present){s, err});
 	rewinddir(d);
-	while (!rc && (de = readdir(d)) != NULL) {
-		char *end;
-		unsigned long id;
-		uint64_t committed;
-		struct stat st;
-
-		if (strlen(de->d_name) != 13 ||
-		    strcmp(de->d_name + 8, ".pack") != 0)
-			continue;
-		errno = 0;
-		id = strtoul(de->d_name, &end, 16);
-		if (errno || end != de->d_name + 8 || id == 0 ||
-		    id > UINT32_MAX)
-			continue;
-		if (dd_is_doomed(&doomed, (uint32_t)id))
-			continue; /* a reader may still need it */
-		rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
-		if (rc == DD_ENOENT) {
-			dd_pack *p;
-
-			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id,
-					  0);
-			if (!rc) {
-				rc = dd_pack_tail_is_dead(txn, err, p, 0);
-				dd_pack_close(p);
-			} else if (rc == DD_ECORRUPT) {
-				/* no readable header (a writer died before it
-				 * was written): no record to walk, so ask the
-				 * DDT whether any entry names the pack */
-				rc = dd_pack_unnamed(txn, err, (uint32_t)id);
-			}
-			if (!rc && unlinkat(s->st_packdir, de->d_name, 0) != 0)
-				rc = dd_err_set(err, dd_errno_code(errno),
-						"remove %s: %s", de->d_name,
-						strerror(errno));
-			continue;
-		}
-		if (rc)
-			break;
-		if (fstatat(s->st_packdir, de->d_name, &st, 0) != 0) {
-			rc = dd_err_set(err, dd_errno_code(errno), "%s: %s",
-					de->d_name, strerror(errno));
-			break;
-		}
-		if ((uint64_t)st.st_size < committed) {
-			rc = dd_err_set(err, DD_ECORRUPT,
-					"pack %s is %lld bytes, shorter than its "
-					"committed %llu", de->d_name,
-					(long long)st.st_size,
-					(unsigned long long)committed);
-		} else if ((uint64_t)st.st_size > committed) {
-			dd_pack *p = NULL;
-
-			rc = dd_pack_open(&p, err, s->st_packdir, (uint32_t)id, 1);
-			if (!rc)
-				rc = dd_pack_tail_is_dead(txn, err, p, committed);
-			if (!rc)
-				rc = dd_pack_truncate(p, err, committed);
-			dd_pack_close(p);
-		}
-	}
+	while (!rc && (de = readdir(d)) != NULL)
+		rc = dd_scan_pack(s, txn, &pt, &doomed, de->d_name);
 	dd_txn_abort(txn);
 	closedir(d);
+	for (size_t i = 0; !rc && i < pt.pt_ntail; i++)
+		rc = dd_recover_tail(s, err, pt.pt_tail[i]);
+	if (!rc && pt.pt_norphan) {
+		doomed.dm_n = 0;
+		rc = dd_txn_begin(s->st_db, err, true, &txn);
+		if (!rc) {
+			rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect,
+						  &doomed);
+			for (size_t i = 0; !rc && i < pt.pt_norphan; i++)
+				rc = dd_recover_orphan(s, err, txn, &doomed,
+						       pt.pt_orphan[i]);
+			dd_txn_abort(txn);
+		}
+	}
+	if (!rc && (pt.pt_ntail || pt.pt_norphan) && fsync(s->st_packdir) != 0)
+		rc = dd_err_set_errno(err, errno, "sync %s/packs", s->st_path);
 	dd_free(doomed.dm_id);
-	if (!rc && fsync(s->st_packdir) != 0)
-		rc = dd_err_set(err, dd_errno_code(errno), "sync %s/packs: %s",
-				s->st_path, strerror(errno));
+	dd_free(pt.pt_tail);
+	dd_free(pt.pt_orphan);
 	return rc;
 }
 

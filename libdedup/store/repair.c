@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -659,26 +660,13 @@ static int dd_repair_swap(dd_repair *rp, const char *fresh, const char *db)
 	return 0;
 }
 
+/* The store to itself: STORE/lock exclusive, naming this process for
+ * anyone refused meanwhile (lock.c). */
 static int dd_repair_lock(dd_repair *rp)
 {
-	char p[4096];
-
-	snprintf(p, sizeof(p), "%s/lock", rp->rp_path);
-	rp->rp_lockfd = dd_io_open(rp->rp_err, p, O_RDWR | O_CREAT | O_CLOEXEC,
-				   0644);
-	if (rp->rp_lockfd < 0)
-		return rp->rp_lockfd;
-	while (flock(rp->rp_lockfd,
-		     LOCK_EX | (rp->rp_opts.wait_for_lock ? 0 : LOCK_NB)) != 0) {
-		if (errno == EINTR)
-			continue;
-		if (errno == EWOULDBLOCK)
-			return dd_err_set(rp->rp_err, DD_EBUSY, "%s: store is "
-					  "busy: another writer holds its lock",
-					  rp->rp_path);
-		return dd_err_set_errno(rp->rp_err, errno, "%s", p);
-	}
-	return 0;
+	return dd_lock_take_at(rp->rp_err, rp->rp_path, "lock", true,
+			       rp->rp_opts.wait_for_lock != 0,
+			       rp->rp_opts.lock_timeout_ms, &rp->rp_lockfd);
 }
 
 static int dd_repair_open_dirs(dd_repair *rp)
@@ -724,7 +712,12 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 			return dd_err_set(err, DD_EINVAL, "dd_repair_opts "
 					  "version %u not supported",
 					  opts->version);
-		rp.rp_opts = *opts;
+		if (opts->version == 1)   /* ends before lock_timeout_ms */
+			memcpy(&rp.rp_opts, opts,
+			       offsetof(dd_repair_opts, lock_timeout_ms));
+		else
+			rp.rp_opts = *opts;
+		rp.rp_opts.version = DD_REPAIR_OPTS_VERSION;
 	}
 	rp.rp_res.version = DD_REPAIR_RESULT_VERSION;
 	rc = dd_store_conf_read(err, path, &rp.rp_conf);

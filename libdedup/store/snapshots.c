@@ -148,46 +148,61 @@ int dd_snapshot_stat(dd_store *s, const char *name, dd_snapshot_info *out)
 	return 0;
 }
 
+/* The deletion in one write transaction: the manifest renamed to ID.del
+ * (the deletion itself, format/manifest.md §7), then the catalog
+ * follows.  The deleter registers as the snapshot's (lock.c), so that
+ * recovery beside it leaves its ID.del alone. */
+static int dd_snapshot_delete_txn(dd_store *s, dd_err *err, const char *name,
+				  int *regfd, uint64_t *id)
+{
+	dd_snap_rec r;
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_snap_get(txn, err, name, &r);
+	if (rc == DD_ENOENT)
+		dd_err_set(err, rc, "no snapshot '%s'", name);
+	if (!rc)
+		rc = dd_writer_register(s, err, r.sr_id, UINT64_MAX, regfd);
+	if (!rc) {
+		*id = r.sr_id;
+		rc = dd_commit_delete_begin(s, err, r.sr_id);
+	}
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	rc = dd_snap_drop_refs(txn, err, r.sr_id);
+	if (!rc)
+		rc = dd_snap_del(txn, err, name);
+	if (rc)
+		dd_txn_abort(txn);
+	else
+		rc = dd_txn_commit(txn, err);
+	if (rc)
+		dd_commit_delete_undo(s, r.sr_id);
+	else
+		dd_commit_delete_end(s, r.sr_id);
+	return rc;
+}
+
 int dd_snapshot_delete(dd_store *s, const char *name)
 {
 	dd_err err = {0};
-	dd_snap_rec r;
-	dd_txn *txn;
-	int rc;
+	uint64_t id = 0;
+	int lockfd, regfd = -1, rc;
 
 	if (!s)
 		return DD_EINVAL;
 	if (dd_name_check(name))
 		return dd_store_failf(s, DD_ENAME, "invalid snapshot name");
-	rc = dd_store_lock(s, &err);
+	rc = dd_store_enter(s, &err, &lockfd);
 	if (rc)
 		return dd_store_fail(s, &err);
-	rc = dd_txn_begin(s->st_db, &err, true, &txn);
-	if (rc)
-		goto unlock;
-	rc = dd_snap_get(txn, &err, name, &r);
-	if (rc == DD_ENOENT)
-		dd_err_set(&err, rc, "no snapshot '%s'", name);
-	/* the deletion itself: its manifest renamed (format/manifest.md
-	 * §7); then the catalog follows */
-	if (!rc)
-		rc = dd_commit_delete_begin(s, &err, r.sr_id);
-	if (rc) {
-		dd_txn_abort(txn);
-		goto unlock;
-	}
-	rc = dd_snap_drop_refs(txn, &err, r.sr_id);
-	if (!rc)
-		rc = dd_snap_del(txn, &err, name);
-	if (rc)
-		dd_txn_abort(txn);
-	else
-		rc = dd_txn_commit(txn, &err);
-	if (rc)
-		dd_commit_delete_undo(s, r.sr_id);
-	else
-		dd_commit_delete_end(s, r.sr_id);
-unlock:
-	dd_store_unlock(s);
+	rc = dd_snapshot_delete_txn(s, &err, name, &regfd, &id);
+	dd_writer_unregister(s, id, regfd);
+	dd_store_leave(lockfd);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

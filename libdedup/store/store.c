@@ -7,7 +7,7 @@
  * whole.  Opening checks the DEDUP file before touching LMDB: a store
  * written by a newer format is refused with a message that says so, and a
  * catalog whose options differ from DEDUP's is refused naming repair.
- * The writer lock and recovery are recover.c's.
+ * Locks are lock.c's, entering and recovery recover.c's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -189,14 +189,17 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	s->st_packdir = -1;
 	s->st_mfdir = -1;
-	s->st_lockfd = -1;
 	pthread_mutex_init(&s->st_lock, NULL);
 	pthread_mutex_init(&s->st_pool_lock, NULL);
-	/* A version-1 struct ends at `threads`: copy only what the caller
-	 * has, the later (cache) fields keep their defaults. */
+	/* A version-1 struct ends at `threads`, a version-2 one at
+	 * l2_feed_sequential: copy only what the caller has, the later
+	 * fields keep their defaults. */
 	s->st_opts = (dd_open_opts)DD_OPEN_OPTS_INIT;
 	if (oopts && oopts->version == 1)
 		memcpy(&s->st_opts, oopts, offsetof(dd_open_opts, no_cache));
+	else if (oopts && oopts->version == 2)
+		memcpy(&s->st_opts, oopts,
+		       offsetof(dd_open_opts, lock_timeout_ms));
 	else if (oopts)
 		s->st_opts = *oopts;
 	s->st_opts.version = DD_OPEN_OPTS_VERSION;
@@ -209,7 +212,7 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	return 0;
 }
 
-/* Opens db, packs, manifests and lock. */
+/* Opens db, packs and manifests. */
 static int dd_store_attach(dd_store *s, dd_err *err, bool create,
 			   const dd_store_conf *conf)
 {
@@ -234,12 +237,6 @@ static int dd_store_attach(dd_store *s, dd_err *err, bool create,
 		if (s->st_mfdir < 0)
 			return s->st_mfdir;
 	}
-	snprintf(p, sizeof(p), "%s/lock", s->st_path);
-	s->st_lockfd = dd_io_open(err, p, O_RDWR | O_CREAT, 0644);
-	if (s->st_lockfd == DD_EPERM)
-		s->st_lockfd = dd_io_open(err, p, O_RDONLY, 0);
-	if (s->st_lockfd < 0)
-		return s->st_lockfd;
 	return 0;
 }
 
@@ -434,8 +431,6 @@ void dd_store_close(dd_store *s)
 	for (uint32_t i = 0; i < s->st_npacks; i++)
 		dd_pack_close(s->st_packs[i]);
 	dd_free(s->st_packs);
-	if (s->st_lockfd >= 0)
-		dd_io_close(s->st_lockfd);
 	if (s->st_packdir >= 0)
 		dd_io_close(s->st_packdir);
 	if (s->st_mfdir >= 0)

@@ -5,16 +5,20 @@
  *
  *   STORE/DEDUP          text: "libdedup store" / "format 1"; written last
  *                        at create, so a half-created store is not a store
- *   STORE/lock           flock(2) target: the single-writer lock
+ *   STORE/lock           flock(2): shared by whoever changes the store,
+ *                        exclusive for repair (lock.c)
+ *   STORE/gc.lock        flock(2): one gc at a time
+ *   STORE/writers/ID     a running writer's registration (lock.c)
  *   STORE/db/            the LMDB environment (catalog/db.h)
  *   STORE/packs/NNNNNNNN.pack append-only block records (pack/pack.h)
  *
  * Write order, the invariant behind crash safety (DESIGN.md #1): pack
  * records are appended and fdatasync'ed, then the LMDB transaction that
  * references them (DDT entries, block maps, the pack's committed end)
- * commits.  Whoever takes the writer lock first recovers (store.c): rolls
- * back snapshots left pending by a killed writer, truncates pack tails past
- * their committed end and removes pack files no commit ever recorded.
+ * commits.  Whoever enters the store to change it recovers first
+ * (recover.c): rolls back snapshots left pending by a killed writer,
+ * truncates pack tails past their committed end and removes pack files no
+ * commit ever recorded -- never what a live writer holds.
  */
 #ifndef DD_STORE_INTERNAL_H
 #define DD_STORE_INTERNAL_H
@@ -54,7 +58,6 @@ struct dd_store {
 	int st_packdir;            /* fd of STORE/packs */
 	int st_mfdir;              /* fd of STORE/manifests; -1 in format 1 */
 	int st_format;             /* of the DEDUP file (format/store.md §1) */
-	int st_lockfd;             /* fd of STORE/lock */
 	dd_db *st_db;
 	dd_open_opts st_opts;
 
@@ -67,7 +70,6 @@ struct dd_store {
 
 	pthread_mutex_t st_lock;   /* guards the fields below */
 	dd_err st_err;
-	bool st_writer_held;       /* this handle holds the writer lock */
 	dd_pack **st_packs;        /* read handles by pack id, lazily opened */
 	uint32_t st_npacks;
 
@@ -106,6 +108,35 @@ int dd_store_meta_init(dd_txn *txn, dd_err *err, const dd_store_conf *c,
 int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
 		       dd_store_conf *out);
 
+/* ---- lock.c: the store lock, the gc lock, the running writers --------*/
+
+/* Takes DIR/<name> shared or exclusive, waiting not at all, for ever, or
+ * up to timeout_ms (> 0): *fd holds it until dd_lock_drop.  An exclusive
+ * holder writes who it is into the file; DD_EBUSY names that holder, or
+ * for STORE/lock the running writers. */
+int dd_lock_take_at(dd_err *err, const char *dir, const char *name,
+		    bool exclusive, bool wait, unsigned timeout_ms, int *fd);
+/* The same within the handle's wait rules (wait_for_lock,
+ * lock_timeout_ms). */
+int dd_lock_take(dd_store *s, dd_err *err, const char *name, bool exclusive,
+		 int *fd);
+void dd_lock_drop(int fd);
+/* A running writer of snapshot id (or a deleter: start UINT64_MAX),
+ * locked by it until dd_writer_unregister.  start: no block its lookups
+ * found usable dies at or before it (gc keeps later deaths). */
+int dd_writer_register(dd_store *s, dd_err *err, uint64_t id, uint64_t start,
+		       int *fd);
+void dd_writer_set_start(int fd, uint64_t start);
+void dd_writer_unregister(dd_store *s, uint64_t id, int fd);
+/* Does the writer of snapshot id run (its entry locked)? */
+bool dd_writer_alive(dd_store *s, uint64_t id);
+/* Who the running writer of id is ("pid N on HOST since T"), or "". */
+void dd_writer_who(dd_store *s, uint64_t id, char *buf, size_t len);
+/* The smallest start of the running writers (UINT64_MAX: none). */
+int dd_writers_min_start(dd_store *s, dd_err *err, uint64_t *min);
+/* Appends the running writers, who they are, to err's message. */
+void dd_writers_name(const char *dir, dd_err *err);
+
 /* ---- store.c -----------------------------------------------------------*/
 
 /* dd_store_fail, dd_store_failf: replica.h */
@@ -114,10 +145,15 @@ int dd_store_create_kind(dd_store **out, const char *path,
 			 const dd_create_opts *opts, const dd_open_opts *oopts,
 			 int hash_kind);
 
-/* Takes the writer lock (DD_EBUSY, or waits with wait_for_lock) and
- * recovers what a killed writer left.  dd_store_unlock releases it. */
-int dd_store_lock(dd_store *s, dd_err *err);
-void dd_store_unlock(dd_store *s);
+/* Enters the store to change it: STORE/lock shared in *lockfd (DD_EBUSY
+ * naming the holder while repair has it, or waits: wait_for_lock), a
+ * store of format 1 upgraded first, then recovery (recover.c).
+ * dd_store_leave lets go. */
+int dd_store_enter(dd_store *s, dd_err *err, int *lockfd);
+void dd_store_leave(int lockfd);
+/* Rolls back dead writers' pending snapshots, reaps doomed packs no
+ * reader needs, cuts pack tails and removes packs no commit recorded --
+ * never anything a live writer holds. */
 int dd_store_recover(dd_store *s, dd_err *err);
 
 /* Unlinks the packs gc doomed that no live reader can still need, and
@@ -207,15 +243,16 @@ void dd_commit_delete_end(dd_store *s, uint64_t id);
 /* DD_ECORRUPT, naming `dedup repair`, when the catalog and the manifests
  * disagree beyond what a crash leaves (format/manifest.md §7). */
 int dd_commit_check(dd_store *s, dd_err *err);
-/* Under the writer lock: brings the catalog up to the manifests after a
- * crash, refusing (as dd_commit_check) one that is older or damaged. */
+/* Brings the catalog up to the manifests after a crash, for writers and
+ * rm that are gone, refusing (as dd_commit_check) a catalog that is older
+ * or damaged. */
 int dd_commit_recover(dd_store *s, dd_err *err);
 /* A new snapshot id must name nothing yet: no block map, no pending
  * writer, no manifest.  A damaged or older snap.next that hands out a used
  * id is DD_ECORRUPT here, before anything is written under it (a rollback
  * of the failed writer would drop the other snapshot's map). */
 int dd_commit_id_unused(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id);
-/* Under the writer lock, a store of format 1: writes the manifests of its
+/* With the store to itself, a store of format 1: writes the manifests of its
  * snapshots and its options into DEDUP, then makes it format 2. */
 int dd_commit_upgrade(dd_store *s, dd_err *err);
 /* Compares snapshot id's block map (txn's view) with its manifest, entry

@@ -1,8 +1,16 @@
 /*
  * writer_internal.h -- the snapshot writer's state, shared by writer.c
- * (images written as bytes, through the block pipeline) and receive.c,
- * which wraps a writer fed with hashed, compressed blocks from a
- * replication stream.  Only store/ includes it.
+ * (images written as bytes, through the block pipeline), receive.c, which
+ * wraps a writer fed with hashed, compressed blocks from a replication
+ * stream, and the two halves every writer has: wops.c (what a commit
+ * interval decided, applied to the catalog at its commit) and wpack.c
+ * (the packs a writer appends to).  Only store/ includes it.
+ *
+ * Many writers run at once (docs/design.md, "Concurrent writers").  A
+ * writer holds no catalog lock while it works: it decides each block's
+ * fate against a read transaction, appends new blocks to packs only it
+ * writes, and records its decisions as operations; a commit applies them
+ * in one short write transaction.
  */
 #ifndef DD_STORE_WRITER_INTERNAL_H
 #define DD_STORE_WRITER_INTERNAL_H
@@ -20,10 +28,52 @@ enum {
 	DD_W_SUSPENDED   /* kept for later by its owner (receive.c) */
 };
 
-/* Runs at every commit while the writer is open, before the pack is
- * sealed, in the commit's transaction (w_txn): a resumable receive saves
- * its state there (receive.c).  Cleared when the writer finishes. */
+/* Runs at every commit while the writer is open, in the commit's write
+ * transaction (w_txn): a resumable receive saves its state there
+ * (receive.c).  Cleared when the writer finishes. */
 typedef int (*dd_writer_hook)(void *ctx);
+
+/* ---- wops.c: one commit interval's decisions ---------------------------*/
+
+enum {
+	DD_OP_REF,   /* a reference to a DDT entry found usable */
+	DD_OP_NEW,   /* a block this writer appended (or will) to its pack */
+	DD_OP_PREF   /* a reference to a NEW op of this interval */
+};
+
+/* One non-hole block of the image. */
+typedef struct dd_wop {
+	uint64_t op_idx;          /* block index in the image */
+	dd_ddt_key op_key;        /* REF: the entry; NEW: the variant to try
+				     first, and after its commit the one it
+				     got; PREF: copied from its NEW op */
+	uint8_t op_kind;
+	uint8_t op_codec;         /* NEW: the record, once placed */
+	bool op_placed;
+	uint32_t op_lsize;
+	uint32_t op_psize;
+	uint32_t op_pack;
+	uint64_t op_off;          /* NEW not placed: batch << 32 | block */
+	uint32_t op_target;       /* PREF: its NEW op */
+} dd_wop;
+
+typedef struct dd_wops {
+	dd_wop *wo_op;
+	size_t wo_n, wo_cap;
+	uint32_t *wo_ix;          /* NEW ops by key: op index + 1, 0 empty */
+	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
+	size_t wo_nnew;
+} dd_wops;
+
+void dd_wops_free(dd_wops *wo);
+/* Adds an op (its index in *at); a NEW one enters the key index. */
+int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at);
+/* The NEW op of this interval with exactly this key, if any. */
+dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at);
+/* Empties the list after a commit. */
+void dd_wops_reset(dd_wops *wo);
+
+/* ---- the writer --------------------------------------------------------*/
 
 struct dd_writer {
 	dd_store *w_store;
@@ -31,15 +81,25 @@ struct dd_writer {
 	int w_state;
 	char w_name[DD_NAME_MAX + 1];
 	uint64_t w_id;
-	dd_txn *w_txn;
-	dd_pack *w_pack;          /* active pack, writable; NULL until needed */
-	uint64_t w_pack_next;     /* meta pack.next */
+	int w_lockfd;             /* STORE/lock, shared */
+	int w_regfd;              /* STORE/writers/ID: this writer runs */
+	uint64_t w_start;         /* entries dead at or before it are not
+				     usable (gc may free them) */
+	dd_txn *w_rtxn;           /* lookups: renewed per batch, parked
+				     between */
+	dd_txn *w_txn;            /* a commit's write txn, while it runs */
+	dd_wops w_ops;            /* this commit interval's decisions */
+	dd_pack *w_pack;          /* active pack, writable and locked; NULL
+				     until the first new block */
+	dd_pack **w_full;         /* packs filled this interval: synced and
+				     recorded at the commit, closed after */
+	size_t w_nfull;
 	uint32_t w_bs;
 	dd_pipe *w_pipe;          /* bytes in; NULL when fed blocks */
 	dd_scratch w_sc;          /* verify-mode reads on the writer thread */
-	/* per pool worker: dd_writer_keep's probes -- for the background
-	 * workers a read txn on the DDT, parked at every commit -- and the
-	 * store's codec contexts, for the pipeline */
+	uint8_t *w_vbuf;          /* verify mode: a second block */
+	/* per pool worker: dd_writer_keep's probes, read txns parked at
+	 * every commit, and the store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
 	dd_txn **w_probe;
 	dd_codec_ctx **w_zctx;
@@ -56,31 +116,72 @@ struct dd_writer {
 	void *w_on_commit_ctx;
 };
 
-
 int dd_writer_fail(dd_writer *w, int rc);
 
-/* Takes the lock, reserves the snapshot id (pending) -- or continues
- * pending resume_id when not 0 --, opens the write transaction and the
- * active pack. */
+/* Enters the store (shared lock, recovery), reserves the snapshot id and
+ * name (pending) -- or continues pending resume_id when not 0 --, and
+ * registers the writer as running. */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 		   uint64_t resume_id);
 
-/* Appends a record to the active pack (rolling over when full). */
+/* May this DDT entry, as w_rtxn (or a probe) saw it, be referenced?
+ * Alive, or dead since this writer started (gc keeps those); never a
+ * lost one. */
+bool dd_writer_usable(const dd_writer *w, const dd_ddt_ent *ent);
+
+/* Verify mode: are the bytes of NEW op `op` (placed or still in the
+ * pipeline) data?  Of the DDT entry ent? */
+int dd_writer_same_op(dd_writer *w, const dd_wop *op, const uint8_t *data,
+		      uint32_t lsize, bool *same);
+int dd_writer_same_ent(dd_writer *w, const dd_ddt_key *key,
+		       const dd_ddt_ent *ent, const uint8_t *data,
+		       uint32_t lsize, bool *same);
+
+/* Moves w_rtxn to the newest commit (beginning it the first time). */
+int dd_writer_renew(dd_writer *w);
+
+/* ---- wpack.c: the packs a writer appends to ----------------------------*/
+
+/* Appends a record to the active pack (taking one first, rolling over
+ * when full).  Not durable until the commit. */
 int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 		     uint32_t *pack, uint64_t *off);
+/* Syncs the packs of this interval (data before metadata). */
+int dd_writer_sync_packs(dd_writer *w);
+/* Records their ends in w_txn. */
+int dd_writer_record_packs(dd_writer *w);
+/* After the commit: the full packs are closed (their locks go). */
+void dd_writer_close_full(dd_writer *w);
+/* Every pack closed, its lock given up. */
+void dd_writer_close_packs(dd_writer *w);
+/* A new pack, locked, its id taken from pack.next in a short write
+ * transaction of its own, which also records it (empty: its committed
+ * end is its header) when `record`.  gc's new pack is not: gc records it
+ * when it commits, and removes it if it fails (a crash leaves it to
+ * recovery, which removes unrecorded packs nobody holds). */
+int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out);
 
-/* Syncs the pack, records its end, commits; reopens a txn if asked. */
-int dd_writer_sync_commit(dd_writer *w, bool reopen);
+/* ---- committing (wops.c) -----------------------------------------------*/
 
 /* Is an intermediate commit due after `bytes` more logical bytes in
- * `blocks` more blocks?  By bytes (512 MiB) and by blocks: LMDB keeps a
- * transaction's dirty pages in RAM, about one page per block touched at
- * small block sizes, so the block count bounds the writer's memory. */
+ * `blocks` more blocks?  By bytes (512 MiB) and by blocks, which bound
+ * the ops list and the commit's write transaction. */
 bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks);
+
+/* The commit of an interval: packs synced, then one write transaction
+ * applies the ops (references counted, new entries added, the block map
+ * appended), runs the commit hook, records the packs' ends.  Every NEW op
+ * must be placed. */
+int dd_writer_sync_commit(dd_writer *w);
 
 /* Adds the snapshot record (w_size, w_blocks, w_zero, the digest) and
  * commits: the snapshot becomes visible.  When expect_digest is not NULL
  * the computed digest must equal it (DD_ECHECKSUM otherwise). */
 int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest);
+
+/* Gives up the writer's hold on the store: read txns, packs, its
+ * registration, the store lock.  Recovery (by this writer when
+ * `recover`, or the next one) then rolls back what it left pending. */
+void dd_writer_release(dd_writer *w, bool recover);
 
 #endif

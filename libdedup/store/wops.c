@@ -1,0 +1,300 @@
+/*
+ * wops.c -- a writer's commit interval: the decisions its lookups made,
+ * and the commit that applies them (format/store.md §7).
+ *
+ * A writer decides each block's fate against a read transaction, so that
+ * it holds no lock while it hashes, compresses and appends:
+ *
+ *   REF   the DDT holds the block in an entry this writer may reference
+ *         (dd_writer_usable): alive, or dead only since the writer
+ *         started, which gc keeps for it;
+ *   NEW   nothing usable holds it: the writer appends it to its own pack;
+ *   PREF  a NEW block of this same interval holds it (the key index
+ *         below finds those).
+ *
+ * The commit syncs the writer's packs, then applies the ops in one write
+ * transaction: each REF and PREF counts a reference; each NEW adds its
+ * entry -- unless another writer committed the same block meanwhile,
+ * then that entry gets the reference and this copy is garbage for gc
+ * (in verify mode only once the two copies compare equal; a lost entry,
+ * DD_DDE_MISSING, takes this copy as its own) --; the block map is
+ * appended.  Other writers wait for the LMDB lock only as long as that
+ * transaction, a few milliseconds per thousand blocks.
+ */
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/endian.h"
+#include "store/writer_internal.h"
+
+/* Bytes between intermediate commits; a variable so tests can make a
+ * small image commit several times (store_internal.h). */
+uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
+#define DD_WRITER_COMMIT_BLOCKS 8192u
+
+/* ---- the ops list and its key index -------------------------------------*/
+
+static size_t dd_wops_slot(const dd_wops *wo, const dd_ddt_key *key)
+{
+	uint64_t h = dd_get_le64(key->dk_hash) ^
+		     (uint64_t)key->dk_variant * 0x9e3779b97f4a7c15ull;
+
+	return (size_t)(h >> 7) & (wo->wo_ixcap - 1);
+}
+
+static bool dd_key_eq(const dd_ddt_key *a, const dd_ddt_key *b)
+{
+	return a->dk_variant == b->dk_variant &&
+	       !memcmp(a->dk_hash, b->dk_hash, DD_HASH_SIZE);
+}
+
+static void dd_wops_index(dd_wops *wo, uint32_t at)
+{
+	size_t i = dd_wops_slot(wo, &wo->wo_op[at].op_key);
+
+	while (wo->wo_ix[i])
+		i = (i + 1) & (wo->wo_ixcap - 1);
+	wo->wo_ix[i] = at + 1;
+}
+
+/* Keeps the index at most half full: doubles it and re-enters every NEW
+ * op. */
+static int dd_wops_grow_index(dd_wops *wo, dd_err *err)
+{
+	size_t cap = wo->wo_ixcap ? wo->wo_ixcap * 2 : 4096;
+	uint32_t *ix = dd_calloc(cap, sizeof(*ix));
+
+	if (!ix)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	dd_free(wo->wo_ix);
+	wo->wo_ix = ix;
+	wo->wo_ixcap = cap;
+	for (size_t i = 0; i < wo->wo_n; i++)
+		if (wo->wo_op[i].op_kind == DD_OP_NEW)
+			dd_wops_index(wo, (uint32_t)i);
+	return 0;
+}
+
+int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at)
+{
+	if (wo->wo_n == wo->wo_cap) {
+		size_t n = wo->wo_cap ? wo->wo_cap * 2 : 1024;
+		dd_wop *ops = n <= UINT32_MAX
+				      ? dd_realloc(wo->wo_op, n * sizeof(*ops))
+				      : NULL;
+
+		if (!ops)
+			return dd_err_set(err, DD_ENOMEM, "out of memory");
+		wo->wo_op = ops;
+		wo->wo_cap = n;
+	}
+	wo->wo_op[wo->wo_n] = *op;
+	if (at)
+		*at = (uint32_t)wo->wo_n;
+	wo->wo_n++;
+	if (op->op_kind != DD_OP_NEW)
+		return 0;
+	if (2 * (wo->wo_nnew + 1) > wo->wo_ixcap) {
+		int rc = dd_wops_grow_index(wo, err);
+
+		if (rc) {
+			wo->wo_n--;
+			return rc;
+		}
+	} else {
+		dd_wops_index(wo, (uint32_t)(wo->wo_n - 1));
+	}
+	wo->wo_nnew++;
+	return 0;
+}
+
+dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at)
+{
+	if (!wo->wo_nnew)
+		return NULL;
+	for (size_t i = dd_wops_slot(wo, key); wo->wo_ix[i];
+	     i = (i + 1) & (wo->wo_ixcap - 1)) {
+		dd_wop *op = &wo->wo_op[wo->wo_ix[i] - 1];
+
+		if (dd_key_eq(&op->op_key, key)) {
+			*at = wo->wo_ix[i] - 1;
+			return op;
+		}
+	}
+	return NULL;
+}
+
+void dd_wops_reset(dd_wops *wo)
+{
+	if (wo->wo_nnew)
+		memset(wo->wo_ix, 0, wo->wo_ixcap * sizeof(*wo->wo_ix));
+	wo->wo_n = 0;
+	wo->wo_nnew = 0;
+}
+
+void dd_wops_free(dd_wops *wo)
+{
+	dd_free(wo->wo_op);
+	dd_free(wo->wo_ix);
+	memset(wo, 0, sizeof(*wo));
+}
+
+/* ---- applying them -------------------------------------------------------*/
+
+/* One more reference to the entry of key, which must be there: a writer
+ * references only entries gc keeps for it (dd_writer_usable). */
+static int dd_apply_ref(dd_writer *w, const dd_ddt_key *key, uint64_t idx)
+{
+	dd_ddt_ent ent;
+	int rc = dd_ddt_get(w->w_txn, &w->w_err, key, &ent);
+
+	if (rc == 0 && (ent.de_flags & DD_DDE_MISSING))
+		rc = DD_ENOENT;
+	if (rc == DD_ENOENT)
+		return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: the "
+				  "stored block it references left the store "
+				  "before the commit (freed by gc, or lost)",
+				  (unsigned long long)idx);
+	if (rc)
+		return rc;
+	if (ent.de_refcnt == 0)
+		ent.de_dead_since = 0;   /* alive again */
+	ent.de_refcnt++;
+	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
+}
+
+/* A NEW op: its entry, or a reference to the same block another writer
+ * committed meanwhile.  op_key gets the variant it ends under. */
+static int dd_apply_new(dd_writer *w, dd_wop *op)
+{
+	const dd_ddt_ent ours = {
+		.de_codec = op->op_codec, .de_pack = op->op_pack,
+		.de_offset = op->op_off, .de_psize = op->op_psize,
+		.de_lsize = op->op_lsize, .de_refcnt = 1,
+	};
+	dd_ddt_key key = op->op_key;
+	bool have_bytes = false;
+
+	for (unsigned v = key.dk_variant; v <= DD_DDT_MAX_VARIANT; v++) {
+		dd_ddt_ent ent;
+		bool same = true;
+		int rc;
+
+		key.dk_variant = (uint8_t)v;
+		rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
+		if (rc == DD_ENOENT) {
+			op->op_key = key;
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ours);
+		}
+		if (rc)
+			return rc;
+		if (ent.de_flags & DD_DDE_MISSING) {
+			/* a block repair found no copy of: this is it */
+			uint64_t refs = ent.de_refcnt;
+
+			ent = ours;
+			ent.de_refcnt = refs + 1;
+			op->op_key = key;
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+		}
+		if (w->w_store->st_verify) {
+			if (!have_bytes) {
+				rc = dd_block_read(w->w_store, &w->w_err,
+						   &w->w_sc, &op->op_key, &ours,
+						   w->w_vbuf);
+				if (rc)
+					return rc;
+				have_bytes = true;
+			}
+			rc = dd_writer_same_ent(w, &key, &ent, w->w_vbuf,
+						op->op_lsize, &same);
+			if (rc)
+				return rc;
+		}
+		if (same) {
+			if (ent.de_refcnt == 0)
+				ent.de_dead_since = 0;
+			ent.de_refcnt++;
+			op->op_key = key;
+			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+		}
+	}
+	return dd_err_set(&w->w_err, DD_ENOSPC,
+			  "more than %d different blocks share one hash",
+			  DD_DDT_MAX_VARIANT + 1);
+}
+
+static int dd_apply_op(dd_writer *w, dd_wop *op)
+{
+	int rc;
+
+	switch (op->op_kind) {
+	case DD_OP_NEW:
+		if (!op->op_placed)
+			return dd_err_set(&w->w_err, DD_EIO, "internal error: "
+					  "block %llu committed before it was "
+					  "stored",
+					  (unsigned long long)op->op_idx);
+		rc = dd_apply_new(w, op);
+		break;
+	case DD_OP_PREF:
+		/* its NEW op came first and knows its final key now */
+		op->op_key = w->w_ops.wo_op[op->op_target].op_key;
+		rc = dd_apply_ref(w, &op->op_key, op->op_idx);
+		break;
+	default:
+		rc = dd_apply_ref(w, &op->op_key, op->op_idx);
+		break;
+	}
+	if (!rc)
+		rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id, op->op_idx,
+				    &op->op_key);
+	return rc;
+}
+
+bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks)
+{
+	return w->w_uncommitted + bytes >= dd_writer_commit_bytes ||
+	       w->w_uncommitted_blocks + blocks >= DD_WRITER_COMMIT_BLOCKS;
+}
+
+/* Parks the probes' read txns, so that none holds back pages LMDB could
+ * reuse or packs gc doomed. */
+static void dd_writer_probe_park(dd_writer *w)
+{
+	for (unsigned i = 0; w->w_probe && i < w->w_nworkers; i++)
+		dd_txn_reset(w->w_probe[i]);
+}
+
+int dd_writer_sync_commit(dd_writer *w)
+{
+	int rc;
+
+	dd_writer_probe_park(w);
+	dd_txn_reset(w->w_rtxn);
+	/* data before the metadata that names it (invariant 1) */
+	rc = dd_writer_sync_packs(w);
+	if (!rc)
+		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
+	if (rc)
+		return rc;
+	for (size_t i = 0; !rc && i < w->w_ops.wo_n; i++)
+		rc = dd_apply_op(w, &w->w_ops.wo_op[i]);
+	if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
+		rc = w->w_on_commit(w->w_on_commit_ctx);
+	if (!rc)
+		rc = dd_writer_record_packs(w);
+	if (rc)
+		dd_txn_abort(w->w_txn);
+	else
+		rc = dd_txn_commit(w->w_txn, &w->w_err);
+	w->w_txn = NULL;
+	if (rc)
+		return rc;
+	dd_writer_close_full(w);
+	dd_wops_reset(&w->w_ops);
+	w->w_uncommitted = 0;
+	w->w_uncommitted_blocks = 0;
+	dd_db_trim_map(w->w_store->st_db);
+	return 0;
+}
