@@ -25,10 +25,10 @@
 #include "util.h"
 
 static const char usage_text[] =
-	"usage: ddrecv [-v] [-s] STORE[@NAME]\n"
+	"usage: ddrecv [-v] [-s] [--wait[=S]] STORE[@NAME]\n"
 	"       ddrecv [-v] -o FILE|DEVICE\n"
 	"       ddrecv -n [--json]\n"
-	"       ddrecv -A STORE\n"
+	"       ddrecv [--wait[=S]] -A STORE\n"
 	"\n"
 	"Reads a replication stream (from ddsend) on stdin.\n"
 	"\n"
@@ -41,6 +41,8 @@ static const char usage_text[] =
 	"  -n, --dry-run       check the whole stream and describe it; write nothing\n"
 	"      --json          with -n: the description as JSON on stdout\n"
 	"  -A, --abort STORE   discard a partial resumable receive kept in STORE\n"
+	"      --wait[=S]      while repair has the store, wait for it (at most S\n"
+	"                      seconds) instead of failing at once\n"
 	"  -v, --verbose       show progress on stderr (default when stderr is a\n"
 	"                      terminal)\n"
 	"      --help          show this help\n"
@@ -55,10 +57,11 @@ struct recv_args {
 	int verbose;
 	int resumable;
 	int json;
+	int wait;             /* --wait: parse_wait's */
 	const char *path;     /* -o PATH, -A STORE, or STORE[@NAME] */
 };
 
-enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_WAIT };
 
 
 static void set_mode(struct recv_args *a, enum mode m, const char *path)
@@ -78,6 +81,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		{"dry-run", no_argument, NULL, 'n'},
 		{"abort", required_argument, NULL, 'A'},
 		{"json", no_argument, NULL, OPT_JSON},
+		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
@@ -95,6 +99,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		case 'n': set_mode(a, MODE_CHECK, NULL); break;
 		case 'A': set_mode(a, MODE_ABORT, optarg); break;
 		case OPT_JSON: a->json = 1; break;
+		case OPT_WAIT: a->wait = parse_wait(optarg); break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: print_tool_version("ddrecv");
@@ -105,6 +110,8 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		die_usage("--json goes with -n only");
 	if (a->resumable && a->mode != MODE_STORE)
 		die_usage("-s applies to a receive into a store only");
+	if (a->wait && a->mode != MODE_STORE && a->mode != MODE_ABORT)
+		die_usage("--wait applies to a store only");
 	if (a->mode == MODE_STORE) {
 		if (optind >= argc)
 			die_usage("missing STORE (or -o, -n, -A)");
@@ -239,10 +246,15 @@ static _Noreturn void die_store(dd_store *store, int rc)
 	die("%s", store_msg);
 }
 
-static dd_store *open_store(const char *path)
+static dd_store *open_store(const char *path, int wait)
 {
+	dd_open_opts oo = DD_OPEN_OPTS_INIT;
 	dd_store *store;
-	int rc = dd_store_open(&store, path, NULL);
+	int rc;
+
+	oo.wait_for_lock = wait != 0;
+	oo.lock_timeout_ms = wait > 0 ? (unsigned)wait : 0;
+	rc = dd_store_open(&store, path, &oo);
 
 	if (rc)
 		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
@@ -260,7 +272,7 @@ static int recv_store(const struct recv_args *a)
 
 	if (strchr(a->path, '@'))
 		split_snapref_or_die(a->path, &sname, &snap);
-	store = open_store(sname ? sname : a->path);
+	store = open_store(sname ? sname : a->path, a->wait);
 	opts.name = snap;
 	opts.resumable = a->resumable;
 	progress_init(&pg, "ddrecv", 0, a->verbose);
@@ -285,7 +297,7 @@ static int recv_store(const struct recv_args *a)
 
 static int recv_abort(const struct recv_args *a)
 {
-	dd_store *store = open_store(a->path);
+	dd_store *store = open_store(a->path, a->wait);
 	int rc = dd_recv_abort_partial(store);
 
 	if (rc)

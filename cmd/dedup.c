@@ -27,21 +27,21 @@ static const struct subcommand {
 	{"init", cmd_init,
 	 "  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n"},
 	{"put", cmd_put,
-	 "  dedup put  [-v] [--wait] STORE@NAME [FILE|-]   ingest FILE, a device or stdin\n"},
+	 "  dedup put  [-v] [--wait[=S]] STORE@NAME [FILE|-] ingest FILE, a device or stdin\n"},
 	{"get", cmd_get,
 	 "  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"},
 	{"ls", cmd_ls,
 	 "  dedup ls   [--json] [--no-unique] STORE        list snapshots, the bytes each\n"
 	 "                                                 holds alone (UNIQUE)\n"},
 	{"rm", cmd_rm,
-	 "  dedup rm   [--wait] STORE@NAME                 delete a snapshot\n"},
+	 "  dedup rm   [--wait[=S]] STORE@NAME             delete a snapshot\n"},
 	{"diff", cmd_diff,
 	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs\n"
 	 "                                                 from A\n"},
 	{"prune", cmd_prune,
 	 "  dedup prune [--keep-last N] [--keep-hourly N] [--keep-daily N]\n"
 	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
-	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait] STORE\n"
+	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait[=S]] STORE\n"
 	 "                                                 delete snapshots no rule keeps\n"},
 	{"mount", cmd_mount,
 	 "  dedup mount [-f] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
@@ -52,11 +52,11 @@ static const struct subcommand {
 	{"stat", cmd_stat,
 	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"},
 	{"gc", cmd_gc,
-	 "  dedup gc   [--wait] STORE                      reclaim unreferenced space\n"},
+	 "  dedup gc   [--wait[=S]] STORE                  reclaim unreferenced space\n"},
 	{"scrub", cmd_scrub,
 	 "  dedup scrub STORE                              verify every stored block\n"},
 	{"repair", cmd_repair,
-	 "  dedup repair [-v] [--verify] [--wait] [--json] STORE\n"
+	 "  dedup repair [-v] [--verify] [--wait[=S]] [--json] STORE\n"
 	 "                                                 rebuild the catalog from packs\n"
 	 "                                                 and snapshot manifests\n"},
 	{"cache", cmd_cache,
@@ -131,7 +131,7 @@ void parse_common(int argc, char **argv, const int *allow,
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, OPT_HELP},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
-		{"wait", no_argument, NULL, OPT_WAIT},
+		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"no-unique", no_argument, NULL, OPT_NO_UNIQUE},
 		CACHE_LONGOPTS,
@@ -156,7 +156,7 @@ void parse_common(int argc, char **argv, const int *allow,
 		if (c == OPT_VERBOSE)
 			o->verbose = 1;
 		else if (c == OPT_WAIT)
-			o->wait = 1;
+			o->wait = parse_wait(optarg);
 		else if (c == OPT_JSON)
 			o->json = 1;
 		else if (c == OPT_NO_UNIQUE)
@@ -174,7 +174,8 @@ dd_store *open_store(const char *path, int wait, int readonly)
 	dd_store *s = NULL;
 	int rc;
 
-	oo.wait_for_lock = wait;
+	oo.wait_for_lock = wait != 0;
+	oo.lock_timeout_ms = wait > 0 ? (unsigned)wait : 0;
 	oo.readonly = readonly;
 	cache_cli_apply(&oo);         /* --no-cache, --l1-size, ... */
 	rc = dd_store_open(&s, path, &oo);

@@ -93,7 +93,7 @@ void want_args(int argc, char **argv, int min, int max);
 
 struct common_opts {
 	int verbose;
-	int wait;
+	int wait;           /* --wait: 0 no, -1 for ever, else ms (parse_wait) */
 	int json;
 	int no_unique;      /* ls --no-unique */
 };
@@ -106,7 +106,8 @@ void parse_common(int argc, char **argv, const int *allow,
 
 /* ---- the store (dedup.c) ------------------------------------------------*/
 
-/* Opens the store with the cache options given, or dies.  Closed with
+/* Opens the store with the cache options given, or dies; wait as
+ * parse_wait gives it (0: fail at once when busy).  Closed with
  * cache_cli_close. */
 dd_store *open_store(const char *path, int wait, int readonly);
 

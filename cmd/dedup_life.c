@@ -212,7 +212,7 @@ int cmd_prune(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, OPT_HELP},
-		{"wait", no_argument, NULL, OPT_WAIT},
+		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"keep-last", required_argument, NULL, OPT_KEEP_LAST},
 		{"keep-hourly", required_argument, NULL, OPT_KEEP_HOURLY},
@@ -248,7 +248,7 @@ int cmd_prune(int argc, char **argv)
 		case OPT_HELP:
 			usage_exit();
 		case OPT_WAIT:
-			wait = 1;
+			wait = parse_wait(optarg);
 			break;
 		case OPT_JSON:
 			json = 1;

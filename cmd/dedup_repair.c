@@ -59,7 +59,7 @@ int cmd_repair(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, OPT_HELP},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
-		{"wait", no_argument, NULL, OPT_WAIT},
+		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"verify", no_argument, NULL, OPT_VERIFY},
 		{NULL, 0, NULL, 0},
@@ -77,8 +77,12 @@ int cmd_repair(int argc, char **argv)
 			usage_exit();
 		else if (c == OPT_VERBOSE)
 			verbose = 1;
-		else if (c == OPT_WAIT)
+		else if (c == OPT_WAIT) {
+			int ms = parse_wait(optarg);
+
 			ro.wait_for_lock = 1;
+			ro.lock_timeout_ms = ms > 0 ? (unsigned)ms : 0;
+		}
 		else if (c == OPT_JSON)
 			out.json = 1;
 		else if (c == OPT_VERIFY)

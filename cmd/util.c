@@ -97,6 +97,21 @@ static const struct size_suffix size_suffixes[] = {
 	{"T", 40}, {"t", 40}, {"TiB", 40},
 };
 
+int parse_wait(const char *arg)
+{
+	char *end;
+	double secs;
+
+	if (!arg)
+		return -1;
+	errno = 0;
+	secs = strtod(arg, &end);
+	if (errno || end == arg || *end || !(secs > 0) || secs > 86400)
+		die_usage("--wait=%.40s: SECONDS must be a positive number up "
+			  "to 86400", arg);
+	return secs * 1000 < 1 ? 1 : (int)(secs * 1000);
+}
+
 int parse_size(const char *s, uint64_t *out)
 {
 	uint64_t v = 0;

@@ -42,6 +42,11 @@ const char *lib_msg(const char *msg, int rc);
  */
 int parse_size(const char *s, uint64_t *out);
 
+/* --wait[=SECONDS]: -1 (no argument: wait for ever) or the limit in
+ * milliseconds (> 0); die_usage for anything but a positive number of
+ * seconds up to a day. */
+int parse_wait(const char *arg);
+
 /*
  * Splits "STORE@NAME" at the last '@'.  *store and *name are malloc'd.
  * Returns 0, or -1 with a static reason in *why (no '@', empty store, empty
