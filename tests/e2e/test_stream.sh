@@ -207,17 +207,24 @@ done
 refused "not a stream" "$T/junk" "$S2@junk"
 refused "a raw-file stream with a bad name target" "$T/img.dds" "$S2@bad/name"
 
-note "stores: busy"
-# A put that waits on its input holds the writer lock.
+note "stores: a receive beside a running put"
+# A put that waits on its input holds its writer open: a receive into the
+# same store goes on beside it; one into the name it writes is refused.
 mkfifo "$T/fifo"
 "$DEDUP" put "$S2@slow" "$T/fifo" 2>"$T/put.err" &
 putpid=$!
 exec 9>"$T/fifo"
 printf 'x' >&9
 sleep 1
-refused "a busy store" "$T/img.dds" "$S2@busy"
-grep -q 'DD_EBUSY' "$T/err" || fail "busy store: no DD_EBUSY in '$(cat "$T/err")'"
+refused "a receive into a name being written" "$T/img.dds" "$S2@slow"
+assert_grep 'being written' "$T/err" "a name being written"
+run_in "$T/img.dds" "$DDRECV" "$S2@beside"
+assert_rc 0 "a receive beside a running put"
+"$DEDUP" get "$S2@beside" >"$T/beside.out" 2>"$T/err" || fail "get beside"
+assert_same "$T/img" "$T/beside.out" "the snapshot received beside a put"
 exec 9>&-
 wait "$putpid" || fail "the slow put failed: $(cat "$T/put.err")"
+[ "$("$DEDUP" get "$S2@slow" | od -An -c | tr -d ' \n')" = "x" ] ||
+	fail "the slow put's snapshot is not its one byte"
 
 note "ok"

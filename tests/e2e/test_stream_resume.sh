@@ -43,6 +43,37 @@ for cut in 70000 $((total / 3)) $((total * 2 / 3)) $((total - 10)); do
 	"$DEDUP" scrub "$S2" >/dev/null 2>"$T/err" || fail "scrub after resume"
 done
 
+# The partial receive's block map waits while other writers commit
+# theirs: a put between the cut and the resume (and one running during
+# the resumed receive) must not get in its way.
+note "resume after other writers committed"
+rm -rf "$S2"
+"$DEDUP" init --block-size 65536 "$S2" 2>"$T/err" || fail "init s2"
+run bash -c "head -c $((total / 2)) '$T/a.dds' | '$DDRECV' -s '$S2'"
+assert_rc 1 "cut stream with -s"
+tok=$(token_of "$T/err")
+[ -n "$tok" ] || fail "no resume token printed: $(cat "$T/err")"
+gen_random "$T/other" $((3 * 1024 * 1024)) resume-other
+"$DEDUP" put "$S2@other" "$T/other" 2>"$T/err" || fail "put between cut and resume"
+mkfifo "$T/slowput"
+"$DEDUP" put "$S2@during" "$T/slowput" 2>"$T/during.err" &
+dpid=$!
+exec 9>"$T/slowput"
+head -c 1000000 "$T/other" >&9
+run bash -c "'$DDSEND' -t '$tok' '$S@a' | '$DDRECV' -s '$S2'"
+assert_rc 0 "resumed receive after another writer committed"
+head -c 2000000 "$T/r" >&9
+exec 9>&-
+wait "$dpid" || fail "the put during the resume failed: $(cat "$T/during.err")"
+"$DEDUP" get "$S2@a" "$T/a.back" 2>"$T/err" || fail "get after resume"
+assert_same "$T/a" "$T/a.back" "snapshot resumed after another writer"
+"$DEDUP" get "$S2@other" "$T/other.back" 2>"$T/err" || fail "get other"
+assert_same "$T/other" "$T/other.back" "the snapshot put in between"
+{ head -c 1000000 "$T/other"; head -c 2000000 "$T/r"; } >"$T/during"
+"$DEDUP" get "$S2@during" "$T/during.back" 2>"$T/err" || fail "get during"
+assert_same "$T/during" "$T/during.back" "the snapshot put during the resume"
+"$DEDUP" scrub "$S2" >/dev/null 2>"$T/err" || fail "scrub after the resume"
+
 note "a token of another snapshot is refused"
 gen_random "$T/b" 300000 other
 "$DEDUP" put "$S@b" "$T/b" 2>"$T/err" || fail "put b"

@@ -775,34 +775,6 @@ static void test_scrub_counts_references(void **state)
 	th_rm_store(path);
 }
 
-static void test_writer_lock(void **state)
-{
-	char *path = th_tmp_store();
-	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
-	dd_store *s2;
-	dd_writer *w, *w2;
-	uint8_t data[8192] = {1, 2, 3};
-
-	(void)state;
-	assert_int_equal(dd_store_open(&s2, path, NULL), 0);
-	assert_int_equal(dd_writer_begin(&w, s, "a"), 0);
-	assert_int_equal(dd_writer_begin(&w2, s, "b"), DD_EBUSY);
-	assert_int_equal(dd_writer_begin(&w2, s2, "b"), DD_EBUSY);
-	assert_non_null(strstr(dd_store_errmsg(s2), "busy"));
-	assert_int_equal(dd_snapshot_delete(s2, "a"), DD_EBUSY);
-	assert_int_equal(dd_store_gc(s2, NULL, NULL), DD_EBUSY);
-	assert_int_equal(dd_writer_write(w, data, sizeof(data)), 0);
-	assert_int_equal(dd_writer_commit(w), 0);
-	dd_writer_free(w);
-	/* lock released: the other handle may write now */
-	assert_int_equal(th_put(s2, "b", data, sizeof(data), 100), 0);
-	assert_int_equal(th_put(s2, "b", data, sizeof(data), 100), DD_EEXIST);
-	th_check_image(s, "b", data, sizeof(data));
-	dd_store_close(s2);
-	dd_store_close(s);
-	th_rm_store(path);
-}
-
 static void test_names_and_misuse(void **state)
 {
 	char *path = th_tmp_store();
@@ -1389,7 +1361,6 @@ int main(void)
 		cmocka_unit_test(test_gc_refuses_lost_refcount),
 		cmocka_unit_test(test_gc_refuses_map_unlike_manifest),
 		cmocka_unit_test(test_scrub_counts_references),
-		cmocka_unit_test(test_writer_lock),
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
 		cmocka_unit_test(test_gc_reclaims_and_compacts),

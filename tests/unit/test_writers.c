@@ -1,0 +1,411 @@
+/*
+ * test_writers.c -- many writers in one store at once (store/wlife.c,
+ * wops.c, wpack.c, gc.c, lock.c): writers on one handle and on several,
+ * a block two of them store at once kept once, rm and gc beside open
+ * writers never taking a block a writer references, what needs the store
+ * to itself refused naming its holder, and eight threads through one
+ * handle (run under ThreadSanitizer by scripts/test.sh).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dedup.h"
+#include "hash/hash.h"
+#include "helpers.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+#define BS (4 * KiB)
+
+static uint64_t stat_field(dd_store *s, size_t offset)
+{
+	dd_stat st = {.version = DD_STAT_VERSION};
+
+	assert_int_equal(dd_store_stat(s, &st), 0);
+	return *(uint64_t *)((char *)&st + offset);
+}
+#define STAT(s, f) stat_field((s), offsetof(dd_stat, f))
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	if (!th_rng_state)
+		th_rng_state = 0x5eed;
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		uint64_t v = th_rng();
+
+		memcpy(p + i, &v, 8);
+	}
+	for (size_t i = n & ~(size_t)7; i < n; i++)
+		p[i] = (uint8_t)th_rng();
+}
+
+static uint8_t *random_image(size_t n)
+{
+	uint8_t *p = malloc(n);
+
+	if (!th_rng_state)
+		th_rng_state = 0x5eed;
+
+	assert_non_null(p);
+	fill_random(p, n);
+	return p;
+}
+
+static void write_all(dd_writer *w, const uint8_t *p, size_t n, size_t chunk)
+{
+	for (size_t off = 0; off < n; off += chunk) {
+		size_t len = n - off < chunk ? n - off : chunk;
+
+		assert_int_equal(dd_writer_write(w, p + off, len), 0);
+	}
+}
+
+/* ---- two writers ------------------------------------------------------------*/
+
+/* Two writers on one handle and one on another, all open at once,
+ * writing blocks they share: every snapshot exact, each shared block one
+ * DDT entry, the spare copies garbage that gc takes back.  The pipeline
+ * looks blocks up a batch (4 MiB) or two behind the input, so each writer
+ * writes the shared part and then holes enough to push it through: all
+ * three store it before any commits. */
+static void test_writers_side_by_side(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	dd_store *s2;
+	dd_writer *w1, *w2, *w3;
+	const size_t n = 12 * MiB, own_n = 64 * BS;
+	uint8_t *img = calloc(1, 2 * n + own_n);
+	uint64_t packs_before, packs_after;
+	dd_gc_result res;
+
+	(void)state;
+	assert_non_null(img);
+	fill_random(img, n);                  /* then n of holes */
+	fill_random(img + 2 * n, own_n);      /* three's own */
+	assert_int_equal(dd_store_open(&s2, path, NULL), 0);
+	assert_int_equal(dd_writer_begin(&w1, s, "one"), 0);
+	assert_int_equal(dd_writer_begin(&w2, s, "two"), 0);
+	assert_int_equal(dd_writer_begin(&w3, s2, "three"), 0);
+	write_all(w1, img, 2 * n, 1 * MiB);
+	write_all(w2, img, 2 * n, 3 * MiB);
+	write_all(w3, img, 2 * n + own_n, 5 * BS);
+	assert_int_equal(dd_writer_commit(w2), 0);
+	assert_int_equal(dd_writer_commit(w3), 0);
+	assert_int_equal(dd_writer_commit(w1), 0);
+	dd_writer_free(w1);
+	dd_writer_free(w2);
+	dd_writer_free(w3);
+	th_check_image(s, "one", img, 2 * n);
+	th_check_image(s, "two", img, 2 * n);
+	th_check_image(s2, "one", img, 2 * n);
+	th_check_image(s, "three", img, 2 * n + own_n);
+	/* kept once: the shared blocks and three's own */
+	assert_int_equal(STAT(s, unique_blocks), n / BS + 64);
+	assert_int_equal(STAT(s, referenced_blocks), 3 * (n / BS) + 64);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	packs_before = STAT(s, pack_bytes);
+	assert_true(packs_before >= 3 * n);   /* three copies written */
+	/* two spare copies of the shared part: garbage */
+	assert_int_equal(dd_store_gc(s2, NULL, &res), 0);
+	packs_after = STAT(s, pack_bytes);
+	assert_true(packs_after + 2 * n <= packs_before);
+	assert_true(res.bytes_reclaimed >= 2 * n);
+	assert_true(packs_after < n + own_n + n / 16);
+	th_check_image(s, "three", img, 2 * n + own_n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s2);
+	dd_store_close(s);
+	free(img);
+	th_rm_store(path);
+}
+
+/* A name being written is taken: a second writer of it is refused naming
+ * the first; once committed, the name exists. */
+static void test_name_reserved(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_writer *w, *w2;
+	uint8_t data[3 * BS] = {7};
+	char pid[32];
+
+	(void)state;
+	snprintf(pid, sizeof(pid), "pid %ld ", (long)getpid());
+	assert_int_equal(dd_writer_begin(&w, s, "a"), 0);
+	assert_int_equal(dd_writer_begin(&w2, s, "a"), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(s), "being written"));
+	assert_non_null(strstr(dd_store_errmsg(s), pid));
+	assert_int_equal(dd_writer_write(w, data, sizeof(data)), 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	dd_writer_free(w);
+	assert_int_equal(dd_writer_begin(&w2, s, "a"), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(s), "already exists"));
+	th_check_image(s, "a", data, sizeof(data));
+	dd_store_close(s);
+	th_rm_store(path);
+}
+
+/* rm and gc run while a writer is open, and never free what it
+ * references: blocks of a snapshot deleted after the writer began (the
+ * writer holds references to them, not yet committed), and blocks dead
+ * since before it began, which it must store again itself.  Holes after
+ * them push them through the pipeline's lookups before rm and gc run. */
+static void test_rm_gc_beside_writer(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_store *s2;
+	dd_writer *w;
+	const size_t n = 48 * BS, holes = 12 * MiB;
+	uint8_t *early = random_image(n), *late = random_image(n);
+	uint8_t *img = calloc(1, 2 * n + holes);
+	dd_gc_opts o = DD_GC_OPTS_INIT;
+	dd_gc_result res;
+
+	(void)state;
+	o.rewrite_below = 1.0;   /* move everything live: the worst case */
+	memcpy(img, early, n);
+	memcpy(img + n, late, n);
+	assert_int_equal(th_put(s, "early", early, n, n), 0);
+	assert_int_equal(th_put(s, "late", late, n, n), 0);
+	assert_int_equal(dd_snapshot_delete(s, "early"), 0);
+	assert_int_equal(dd_store_open(&s2, path, NULL), 0);
+	assert_int_equal(dd_writer_begin(&w, s, "w"), 0);
+	/* `early` died before w began: w stores it anew */
+	write_all(w, img, 2 * n + holes, 7 * BS);
+	/* `late` dies now, after w referenced its blocks */
+	assert_int_equal(dd_snapshot_delete(s2, "late"), 0);
+	assert_int_equal(dd_store_gc(s2, &o, &res), 0);
+	/* gc freed early's old entries, none of late's */
+	assert_int_equal(res.ddt_entries_removed, 48);
+	assert_int_equal(dd_writer_commit(w), 0);
+	dd_writer_free(w);
+	th_check_image(s, "w", img, 2 * n + holes);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	/* with the writer gone, gc frees what nobody references */
+	assert_int_equal(dd_store_gc(s2, &o, &res), 0);
+	assert_int_equal(STAT(s, unreferenced_blocks), 0);
+	th_check_image(s2, "w", img, 2 * n + holes);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s2);
+	dd_store_close(s);
+	free(early);
+	free(late);
+	free(img);
+	th_rm_store(path);
+}
+
+/* An aborted writer (after intermediate commits) is rolled back while
+ * another goes on; gc then reclaims its space. */
+static void test_abort_beside_writer(void **state)
+{
+	extern uint64_t dd_writer_commit_bytes;
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	dd_writer *w1, *w2;
+	const size_t n = 6 * MiB;   /* batches of 4 MiB: commits mid-way */
+	uint8_t *a = random_image(n), *b = random_image(n);
+	uint64_t saved = dd_writer_commit_bytes;
+
+	(void)state;
+	dd_writer_commit_bytes = 8 * BS;
+	assert_int_equal(dd_writer_begin(&w1, s, "gone"), 0);
+	assert_int_equal(dd_writer_begin(&w2, s, "kept"), 0);
+	write_all(w1, a, n, 64 * KiB);
+	write_all(w2, b, n, 96 * KiB);
+	dd_writer_abort(w1);
+	dd_writer_free(w1);
+	assert_int_equal(dd_writer_commit(w2), 0);
+	dd_writer_free(w2);
+	dd_writer_commit_bytes = saved;
+	th_check_image(s, "kept", b, n);
+	assert_int_equal(STAT(s, snapshots), 1);
+	assert_int_equal(STAT(s, unique_blocks), n / BS);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	assert_int_equal(STAT(s, unreferenced_blocks), 0);
+	assert_true(STAT(s, pack_bytes) < n + n / 2);
+	dd_store_close(s);
+	free(a);
+	free(b);
+	th_rm_store(path);
+}
+
+/* ---- what needs the store to itself --------------------------------------------*/
+
+/* Holds STORE/<name> exclusively as another process would, naming itself
+ * as lock.c's holders do. */
+static int hold_lock(const char *path, const char *name)
+{
+	char p[4200];
+	const char who[] = "pid 4242 on elsewhere since 2026-01-01T00:00:00Z "
+			   "start 0\n";
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", path, name);
+	fd = open(p, O_RDWR | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+	assert_int_equal(ftruncate(fd, 0), 0);
+	assert_int_equal(pwrite(fd, who, strlen(who), 0), (ssize_t)strlen(who));
+	return fd;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* While repair has the store (STORE/lock exclusive), writers, rm and gc
+ * are refused naming it; with wait_for_lock and a timeout they wait that
+ * long, then give up the same way.  A second gc is refused naming the
+ * first. */
+static void test_busy_names_holder(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	dd_open_opts oo = DD_OPEN_OPTS_INIT;
+	dd_store *sw;
+	dd_writer *w;
+	uint8_t data[BS] = {1};
+	double t0, t1;
+	int fd;
+
+	(void)state;
+	assert_int_equal(th_put(s, "a", data, sizeof(data), BS), 0);
+	fd = hold_lock(path, "lock");
+	assert_int_equal(dd_writer_begin(&w, s, "b"), DD_EBUSY);
+	assert_non_null(strstr(dd_store_errmsg(s), "busy"));
+	assert_non_null(strstr(dd_store_errmsg(s), "pid 4242 on elsewhere"));
+	assert_int_equal(dd_snapshot_delete(s, "a"), DD_EBUSY);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_EBUSY);
+	/* waiting, with a limit */
+	oo.wait_for_lock = 1;
+	oo.lock_timeout_ms = 300;
+	assert_int_equal(dd_store_open(&sw, path, &oo), 0);
+	t0 = now_ms();
+	assert_int_equal(dd_writer_begin(&w, sw, "b"), DD_EBUSY);
+	t1 = now_ms();
+	assert_true(t1 - t0 >= 290);
+	assert_non_null(strstr(dd_store_errmsg(sw), "pid 4242"));
+	close(fd);
+	/* free again: the waiting handle writes */
+	assert_int_equal(th_put(sw, "b", data, sizeof(data), BS), 0);
+	/* one gc at a time */
+	fd = hold_lock(path, "gc.lock");
+	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_EBUSY);
+	assert_non_null(strstr(dd_store_errmsg(s), "pid 4242 on elsewhere"));
+	/* but writers and rm go on beside a gc */
+	assert_int_equal(th_put(s, "c", data, sizeof(data), BS), 0);
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	close(fd);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	th_check_image(s, "b", data, sizeof(data));
+	th_check_image(s, "c", data, sizeof(data));
+	dd_store_close(sw);
+	dd_store_close(s);
+	th_rm_store(path);
+}
+
+/* ---- eight threads, one handle ---------------------------------------------------*/
+
+#define NTHREADS 8
+#define TN (96 * BS)
+
+typedef struct thread_job {
+	dd_store *s;
+	int k;
+	const uint8_t *common;
+	uint8_t *img;
+	int rc;
+} thread_job;
+
+/* Thread k: a third shared by all, a third shared with thread k ^ 1, a
+ * third its own; in pieces of a size of its own. */
+static void *thread_put(void *arg)
+{
+	thread_job *j = arg;
+	char name[16];
+
+	snprintf(name, sizeof(name), "t%d", j->k);
+	j->rc = th_put(j->s, name, j->img, TN, (size_t)(j->k + 1) * 3000);
+	return NULL;
+}
+
+static void test_eight_threads_one_handle(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	thread_job jobs[NTHREADS];
+	pthread_t t[NTHREADS];
+	uint8_t *common = random_image(TN / 3), *pair[NTHREADS / 2];
+
+	(void)state;
+	for (int p = 0; p < NTHREADS / 2; p++)
+		pair[p] = random_image(TN / 3);
+	for (int k = 0; k < NTHREADS; k++) {
+		uint8_t *img = malloc(TN);
+
+		memcpy(img, common, TN / 3);
+		memcpy(img + TN / 3, pair[k / 2], TN / 3);
+		fill_random(img + 2 * (TN / 3), TN - 2 * (TN / 3));
+		jobs[k] = (thread_job){.s = s, .k = k, .img = img};
+	}
+	for (int k = 0; k < NTHREADS; k++)
+		assert_int_equal(pthread_create(&t[k], NULL, thread_put,
+						&jobs[k]), 0);
+	for (int k = 0; k < NTHREADS; k++) {
+		char name[16];
+
+		assert_int_equal(pthread_join(t[k], NULL), 0);
+		assert_int_equal(jobs[k].rc, 0);
+		snprintf(name, sizeof(name), "t%d", k);
+		th_check_image(s, name, jobs[k].img, TN);
+	}
+	/* 32 common + 4 x 32 pair + 8 x 32 own blocks, each kept once */
+	assert_int_equal(STAT(s, unique_blocks), 32 + 4 * 32 + 8 * 32);
+	assert_int_equal(STAT(s, referenced_blocks), 8 * 96);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	for (int k = 0; k < NTHREADS; k++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "t%d", k);
+		th_check_image(s, name, jobs[k].img, TN);
+		free(jobs[k].img);
+	}
+	for (int p = 0; p < NTHREADS / 2; p++)
+		free(pair[p]);
+	free(common);
+	dd_store_close(s);
+	th_rm_store(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_writers_side_by_side),
+		cmocka_unit_test(test_name_reserved),
+		cmocka_unit_test(test_rm_gc_beside_writer),
+		cmocka_unit_test(test_abort_beside_writer),
+		cmocka_unit_test(test_busy_names_holder),
+		cmocka_unit_test(test_eight_threads_one_handle),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
