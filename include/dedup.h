@@ -524,7 +524,12 @@ typedef int (*dd_read_fn)(void *ctx, void *buf, size_t len, size_t *got);
  * cancels the operation with DD_ECANCELED. */
 typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
-/* Ready-made callbacks over file descriptors (ctx points to an int fd). */
+/* Ready-made callbacks over file descriptors (ctx points to an int fd).
+ * dd_fd_write never raises SIGPIPE in the host: SIGPIPE is blocked in the
+ * calling thread while it writes, so a reader that closed its end (a pipe,
+ * a socket) fails the write with DD_EIO ("Broken pipe") and the process
+ * lives on.  A receiver that fails must close (or shut down) its end, so
+ * that its sender fails too instead of blocking once the pipe is full. */
 DD_API int dd_fd_write(void *ctx, const void *buf, size_t len);
 DD_API int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got);
 

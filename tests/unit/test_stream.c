@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -1023,6 +1026,93 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	th_rm_store(path);
 }
 
+/* ---- a receiver that refuses: the sender fails, never dies or hangs ----------*/
+
+struct refusing_recv {
+	dd_store *store;
+	int fd;
+	int rc;
+};
+
+/* Cancels at the first progress report past the start: mid-stream. */
+static int cancel_past_start(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	(void)total;
+	return done > 0;
+}
+
+static void *refusing_recv_thread(void *arg)
+{
+	struct refusing_recv *r = arg;
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+
+	ro.progress = cancel_past_start;
+	r->rc = dd_recv(r->store, &ro, dd_fd_read, &r->fd, NULL);
+	/* what include/dedup.h asks of a receiver that fails */
+	close(r->fd);
+	return NULL;
+}
+
+/* SIGPIPE keeps its default action here (death): were it raised, the test
+ * would die with it.  alarm() ends a hang. */
+static void test_refused_over_socketpair(void **state)
+{
+	const size_t n = 4u << 20; /* random: far more than a socket buffer */
+	char *pa = th_tmp_store(), *pb = th_tmp_store();
+	uint8_t *img = malloc(n);
+	struct refusing_recv r = {0};
+	dd_store *a, *b;
+	pthread_t tid;
+	sigset_t pending;
+	int sv[2], p[2], rc;
+
+	(void)state;
+	signal(SIGPIPE, SIG_DFL);
+	alarm(120);
+	assert_non_null(img);
+	fill_random(img, n, 77);
+	a = th_create(pa, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	b = th_create(pb, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	assert_int_equal(th_put(a, "a", img, n, n), 0);
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	r.store = b;
+	r.fd = sv[1];
+	assert_int_equal(pthread_create(&tid, NULL, refusing_recv_thread, &r),
+			 0);
+	rc = dd_send(a, "a", NULL, dd_fd_write, &sv[0]);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	close(sv[0]);
+	assert_int_equal(r.rc, DD_ECANCELED);
+	assert_int_equal(rc, DD_EIO);
+	assert_non_null(strstr(dd_store_errmsg(a), "DD_EIO"));
+	/* nothing left pending for the host, and the mask as it was */
+	assert_int_equal(sigpending(&pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, NULL, &pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+	/* the refused receive left nothing */
+	assert_int_equal(dd_snapshot_stat(b, "a", &(dd_snapshot_info){0}),
+			 DD_ENOENT);
+
+	/* A pipe whose reader is gone: EPIPE, not SIGPIPE. */
+	assert_int_equal(pipe(p), 0);
+	close(p[0]);
+	assert_int_equal(dd_fd_write(&p[1], "x", 1), DD_EIO);
+	assert_non_null(strstr(dd_last_errmsg(), "Broken pipe"));
+	close(p[1]);
+	assert_int_equal(sigpending(&pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+
+	alarm(0);
+	dd_store_close(a);
+	dd_store_close(b);
+	th_rm_store(pa);
+	th_rm_store(pb);
+	free(img);
+}
+
 /* ---- receiving under injected faults ------------------------------------------*/
 
 static const int recv_faults[] = {DD_FAULT_ALLOC, DD_FAULT_READ,
@@ -1298,6 +1388,7 @@ int main(void)
 		cmocka_unit_test(test_check_incremental_base_refs),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
 		cmocka_unit_test(test_send_refuses_damaged_ddt_entry),
+		cmocka_unit_test(test_refused_over_socketpair),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
 	};
