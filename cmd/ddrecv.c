@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 #include "util.h"
 
 static const char usage_text[] =
-	"usage: ddrecv [-v] [-s] STORE[@NAME]\n"
+	"usage: ddrecv [-v] [-s] [--no-create] STORE[@NAME]\n"
 	"       ddrecv [-v] -o FILE|DEVICE\n"
 	"       ddrecv -n [--json]\n"
 	"       ddrecv -A STORE\n"
@@ -34,7 +35,9 @@ static const char usage_text[] =
 	"\n"
 	"  STORE[@NAME]        receive into STORE, as snapshot NAME (default:\n"
 	"                      the name in the stream); the snapshot appears only\n"
-	"                      once the whole stream checked out\n"
+	"                      once the whole stream checked out; a missing STORE\n"
+	"                      is created with the stream's block size\n"
+	"      --no-create     refuse a STORE that does not exist\n"
 	"  -s, --resumable     keep what arrived if the receive is interrupted and\n"
 	"                      print a resume token for `ddsend -t`\n"
 	"  -o, --output PATH   rebuild the raw image into a file or block device\n"
@@ -55,10 +58,11 @@ struct recv_args {
 	int verbose;
 	int resumable;
 	int json;
+	int no_create;
 	const char *path;     /* -o PATH, -A STORE, or STORE[@NAME] */
 };
 
-enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_NO_CREATE };
 
 
 static void set_mode(struct recv_args *a, enum mode m, const char *path)
@@ -78,6 +82,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		{"dry-run", no_argument, NULL, 'n'},
 		{"abort", required_argument, NULL, 'A'},
 		{"json", no_argument, NULL, OPT_JSON},
+		{"no-create", no_argument, NULL, OPT_NO_CREATE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
@@ -95,6 +100,7 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		case 'n': set_mode(a, MODE_CHECK, NULL); break;
 		case 'A': set_mode(a, MODE_ABORT, optarg); break;
 		case OPT_JSON: a->json = 1; break;
+		case OPT_NO_CREATE: a->no_create = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: print_tool_version("ddrecv");
@@ -105,6 +111,8 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		die_usage("--json goes with -n only");
 	if (a->resumable && a->mode != MODE_STORE)
 		die_usage("-s applies to a receive into a store only");
+	if (a->no_create && a->mode != MODE_STORE)
+		die_usage("--no-create applies to a receive into a store only");
 	if (a->mode == MODE_STORE) {
 		if (optind >= argc)
 			die_usage("missing STORE (or -o, -n, -A)");
@@ -249,24 +257,115 @@ static dd_store *open_store(const char *path)
 	return store;
 }
 
+/* The stream's first bytes, read before the store is opened, handed to
+ * dd_recv again before the rest of stdin. */
+struct replay {
+	uint8_t head[DD_STREAM_HEADER_MAX];
+	size_t len, pos;
+	int fd;
+};
+
+static int replay_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	struct replay *r = ctx;
+	size_t n = r->len - r->pos;
+
+	if (n == 0)
+		return dd_fd_read(&r->fd, buf, len, got);
+	n = n < len ? n : len;
+	memcpy(buf, r->head + r->pos, n);
+	r->pos += n;
+	*got = n;
+	return 0;
+}
+
+/* A store this run created is removed again when the receive fails and
+ * keeps nothing, as `zfs recv` leaves no new dataset behind. */
+static const char *created_root;
+static int created_dir;   /* the directory itself is ours too */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	if (ftw->level == 0 && !created_dir)
+		return 0;
+	return remove(path) == 0 ? 0 : -1;
+}
+
+static void remove_created(void)
+{
+	if (created_root &&
+	    nftw(created_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+		warnmsg("could not remove the store '%.300s' this receive "
+			"created: %s", created_root, strerror(errno));
+	created_root = NULL;
+}
+
+/* Opens the target store; one that does not exist is created with the
+ * stream's block size (its header is read first, into *rp) unless
+ * --no-create.  Sets *created. */
+static dd_store *open_or_create(const struct recv_args *a, const char *path,
+				struct replay *rp, int *created)
+{
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	dd_stream_info hdr;
+	char open_msg[1024];
+	struct stat st;
+	dd_store *store;
+	ssize_t n;
+	int rc = dd_store_open(&store, path, NULL);
+
+	*created = 0;
+	if (rc == 0)
+		return store;
+	if (rc != DD_ENOENT || a->no_create)
+		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
+	snprintf(open_msg, sizeof(open_msg), "%s",
+		 best_errmsg(dd_store_errmsg(NULL), rc));
+	n = read_full(rp->fd, rp->head, sizeof(rp->head));
+	if (n < 0)
+		die("read stream: %s", strerror(errno));
+	rp->len = (size_t)n;
+	rc = dd_stream_header(rp->head, rp->len, &hdr);
+	if (rc)
+		die("%s", best_errmsg(NULL, rc));
+	co.block_size = hdr.block_size;
+	created_dir = stat(path, &st) != 0;
+	rc = dd_store_create(&store, path, &co, NULL);
+	if (rc == DD_EEXIST)  /* something else is there: say what open saw */
+		die("%s", open_msg);
+	if (rc)
+		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
+	created_root = path;
+	*created = 1;
+	if (a->verbose)
+		warnmsg("created store '%.300s' (block size %" PRIu32 ")",
+			path, hdr.block_size);
+	return store;
+}
+
 static int recv_store(const struct recv_args *a)
 {
 	dd_recv_opts opts = DD_RECV_OPTS_INIT;
+	static struct replay rp;
 	struct progress pg;
 	dd_store *store;
 	char *sname = NULL, *snap = NULL;
 	dd_stream_info info = {0};
-	int in = STDIN_FILENO, rc;
+	int created, rc;
 
 	if (strchr(a->path, '@'))
 		split_snapref_or_die(a->path, &sname, &snap);
-	store = open_store(sname ? sname : a->path);
+	rp.fd = STDIN_FILENO;
+	store = open_or_create(a, sname ? sname : a->path, &rp, &created);
 	opts.name = snap;
 	opts.resumable = a->resumable;
 	progress_init(&pg, "ddrecv", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
-	rc = dd_recv(store, &opts, dd_fd_read, &in, &info);
+	rc = dd_recv(store, &opts, replay_read, &rp, &info);
 	progress_finish(&pg);
 	/* the token of what this receive kept, not of an older partial */
 	if (rc && a->resumable && info.resume_token[0]) {
@@ -275,8 +374,14 @@ static int recv_store(const struct recv_args *a)
 		dd_store_close(store);
 		exit(1);
 	}
-	if (rc)
-		die_store(store, rc);
+	if (rc) {
+		snprintf(store_msg, sizeof(store_msg), "%s",
+			 best_errmsg(dd_store_errmsg(store), rc));
+		dd_store_close(store);
+		remove_created();
+		die("%s", store_msg);
+	}
+	(void)created;
 	dd_store_close(store);
 	free(sname);
 	free(snap);

@@ -74,7 +74,8 @@ enum dd_error {
 	DD_EPERM = -13,     /* permission denied or read-only */
 	DD_ECANCELED = -14, /* stopped by a callback */
 	DD_ESTATE = -15,    /* handle used in the wrong state (after commit) */
-	DD_EFORMAT = -16    /* input that is not of the expected format */
+	DD_EFORMAT = -16,   /* input that is not of the expected format */
+	DD_EBLOCKSIZE = -17 /* a stream's block size is not the store's */
 };
 
 /* A static string naming the code: "DD_ECHECKSUM: checksum mismatch". */
@@ -596,8 +597,9 @@ typedef struct dd_recv_opts {
  * stored again.  The snapshot becomes visible only after the end record
  * checks out; on any failure the store is left as it was.  info may be
  * NULL.  Errors: DD_EFORMAT, DD_ECHECKSUM, DD_ECORRUPT, DD_EVERSION,
- * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY, the
- * callback's code. */
+ * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY,
+ * DD_EBLOCKSIZE (the stream's block size is not the store's: refused at
+ * the header, nothing stored), the callback's code. */
 DD_API int dd_recv(dd_store *store, const dd_recv_opts *opts, dd_read_fn fn,
 		   void *ctx, dd_stream_info *info);
 
@@ -612,6 +614,22 @@ DD_API int dd_recv_fd(int fd, const dd_recv_opts *opts, dd_read_fn fn,
 DD_API int dd_stream_check(const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 			   dd_stream_info *info);
 
+/* Bytes that always hold a stream's HEADER record (format/stream.md §2,
+ * §4): its frame and the largest payload. */
+#define DD_STREAM_HEADER_MAX 4112
+
+/* Reads the HEADER record at the start of buf -- the stream's first
+ * DD_STREAM_HEADER_MAX bytes, or all of a shorter stream; bytes after the
+ * header are ignored -- into *info: format_version, block_size, name,
+ * base, size, digest, base_digest and resume_from; the counts are 0.
+ * Nothing past the header is checked.  What a receiver learns before it
+ * opens a store: `ddrecv` creates a missing store with the stream's block
+ * size, then hands dd_recv these bytes again, followed by the rest.
+ * Errors: DD_EINVAL, DD_EFORMAT (not a stream, or buf ends inside the
+ * header), DD_ECHECKSUM, DD_EVERSION, DD_ENOTSUP; the reason in
+ * dd_last_errmsg(). */
+DD_API int dd_stream_header(const void *buf, size_t len, dd_stream_info *info);
+
 /* Discards a partial resumable receive kept in the store. */
 DD_API int dd_recv_abort_partial(dd_store *store);
 
@@ -621,7 +639,7 @@ DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
 
 /* The message of the last failed call in this thread that has no handle
  * (dd_store_open, dd_store_create, dd_send_fd, dd_recv_fd,
- * dd_stream_check, dd_scan_*).  Never NULL. */
+ * dd_stream_check, dd_stream_header, dd_scan_*).  Never NULL. */
 DD_API const char *dd_last_errmsg(void);
 
 /* ---- repair -------------------------------------------------------------*/

@@ -110,11 +110,9 @@ static int dd_recv_records(dd_receiver *rv)
 	}
 }
 
-static void dd_recv_fill_info(dd_receiver *rv, const char *name)
+static void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
+			      const char *name)
 {
-	dd_stream_info *in = &rv->rv_info;
-	const dd_stream_hdr *h = &rv->rv_hdr;
-
 	in->format_version = h->sh_version;
 	in->block_size = h->sh_block_size;
 	snprintf(in->name, sizeof(in->name), "%s", name);
@@ -123,6 +121,11 @@ static void dd_recv_fill_info(dd_receiver *rv, const char *name)
 	memcpy(in->digest, h->sh_digest, 32);
 	memcpy(in->base_digest, h->sh_base_digest, 32);
 	in->resume_from = h->sh_resume_from;
+}
+
+static void dd_recv_fill_info(dd_receiver *rv, const char *name)
+{
+	dd_stream_info_of(&rv->rv_info, &rv->rv_hdr, name);
 }
 
 static int dd_recv_open_writer(dd_receiver *rv, const char *name)
@@ -200,6 +203,50 @@ int dd_recv(dd_store *s, const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 	if (info)
 		*info = rv.rv_info;
 	return rc ? dd_store_fail(s, &rv.rv_err) : 0;
+}
+
+_Static_assert(DD_STREAM_HEADER_MAX == 16 + DD_SHDR_MAX,
+	       "format/stream.md §2: a 16-byte frame, then the payload");
+
+/* dd_stream_header's bytes: handed out once, then the end of the stream,
+ * so a header longer than the buffer is "cut short". */
+struct dd_hdr_bytes {
+	const uint8_t *hb_p;
+	size_t hb_len;
+};
+
+static int dd_hdr_bytes_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	struct dd_hdr_bytes *hb = ctx;
+	size_t n = hb->hb_len < len ? hb->hb_len : len;
+
+	memcpy(buf, hb->hb_p, n);
+	hb->hb_p += n;
+	hb->hb_len -= n;
+	*got = n;
+	return 0;
+}
+
+int dd_stream_header(const void *buf, size_t len, dd_stream_info *info)
+{
+	struct dd_hdr_bytes hb = {buf, len};
+	dd_err *err = dd_thread_err();
+	dd_stream_hdr h;
+	dd_sdec *d = NULL;
+	int rc;
+
+	if (!buf || !info)
+		return dd_err_set(err, DD_EINVAL, "dd_stream_header: NULL "
+				  "argument");
+	rc = dd_sdec_new(&d, err, dd_hdr_bytes_read, &hb);
+	if (!rc)
+		rc = dd_sdec_header(d, err, &h);
+	dd_sdec_free(d);
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	dd_stream_info_of(info, &h, h.sh_name);
+	return 0;
 }
 
 int dd_recv_abort_partial(dd_store *s)

@@ -208,12 +208,11 @@ esac
 if env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" init "$T/st" 2>"$T/err" &&
    head -c 300000 /dev/urandom >"$T/img" &&
    env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" put "$T/st@a" "$T/img" 2>>"$T/err" &&
-   env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" init "$T/st2" 2>>"$T/err" &&
    env -u LD_LIBRARY_PATH "$PREFIX/bin/ddsend" "$T/st@a" 2>>"$T/err" |
 	env -u LD_LIBRARY_PATH "$PREFIX/bin/ddrecv" "$T/st2" 2>>"$T/err" &&
    env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" get "$T/st2@a" "$T/img.back" 2>>"$T/err" &&
    cmp -s "$T/img" "$T/img.back"; then
-	ok "installed dedup put, ddsend | ddrecv, get: exact"
+	ok "installed dedup put, ddsend | ddrecv (a new store), get: exact"
 else
 	fail "installed commands round trip: $(tail -n 1 "$T/err")"
 fi

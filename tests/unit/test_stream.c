@@ -968,6 +968,47 @@ static void test_check_incremental_base_refs(void **state)
 	free(gold.p);
 }
 
+/* The header alone, from the first bytes of a stream: what dd_stream_check
+ * says of it, without the counts; a cut or foreign header refused. */
+static void test_stream_header(void **state)
+{
+	struct mem gold;
+	dd_stream_info all, hdr;
+	size_t len;
+
+	(void)state;
+	read_file(DD_GOLDEN_DIR "/stream_v1_full.dds", &gold);
+	assert_int_equal(dd_stream_check(NULL, mem_read, &gold, &all), 0);
+	len = gold.len < DD_STREAM_HEADER_MAX ? gold.len : DD_STREAM_HEADER_MAX;
+	memset(&hdr, 0xa5, sizeof(hdr));
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), 0);
+	assert_int_equal(hdr.format_version, all.format_version);
+	assert_int_equal(hdr.block_size, all.block_size);
+	assert_string_equal(hdr.name, all.name);
+	assert_string_equal(hdr.base, all.base);
+	assert_int_equal(hdr.size, all.size);
+	assert_memory_equal(hdr.digest, all.digest, 32);
+	assert_int_equal(hdr.resume_from, all.resume_from);
+	assert_int_equal(hdr.data_records, 0);
+	assert_int_equal(hdr.stream_bytes, 0);
+	assert_string_equal(hdr.resume_token, "");
+	/* the header record alone is enough */
+	len = record_off(gold.p, 1);
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), 0);
+	assert_int_equal(hdr.block_size, all.block_size);
+	assert_int_equal(dd_stream_header(gold.p, len - 1, &hdr), DD_EFORMAT);
+	assert_non_null(strstr(dd_last_errmsg(), "cut short"));
+	/* junk fails the frame CRC (format/stream.md §2, step 2) */
+	assert_int_equal(dd_stream_header("not a stream, not at all", 24, &hdr),
+			 DD_ECHECKSUM);
+	assert_int_equal(dd_stream_header("DD", 2, &hdr), DD_EFORMAT);
+	gold.p[20] ^= 1;  /* the block size, under the frame's CRC */
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), DD_ECHECKSUM);
+	assert_int_equal(dd_stream_header(NULL, 10, &hdr), DD_EINVAL);
+	assert_int_equal(dd_stream_header(gold.p, len, NULL), DD_EINVAL);
+	free(gold.p);
+}
+
 static void test_send_fd_refuses_pipe(void **state)
 {
 	struct mem s = {0};
@@ -1386,6 +1427,7 @@ int main(void)
 		cmocka_unit_test(test_send_fd_edge_sizes),
 		cmocka_unit_test(test_recv_fd_refuses_damage),
 		cmocka_unit_test(test_check_incremental_base_refs),
+		cmocka_unit_test(test_stream_header),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
 		cmocka_unit_test(test_send_refuses_damaged_ddt_entry),
 		cmocka_unit_test(test_refused_over_socketpair),
