@@ -81,6 +81,11 @@ enum dd_error {
 /* A static string naming the code: "DD_ECHECKSUM: checksum mismatch". */
 DD_API const char *dd_strerror(int code);
 
+/* Progress: bytes done and total (0 when unknown).  A non-zero return
+ * cancels the operation with DD_ECANCELED.  Called on the thread that
+ * called the operation. */
+typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
 /* ---- stores -------------------------------------------------------------*/
 
 typedef struct dd_store dd_store;
@@ -466,13 +471,22 @@ DD_API int dd_store_stat(dd_store *store, dd_stat *out);
 
 /* ---- gc and scrub -------------------------------------------------------*/
 
+/* Version 1 callers pass a struct that ends at `rewrite_below`. */
 typedef struct dd_gc_opts {
 	unsigned version;      /* DD_GC_OPTS_VERSION */
 	double rewrite_below;  /* rewrite packs whose live fraction is below
 				  this (0..1); 0 selects the default, 0.8 */
+	/* ---- version 2 ---- */
+	dd_progress_fn progress; /* bytes of live blocks copied out of the
+				    packs being rewritten, of all of them
+				    (the slow part); the last call has done
+				    == total.  A non-zero return stops gc
+				    with DD_ECANCELED, the store unchanged.
+				    May be NULL */
+	void *progress_ctx;
 } dd_gc_opts;
-#define DD_GC_OPTS_VERSION 1
-#define DD_GC_OPTS_INIT {DD_GC_OPTS_VERSION, 0.0}
+#define DD_GC_OPTS_VERSION 2
+#define DD_GC_OPTS_INIT {DD_GC_OPTS_VERSION, 0.0, NULL, NULL}
 
 typedef struct dd_gc_result {
 	uint64_t ddt_entries_removed;
@@ -510,6 +524,27 @@ typedef struct dd_scrub_result {
 DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 			  dd_scrub_result *out);
 
+typedef struct dd_scrub_opts {
+	unsigned version;          /* DD_SCRUB_OPTS_VERSION */
+	dd_scrub_cb bad;           /* as dd_store_scrub's cb; may be NULL */
+	void *bad_ctx;
+	dd_progress_fn progress;   /* pack bytes read (record headers and
+				      payloads), of the packs' committed
+				      bytes; a last call with done == total
+				      once every block is read (the catalog
+				      checks after it read no pack).  May
+				      be NULL */
+	void *progress_ctx;
+} dd_scrub_opts;
+#define DD_SCRUB_OPTS_VERSION 1
+#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL}
+
+/* dd_store_scrub with options (opts may be NULL).  Errors: those of
+ * dd_store_scrub, DD_EINVAL for an unknown version, DD_ECANCELED from
+ * either callback. */
+DD_API int dd_store_scrub_ext(dd_store *store, const dd_scrub_opts *opts,
+			      dd_scrub_result *out);
+
 /* ---- helpers for tools --------------------------------------------------*/
 
 /* Checks a snapshot name: 0 or DD_ENAME. */
@@ -521,9 +556,6 @@ DD_API int dd_name_check(const char *name);
  * A read callback sets *got to the bytes read; 0 means end of stream. */
 typedef int (*dd_write_fn)(void *ctx, const void *buf, size_t len);
 typedef int (*dd_read_fn)(void *ctx, void *buf, size_t len, size_t *got);
-/* Progress: bytes done and total (0 when unknown).  A non-zero return
- * cancels the operation with DD_ECANCELED. */
-typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 /* Ready-made callbacks over file descriptors (ctx points to an int fd).
  * dd_fd_write never raises SIGPIPE in the host: SIGPIPE is blocked in the

@@ -40,6 +40,8 @@ typedef struct dd_gc {
 	dd_ddt_key *gc_move;      /* keys of live blocks in rewritten packs */
 	size_t gc_nmove, gc_capmove;
 	uint64_t gc_new_bytes;    /* size of the pack live blocks moved to */
+	uint64_t gc_move_bytes;   /* their bytes, for progress */
+	const dd_gc_opts *gc_opts;/* version 2: the progress callback */
 	dd_gc_result gc_res;
 } dd_gc;
 
@@ -127,6 +129,20 @@ static int dd_gc_collect_moves(void *arg, const dd_ddt_key *key,
 		gc->gc_capmove = n;
 	}
 	gc->gc_move[gc->gc_nmove++] = *key;
+	gc->gc_move_bytes += DD_PACK_REC_HDR_SIZE + e->de_psize;
+	return 0;
+}
+
+/* dd_gc_opts version 2's callback: bytes of the moves done so far. */
+static int dd_gc_progress(dd_gc *gc, uint64_t done)
+{
+	const dd_gc_opts *o = gc->gc_opts;
+
+	if (!o || o->version < 2 || !o->progress)
+		return 0;
+	if (o->progress(o->progress_ctx, done, gc->gc_move_bytes) != 0)
+		return dd_err_set(gc->gc_err, DD_ECANCELED, "gc cancelled by "
+				  "the progress callback (store unchanged)");
 	return 0;
 }
 
@@ -152,7 +168,8 @@ static int dd_gc_move(dd_gc *gc, dd_scratch *sc)
 {
 	dd_store *s = gc->gc_store;
 	dd_pack *np = NULL;
-	int rc = 0;
+	uint64_t done = 0;
+	int rc = dd_gc_progress(gc, 0);
 
 	for (size_t i = 0; !rc && i < gc->gc_nmove; i++) {
 		dd_ddt_key *key = &gc->gc_move[i];
@@ -194,6 +211,9 @@ static int dd_gc_move(dd_gc *gc, dd_scratch *sc)
 		e.de_offset = off;
 		rc = dd_ddt_put(gc->gc_txn, gc->gc_err, key, &e);
 		gc->gc_res.blocks_moved++;
+		done += DD_PACK_REC_HDR_SIZE + e.de_psize;
+		if (!rc && (i % 256 == 255 || i + 1 == gc->gc_nmove))
+			rc = dd_gc_progress(gc, done);
 	}
 	if (!rc && np) {
 		rc = dd_pack_sync(np, gc->gc_err);
@@ -272,7 +292,7 @@ static int dd_gc_run(dd_gc *gc, double below)
 int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 {
 	dd_err err = {0};
-	dd_gc gc = {.gc_store = s, .gc_err = &err};
+	dd_gc gc = {.gc_store = s, .gc_err = &err, .gc_opts = opts};
 	double below = 0.8;
 	int rc;
 

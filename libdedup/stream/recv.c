@@ -25,6 +25,7 @@ typedef struct dd_receiver {
 	dd_replica_writer *rv_w;
 	dd_stream_hdr rv_hdr;
 	dd_stream_info rv_info;
+	uint64_t rv_reported;      /* blocks done at the last progress call */
 } dd_receiver;
 
 /* An incremental stream needs the base, with the same content. */
@@ -51,13 +52,19 @@ static int dd_recv_check_base(dd_receiver *rv)
 	return 0;
 }
 
-static int dd_recv_progress(dd_receiver *rv, uint64_t idx)
+/* Blocks [0, next) are done: the callback hears of it every 256 blocks,
+ * whatever records carry them (a ZERO run too), and dd_recv_run calls it
+ * once more after the commit, so a receive's progress ends at its size. */
+static int dd_recv_progress(dd_receiver *rv, uint64_t next)
 {
 	const dd_recv_opts *o = rv->rv_opts;
-	uint64_t done = idx * rv->rv_hdr.sh_block_size;
+	uint64_t done = next * rv->rv_hdr.sh_block_size;
 
 	if (!o || !o->progress)
 		return 0;
+	if (next >> 8 == rv->rv_reported >> 8 && rv->rv_reported)
+		return 0;
+	rv->rv_reported = next;
 	if (done > rv->rv_hdr.sh_size)
 		done = rv->rv_hdr.sh_size;
 	if (o->progress(o->progress_ctx, done, rv->rv_hdr.sh_size) != 0)
@@ -105,7 +112,9 @@ static int dd_recv_records(dd_receiver *rv)
 		if (rc)
 			return dd_err_set_msg(&rv->rv_err, rc,
 					      dd_replica_errmsg(rv->rv_w));
-		if ((r.sr_idx & 255) == 0 && (rc = dd_recv_progress(rv, r.sr_idx)))
+		rc = dd_recv_progress(rv, r.sr_idx + (r.sr_type == DD_SREC_ZERO
+						       ? r.sr_count : 1));
+		if (rc)
 			return rc;
 	}
 }
@@ -172,6 +181,10 @@ static int dd_recv_run(dd_receiver *rv, dd_read_fn fn, void *ctx)
 			dd_err_set_msg(&rv->rv_err, rc,
 				       dd_replica_errmsg(rv->rv_w));
 	}
+	/* committed: the last call says all of it (a cancel is too late) */
+	if (!rc && rv->rv_opts && rv->rv_opts->progress)
+		rv->rv_opts->progress(rv->rv_opts->progress_ctx,
+				      rv->rv_hdr.sh_size, rv->rv_hdr.sh_size);
 	rv->rv_info.stream_bytes = dd_sdec_bytes(rv->rv_dec);
 	return rc;
 }

@@ -910,6 +910,84 @@ static void test_gc_reclaims_and_compacts(void **state)
 	th_rm_store(path);
 }
 
+/* Progress as a meter sees it: calls, the last figures, order kept. */
+struct meter {
+	uint64_t calls, done, total;
+	uint64_t stop_after;      /* a non-zero return at this call (0: never) */
+};
+
+static int meter_cb(void *ctx, uint64_t done, uint64_t total)
+{
+	struct meter *m = ctx;
+
+	assert_true(done >= m->done);   /* never backwards */
+	assert_true(done <= total);
+	m->calls++;
+	m->done = done;
+	m->total = total;
+	return m->stop_after && m->calls == m->stop_after;
+}
+
+/* gc and scrub report progress to the end (done == total), and stop
+ * cleanly when it says so: gc then leaves the store as it was. */
+static void test_gc_scrub_progress(void **state)
+{
+	const size_t n = 4 * MiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *a = malloc(n), *b = malloc(n);
+	dd_gc_opts go = DD_GC_OPTS_INIT;
+	dd_scrub_opts so = DD_SCRUB_OPTS_INIT;
+	struct meter m = {0};
+	dd_scrub_result sr;
+	dd_gc_result res;
+	uint64_t before;
+
+	(void)state;
+	th_rng_state = 78;
+	fill_random(a, n);
+	memcpy(b, a, n);
+	fill_random(b, n / 4);   /* b keeps 3/4 of a: the pack is rewritten */
+	assert_int_equal(th_put(s, "a", a, n, MiB), 0);
+	assert_int_equal(th_put(s, "b", b, n, MiB), 0);
+
+	so.progress = meter_cb;
+	so.progress_ctx = &m;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), 0);
+	assert_true(m.calls >= 2);
+	assert_true(m.total >= (n + n / 4));  /* the packs' bytes */
+	assert_int_equal(m.done, m.total);
+	memset(&m, 0, sizeof(m));
+	m.stop_after = 2;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), DD_ECANCELED);
+	assert_non_null(strstr(dd_store_errmsg(s), "DD_ECANCELED"));
+	so.version = 99;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), DD_EINVAL);
+
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	before = STAT(s, pack_bytes);
+	go.rewrite_below = 1.0;
+	go.progress = meter_cb;
+	go.progress_ctx = &m;
+	memset(&m, 0, sizeof(m));
+	m.stop_after = 3;
+	assert_int_equal(dd_store_gc(s, &go, &res), DD_ECANCELED);
+	assert_int_equal(STAT(s, pack_bytes), before);   /* unchanged */
+	th_check_image(s, "b", b, n);
+	memset(&m, 0, sizeof(m));
+	assert_int_equal(dd_store_gc(s, &go, &res), 0);
+	assert_true(res.blocks_moved > 0);
+	assert_true(m.calls >= 2);
+	assert_true(m.total >= res.blocks_moved * 4 * KiB);
+	assert_int_equal(m.done, m.total);
+	th_check_image(s, "b", b, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(a);
+	free(b);
+	th_rm_store(path);
+}
+
 struct bad_seen {
 	int n;
 	char snap[64];
@@ -1393,6 +1471,7 @@ int main(void)
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
 		cmocka_unit_test(test_gc_reclaims_and_compacts),
+		cmocka_unit_test(test_gc_scrub_progress),
 		cmocka_unit_test(test_damage_detected),
 		cmocka_unit_test(test_fault_walk),
 		cmocka_unit_test(test_fault_walk_gc),

@@ -1067,6 +1067,60 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	th_rm_store(path);
 }
 
+/* ---- receive progress ends at the image's size -------------------------------*/
+
+struct recv_meter {
+	uint64_t calls, done, total;
+};
+
+static int recv_meter_cb(void *ctx, uint64_t done, uint64_t total)
+{
+	struct recv_meter *m = ctx;
+
+	assert_true(done >= m->done);
+	assert_true(done <= total);
+	m->calls++;
+	m->done = done;
+	m->total = total;
+	return 0;
+}
+
+/* A small image (fewer than 256 blocks: it used to end at 0%) and a
+ * larger one whose last blocks are a ZERO run (it used to stop short). */
+static void test_recv_progress_ends_at_size(void **state)
+{
+	static const size_t sizes[] = {37 * BS + 100, 700 * BS};
+	char *pa = th_tmp_store(), *pb = th_tmp_store();
+	dd_store *a = th_create(pa, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_store *b = th_create(pb, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		uint8_t *img = calloc(1, sizes[i]);
+		dd_recv_opts ro = DD_RECV_OPTS_INIT;
+		struct recv_meter m = {0};
+		struct mem s = {0};
+		char name[8];
+
+		snprintf(name, sizeof(name), "i%zu", i);
+		fill_random(img, sizes[i] / 2, 100 + i);  /* zeros after */
+		assert_int_equal(th_put(a, name, img, sizes[i], sizes[i]), 0);
+		assert_int_equal(dd_send(a, name, NULL, mem_write, &s), 0);
+		ro.progress = recv_meter_cb;
+		ro.progress_ctx = &m;
+		assert_int_equal(dd_recv(b, &ro, mem_read, &s, NULL), 0);
+		assert_int_equal(m.total, sizes[i]);
+		assert_int_equal(m.done, sizes[i]);
+		assert_true(m.calls >= 2);
+		free(s.p);
+		free(img);
+	}
+	dd_store_close(a);
+	dd_store_close(b);
+	th_rm_store(pa);
+	th_rm_store(pb);
+}
+
 /* ---- a receiver that refuses: the sender fails, never dies or hangs ----------*/
 
 struct refusing_recv {
@@ -1430,6 +1484,7 @@ int main(void)
 		cmocka_unit_test(test_stream_header),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
 		cmocka_unit_test(test_send_refuses_damaged_ddt_entry),
+		cmocka_unit_test(test_recv_progress_ends_at_size),
 		cmocka_unit_test(test_refused_over_socketpair),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
