@@ -26,8 +26,8 @@
 #include "util.h"
 
 static const char usage_text[] =
-	"usage: ddrecv [-v] [-s] [--no-create] STORE[@NAME]\n"
-	"       ddrecv [-v] -o FILE|DEVICE\n"
+	"usage: ddrecv [-v|-q] [--json[=FILE]] [-s] [--no-create] STORE[@NAME]\n"
+	"       ddrecv [-v|-q] [--json[=FILE]] -o FILE|DEVICE\n"
 	"       ddrecv -n [--json]\n"
 	"       ddrecv -A STORE\n"
 	"\n"
@@ -42,10 +42,13 @@ static const char usage_text[] =
 	"                      print a resume token for `ddsend -t`\n"
 	"  -o, --output PATH   rebuild the raw image into a file or block device\n"
 	"  -n, --dry-run       check the whole stream and describe it; write nothing\n"
-	"      --json          with -n: the description as JSON on stdout\n"
+	"      --json[=FILE]   with -n: the description as JSON on stdout;\n"
+	"                      else a summary of the receive as JSON on stderr,\n"
+	"                      or into FILE\n"
 	"  -A, --abort STORE   discard a partial resumable receive kept in STORE\n"
 	"  -v, --verbose       show progress on stderr (default when stderr is a\n"
 	"                      terminal)\n"
+	"  -q, --quiet         no progress: errors only\n"
 	"      --help          show this help\n"
 	"      --version       show the version\n"
 	"\n"
@@ -58,6 +61,7 @@ struct recv_args {
 	int verbose;
 	int resumable;
 	int json;
+	const char *json_path;  /* --json=FILE; NULL: stderr (stdout for -n) */
 	int no_create;
 	const char *path;     /* -o PATH, -A STORE, or STORE[@NAME] */
 };
@@ -77,11 +81,12 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 {
 	static const struct option longopts[] = {
 		{"verbose", no_argument, NULL, 'v'},
+		{"quiet", no_argument, NULL, 'q'},
 		{"resumable", no_argument, NULL, 's'},
 		{"output", required_argument, NULL, 'o'},
 		{"dry-run", no_argument, NULL, 'n'},
 		{"abort", required_argument, NULL, 'A'},
-		{"json", no_argument, NULL, OPT_JSON},
+		{"json", optional_argument, NULL, OPT_JSON},
 		{"no-create", no_argument, NULL, OPT_NO_CREATE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
@@ -91,15 +96,16 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 
 	memset(a, 0, sizeof(*a));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":vso:nA:h", longopts,
+	while ((c = getopt_long(argc, argv, ":vqso:nA:h", longopts,
 				NULL)) != -1) {
 		switch (c) {
 		case 'v': a->verbose = 1; break;
+		case 'q': util_quiet = 1; break;
 		case 's': a->resumable = 1; break;
 		case 'o': set_mode(a, MODE_OUTPUT, optarg); break;
 		case 'n': set_mode(a, MODE_CHECK, NULL); break;
 		case 'A': set_mode(a, MODE_ABORT, optarg); break;
-		case OPT_JSON: a->json = 1; break;
+		case OPT_JSON: a->json = 1; a->json_path = optarg; break;
 		case OPT_NO_CREATE: a->no_create = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
@@ -107,8 +113,11 @@ static void parse_args(int argc, char **argv, struct recv_args *a)
 		default: die_bad_option(NULL, c, argv);
 		}
 	}
-	if (a->json && a->mode != MODE_CHECK)
-		die_usage("--json goes with -n only");
+	if (a->json && a->mode == MODE_ABORT)
+		die_usage("--json does not go with -A");
+	if (a->json_path && a->mode == MODE_CHECK)
+		die_usage("-n writes its JSON on stdout: --json takes no FILE "
+			  "with -n");
 	if (a->resumable && a->mode != MODE_STORE)
 		die_usage("-s applies to a receive into a store only");
 	if (a->no_create && a->mode != MODE_STORE)
@@ -158,27 +167,54 @@ static void print_text(const dd_stream_info *i)
 	       human_size(hs, sizeof(hs), i->stream_bytes));
 }
 
-static void print_json(const dd_stream_info *i)
+/* The stream's description as JSON members, the object left open for the
+ * caller's own members and "}". */
+static void json_info(FILE *f, const dd_stream_info *i)
 {
 	char hex[65];
 
-	printf("{\"format_version\": %" PRIu32 ", \"incremental\": %s, "
-	       "\"name\": ", i->format_version, i->base[0] ? "true" : "false");
-	json_string(stdout, i->name);
-	printf(", \"base\": ");
-	json_string(stdout, i->base);
-	printf(", \"base_digest\": \"%s\"",
-	       hex_encode(hex, i->base_digest, 32));
-	printf(", \"block_size\": %" PRIu32 ", \"size\": %" PRIu64,
-	       i->block_size, i->size);
-	printf(", \"digest\": \"%s\"", hex_encode(hex, i->digest, 32));
-	printf(", \"resume_from\": %" PRIu64, i->resume_from);
-	printf(", \"data_records\": %" PRIu64 ", \"data_bytes\": %" PRIu64,
-	       i->data_records, i->data_bytes);
-	printf(", \"ref_records\": %" PRIu64, i->ref_records);
-	printf(", \"zero_records\": %" PRIu64 ", \"zero_blocks\": %" PRIu64,
-	       i->zero_records, i->zero_blocks);
-	printf(", \"stream_bytes\": %" PRIu64 "}\n", i->stream_bytes);
+	fprintf(f, "{\"format_version\": %" PRIu32 ", \"incremental\": %s, "
+		"\"name\": ", i->format_version, i->base[0] ? "true" : "false");
+	json_string(f, i->name);
+	fprintf(f, ", \"base\": ");
+	json_string(f, i->base);
+	fprintf(f, ", \"base_digest\": \"%s\"",
+		hex_encode(hex, i->base_digest, 32));
+	fprintf(f, ", \"block_size\": %" PRIu32 ", \"size\": %" PRIu64,
+		i->block_size, i->size);
+	fprintf(f, ", \"digest\": \"%s\"", hex_encode(hex, i->digest, 32));
+	fprintf(f, ", \"resume_from\": %" PRIu64, i->resume_from);
+	fprintf(f, ", \"data_records\": %" PRIu64 ", \"data_bytes\": %"
+		PRIu64, i->data_records, i->data_bytes);
+	fprintf(f, ", \"ref_records\": %" PRIu64, i->ref_records);
+	fprintf(f, ", \"zero_records\": %" PRIu64 ", \"zero_blocks\": %"
+		PRIu64, i->zero_records, i->zero_blocks);
+	fprintf(f, ", \"stream_bytes\": %" PRIu64, i->stream_bytes);
+}
+
+static void print_json(const dd_stream_info *i)
+{
+	json_info(stdout, i);
+	fputs("}\n", stdout);
+}
+
+/* --json after a receive: the stream, where it went, how long it took. */
+static void recv_summary(const struct recv_args *a, const dd_stream_info *i,
+			 const char *key, const char *where, int created,
+			 double secs)
+{
+	FILE *f;
+
+	if (!a->json)
+		return;
+	f = summary_open(a->json_path);
+	json_info(f, i);
+	fprintf(f, ", \"%s\": ", key);
+	json_string(f, where);
+	if (created >= 0)
+		fprintf(f, ", \"created\": %s", created ? "true" : "false");
+	fprintf(f, ", \"seconds\": %.3f}\n", secs);
+	summary_close(f, a->json_path);
 }
 
 static int recv_check(const struct recv_args *a)
@@ -211,6 +247,8 @@ static int recv_output(const struct recv_args *a)
 	dd_recv_opts opts = DD_RECV_OPTS_INIT;
 	struct progress pg;
 	struct stat st;
+	dd_stream_info info;
+	double t0 = now_seconds();
 	int created, out, in = STDIN_FILENO, rc;
 
 	created = stat(a->path, &st) != 0 && errno == ENOENT;
@@ -221,7 +259,7 @@ static int recv_output(const struct recv_args *a)
 	progress_init(&pg, "ddrecv", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
-	rc = dd_recv_fd(out, &opts, dd_fd_read, &in, NULL);
+	rc = dd_recv_fd(out, &opts, dd_fd_read, &in, &info);
 	progress_finish(&pg);
 	if (rc == 0 && close(out) != 0)
 		die("close '%.300s': %s", a->path, strerror(errno));
@@ -232,6 +270,7 @@ static int recv_output(const struct recv_args *a)
 			unlink(a->path);
 		die("%s", best_errmsg(NULL, rc));
 	}
+	recv_summary(a, &info, "output", a->path, -1, now_seconds() - t0);
 	return 0;
 }
 
@@ -340,7 +379,7 @@ static dd_store *open_or_create(const struct recv_args *a, const char *path,
 		die("%s", best_errmsg(dd_store_errmsg(NULL), rc));
 	created_root = path;
 	*created = 1;
-	if (a->verbose)
+	if (a->verbose && !util_quiet)
 		warnmsg("created store '%.300s' (block size %" PRIu32 ")",
 			path, hdr.block_size);
 	return store;
@@ -354,6 +393,7 @@ static int recv_store(const struct recv_args *a)
 	dd_store *store;
 	char *sname = NULL, *snap = NULL;
 	dd_stream_info info = {0};
+	double t0 = now_seconds();
 	int created, rc;
 
 	if (strchr(a->path, '@'))
@@ -381,7 +421,8 @@ static int recv_store(const struct recv_args *a)
 		remove_created();
 		die("%s", store_msg);
 	}
-	(void)created;
+	recv_summary(a, &info, "store", sname ? sname : a->path, created,
+		     now_seconds() - t0);
 	dd_store_close(store);
 	free(sname);
 	free(snap);

@@ -284,7 +284,7 @@ assert_eq "65536 65535 1 256 255" \
 note "progress with -v"
 run "$DEDUP" scan -v "$D/many"
 assert_rc 0 "scan -v"
-assert_grep 'scan: .*MB/s' "$T/err" "progress line on stderr"
+assert_grep 'scan: .*MiB/s' "$T/err" "progress line on stderr"
 
 # ---- usage errors --------------------------------------------------------------
 note "usage errors"

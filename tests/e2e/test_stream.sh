@@ -30,7 +30,8 @@ usage_error "ddsend -c bad" "$DDSEND" -c 42 -f /dev/null
 usage_error "ddsend base of another store" "$DDSEND" -i "$T/other@a" "$T/s@b"
 usage_error "ddrecv no argument" "$DDRECV"
 usage_error "ddrecv -o and -n" "$DDRECV" -o "$T/x" -n
-usage_error "ddrecv --json without -n" "$DDRECV" --json "$T/s"
+usage_error "ddrecv --json with -A" "$DDRECV" --json -A "$T/s"
+usage_error "ddrecv -n --json=FILE" "$DDRECV" -n --json="$T/x"
 usage_error "ddrecv -s with -o" "$DDRECV" -s -o "$T/x"
 usage_error "ddrecv extra" "$DDRECV" "$T/s" "$T/t"
 for c in "$DDSEND" "$DDRECV"; do
