@@ -175,29 +175,22 @@ static void put_summary(const dd_writer *w, const char *name, uint64_t bytes,
 			util_prog, name, bytes, hs, secs);
 }
 
-/* A regular file or a device of known size: its bytes are handed over by
- * range and read by the writer's workers (dd_writer_write_file), a slice
- * at a time for the progress meter.  Leaves the offset at the end of that
- * range, for the read loop to take whatever was appended meanwhile.
- * Returns the bytes handed over. */
-static uint64_t put_known_size(dd_writer *w, struct input *in,
-			       struct progress *pg)
+/* A regular file or a device of known size: its bytes are handed over as
+ * one range and read by the writer's workers (dd_writer_write_file), which
+ * report progress as they go.  Leaves the offset at the end of that range,
+ * for the read loop to take whatever was appended meanwhile.  Returns the
+ * bytes handed over. */
+static uint64_t put_known_size(dd_writer *w, struct input *in)
 {
-	const uint64_t slice = (uint64_t)64 << 20;
 	off_t start = lseek(in->fd, 0, SEEK_CUR);
-	uint64_t off;
 	int rc;
 
 	if (in->size == 0 || start < 0 || (uint64_t)start >= in->size)
 		return 0;
-	for (off = (uint64_t)start; off < in->size; off += slice) {
-		uint64_t n = in->size - off < slice ? in->size - off : slice;
-
-		rc = dd_writer_write_file(w, in->fd, off, n);
-		if (rc != 0)
-			put_fail(w, rc, NULL);
-		progress_update(pg, off + n - (uint64_t)start);
-	}
+	rc = dd_writer_write_file(w, in->fd, (uint64_t)start,
+				  in->size - (uint64_t)start);
+	if (rc != 0)
+		put_fail(w, rc, NULL);
 	if (lseek(in->fd, (off_t)in->size, SEEK_SET) < 0) {
 		char why[512];
 
@@ -216,6 +209,7 @@ int cmd_put(int argc, char **argv)
 	struct progress pg;
 	struct input in;
 	char *path, *name;
+	dd_writer_opts wo = DD_WRITER_OPTS_INIT;
 	dd_writer *w = NULL;
 	dd_store *s;
 	uint64_t total = 0;
@@ -227,13 +221,17 @@ int cmd_put(int argc, char **argv)
 	split_snapref_or_die(argv[optind], &path, &name);
 	open_input(&in, optind + 1 < argc ? argv[optind + 1] : NULL);
 	s = open_store(path, o.wait, 0);
-	rc = dd_writer_begin(&w, s, name);
+	/* the writer reports the bytes it stored, a batch at a time */
+	progress_init(&pg, name, in.size, o.verbose);
+	wo.progress = progress_lib_cb;
+	wo.progress_ctx = &pg;
+	wo.progress_total = in.size;
+	rc = dd_writer_begin_opts(&w, s, name, &wo);
 	if (rc != 0)
 		die_store(s, rc);
 
 	t0 = now_seconds();
-	progress_init(&pg, name, in.size, o.verbose);
-	total = put_known_size(w, &in, &pg);
+	total = put_known_size(w, &in);
 	for (;;) {
 		void *dst;
 		size_t room;
@@ -256,7 +254,6 @@ int cmd_put(int argc, char **argv)
 		if (rc != 0)
 			put_fail(w, rc, NULL);
 		total += (uint64_t)n;
-		progress_update(&pg, total);
 	}
 	rc = dd_writer_commit(w);
 	if (rc != 0)

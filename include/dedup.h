@@ -23,7 +23,8 @@
  *
  * Threads: a dd_store may be shared by several threads.  Readers
  * (dd_reader) are independent handles; use one reader per thread.  A writer
- * (dd_writer) must be used by one thread at a time.  Processes: any number
+ * (dd_writer) must be used by one thread at a time (dd_writer_cancel may
+ * come from any).  Processes: any number
  * of processes may read one store at any time; one writer at a time (a
  * snapshot writer, dd_snapshot_delete, dd_store_gc) holds the store's writer
  * lock, and a second one gets DD_EBUSY (or waits, see dd_open_opts).
@@ -174,6 +175,40 @@ typedef struct dd_writer dd_writer;
  * DD_EBUSY, DD_EPERM (read-only handle), DD_EIO. */
 DD_API int dd_writer_begin(dd_writer **out, dd_store *store, const char *name);
 
+typedef struct dd_writer_opts {
+	unsigned version;          /* DD_WRITER_OPTS_VERSION */
+	dd_progress_fn progress;   /* after each batch of blocks is stored
+				      (4 MiB, or 16 blocks if more): the
+				      image's bytes stored so far, holes
+				      included, and progress_total.  Runs
+				      on the writing thread, inside the
+				      call that moved the batch on
+				      (dd_writer_write, _produce,
+				      _write_file, _commit); the last call
+				      of dd_writer_commit has done == the
+				      image's size.  A non-zero return
+				      cancels: that call fails with
+				      DD_ECANCELED.  May be NULL */
+	void *progress_ctx;
+	uint64_t progress_total;   /* progress's total (0 = unknown) */
+} dd_writer_opts;
+#define DD_WRITER_OPTS_VERSION 1
+#define DD_WRITER_OPTS_INIT {DD_WRITER_OPTS_VERSION, NULL, NULL, 0}
+
+/* dd_writer_begin with options (opts may be NULL).  Errors: those of
+ * dd_writer_begin, DD_EINVAL for an unknown version. */
+DD_API int dd_writer_begin_opts(dd_writer **out, dd_store *store,
+				const char *name, const dd_writer_opts *opts);
+
+/* Stops a writer, from any thread, e.g. one that watches for a deadline
+ * while another writes.  It takes effect within one batch (4 MiB) of the
+ * writer's bytes: the next call on the writing thread that moves a batch
+ * on fails with DD_ECANCELED, and the writer can then only be aborted or
+ * freed (nothing of it becomes visible).  A cancel that comes after
+ * dd_writer_commit has stored the last batch does not stop the commit.  w
+ * must not be freed during the call. */
+DD_API void dd_writer_cancel(dd_writer *w);
+
 /* Appends len bytes to the image.  Blocks are cut, hashed, deduplicated and
  * compressed as data arrives; memory stays bounded whatever the image size.
  * After an error the writer can only be aborted. */
@@ -189,12 +224,15 @@ DD_API int dd_writer_produce(dd_writer *w, size_t n);
 /* Appends len bytes of the file or block device fd, from offset off, to
  * the image.  The writer's workers read them (pread) where they hash them,
  * so the copy out of the page cache is spread over the cores: the fastest
- * way to store a regular file.  The bytes are read later, as the pipeline
- * reaches them, through the writer's own duplicate of fd: fd may be closed
- * when the call returns, but the range should not change until
- * dd_writer_commit, and a read error or a file that shrank fails a later
- * call (DD_EIO).  fd's offset is not used or moved.  Calls may mix with
- * dd_writer_write. */
+ * way to store a regular file.  The call reads as it goes, a batch (4 MiB)
+ * at a time, reporting progress and checking for a cancel after each; when
+ * it returns, all but the last two or three batches are read and stored.
+ * Those are read as the pipeline reaches them, by the next call or
+ * dd_writer_commit, through the writer's own duplicate of fd: fd may be
+ * closed when the call returns, but the range should not change until
+ * dd_writer_commit, and a read error or a file that shrank fails that call
+ * or a later one (DD_EIO).  fd's offset is not used or moved.  Calls may
+ * mix with dd_writer_write. */
 DD_API int dd_writer_write_file(dd_writer *w, int fd, uint64_t off,
 				uint64_t len);
 
