@@ -478,8 +478,9 @@ typedef struct dd_hist_row {
 	uint64_t lsize;        /* their logical bytes */
 	uint64_t psize;        /* their stored bytes */
 	uint64_t ref_blocks;   /* references to them */
-	uint64_t ref_lsize;
-	uint64_t ref_psize;
+	uint64_t ref_lsize;    /* logical bytes of those references */
+	uint64_t ref_psize;    /* stored bytes they would take, each
+				  reference stored apart */
 } dd_hist_row;
 
 typedef struct dd_stat {
@@ -625,11 +626,13 @@ typedef struct dd_stream_info {
 	char base[DD_NAME_MAX + 1];   /* empty for a full stream */
 	uint64_t size;                /* logical bytes of the image */
 	uint8_t digest[32];           /* content digest (format/store.md §6) */
-	uint8_t base_digest[32];
+	uint8_t base_digest[32];      /* the base's content digest; zeros
+					 for a full stream */
 	uint64_t data_records, data_bytes;   /* payload bytes carried */
-	uint64_t ref_records;
-	uint64_t zero_records, zero_blocks;
-	uint64_t stream_bytes;
+	uint64_t ref_records;         /* blocks sent as references */
+	uint64_t zero_records, zero_blocks;  /* runs of zero blocks (holes),
+						and the blocks in them */
+	uint64_t stream_bytes;        /* bytes of the whole stream read */
 	uint64_t resume_from;         /* first block index carried */
 	char resume_token[128];       /* dd_recv with opts->resumable: the
 					 token of what this receive kept when
@@ -657,7 +660,8 @@ typedef struct dd_recv_opts {
 	dd_progress_fn progress;
 	void *progress_ctx;
 	uint64_t mem_limit;        /* as in dd_send_opts */
-	const char *tmpdir;
+	const char *tmpdir;        /* where tables spill; NULL = $TMPDIR or
+				      /tmp */
 } dd_recv_opts;
 #define DD_RECV_OPTS_VERSION 1
 #define DD_RECV_OPTS_INIT {DD_RECV_OPTS_VERSION, NULL, 0, NULL, NULL, 0, NULL}
