@@ -2,14 +2,18 @@
  * ddrecv.c -- the `ddrecv` command: read a replication stream
  * (format/stream.md) from stdin.
  *
- *   ddrecv [-v] [-s] STORE[@NAME]   into a store (as NAME, or the stream's)
- *   ddrecv [-v] -o FILE|DEVICE      rebuild the raw image
+ *   ddrecv [-v|-q] [--json[=F]] [-s] [--no-create] STORE[@NAME]
+ *                                   into a store (as NAME, or the stream's),
+ *                                   created with the stream's block size
+ *                                   when missing
+ *   ddrecv [-v|-q] [--json[=F]] -o FILE|DEVICE   rebuild the raw image
  *   ddrecv -n [--json]              check and describe, write nothing
  *   ddrecv -A STORE                 discard a partial resumable receive
  *
  * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
  * "ddrecv: message" on stderr), 2 a usage error.  Only -n writes to stdout
- * (its report); progress goes to stderr.
+ * (its report; --json=- too, when asked); progress and the --json summary
+ * go to stderr.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -2,12 +2,15 @@
  * ddsend.c -- the `ddsend` command: write a replication stream
  * (format/stream.md) to stdout.
  *
- *   ddsend [-v] [-i BASE] [-t TOKEN] STORE@SNAP    a snapshot of a store
- *   ddsend [-v] [-b SIZE] [-c LEVEL] -f FILE       a raw file or device
+ *   ddsend [-v|-q] [--json[=F]] [-i BASE] [-t TOKEN] STORE@SNAP
+ *                                                  a snapshot of a store
+ *   ddsend [-v|-q] [--json[=F]] [-b SIZE] [-c LEVEL] -f FILE
+ *                                                  a raw file or device
  *
  * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
  * "ddsend: message" on stderr), 2 a usage error.  The stream goes to
- * stdout and nowhere else; progress goes to stderr.  A stream is binary,
+ * stdout and nowhere else; progress and the --json summary go to stderr
+ * (or the summary into a file).  A stream is binary,
  * so it is never written to a terminal.
  */
 #include <errno.h>
@@ -129,6 +132,9 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		default: die_bad_option(NULL, c, argv);
 		}
 	}
+	if (a->json_path && strcmp(a->json_path, "-") == 0)
+		die_usage("--json=- would mix the summary into the stream on "
+			  "stdout");
 	if (a->file) {
 		if (a->base || a->token)
 			die_usage("-f cannot be combined with -i or -t");

@@ -28,6 +28,7 @@ usage_error "ddsend -f with -i" "$DDSEND" -f /dev/null -i a
 usage_error "ddsend -b not power of two" "$DDSEND" -b 5000 -f /dev/null
 usage_error "ddsend -c bad" "$DDSEND" -c 42 -f /dev/null
 usage_error "ddsend base of another store" "$DDSEND" -i "$T/other@a" "$T/s@b"
+usage_error "ddsend --json=- (stdout is the stream)" "$DDSEND" --json=- "$T/s@a"
 usage_error "ddrecv no argument" "$DDRECV"
 usage_error "ddrecv -o and -n" "$DDRECV" -o "$T/x" -n
 usage_error "ddrecv --json with -A" "$DDRECV" --json -A "$T/s"
