@@ -522,9 +522,14 @@ int dd_pipe_step(dd_pipe *p)
 	dd_pbatch *done, *hashed;
 	int rc;
 
-	/* a cancel takes effect here, so within one batch of the caller's */
-	if (atomic_load(&p->pp_cancel))
+	/* a cancel takes effect here, so within one batch of the caller's;
+	 * the running job is waited for first: the pool lock it holds is
+	 * this thread's to release, and a writer cancelled from another
+	 * thread may be freed from there */
+	if (atomic_load(&p->pp_cancel)) {
+		dd_pipe_wait(p);
 		return dd_err_set(p->pp_cfg.pc_err, DD_ECANCELED, "cancelled");
+	}
 	rc = dd_pipe_cut(p, fill, false);
 
 	/* bytes past the last cut go to the next batch: if they are a
