@@ -2,30 +2,35 @@
  * ddsend.c -- the `ddsend` command: write a replication stream
  * (format/stream.md) to stdout.
  *
- *   ddsend [-v] [-i BASE] [-t TOKEN] STORE@SNAP    a snapshot of a store
- *   ddsend [-v] [-b SIZE] [-c LEVEL] -f FILE       a raw file or device
+ *   ddsend [-v|-q] [--json[=F]] [-i BASE] [-t TOKEN] STORE@SNAP
+ *                                                  a snapshot of a store
+ *   ddsend [-v|-q] [--json[=F]] [-b SIZE] [-c LEVEL] -f FILE
+ *                                                  a raw file or device
  *
  * Uses include/dedup.h only.  Exit status: 0 success, 1 an error (one line
  * "ddsend: message" on stderr), 2 a usage error.  The stream goes to
- * stdout and nowhere else; progress goes to stderr.  A stream is binary,
+ * stdout and nowhere else; progress and the --json summary go to stderr
+ * (or the summary into a file).  A stream is binary,
  * so it is never written to a terminal.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dedup.h"
 #include "util.h"
 
 static const char usage_text[] =
-	"usage: ddsend [-v] [-i BASE] [-t TOKEN] STORE@SNAP\n"
-	"       ddsend [-v] [-b SIZE] [-c LEVEL] -f FILE|DEVICE\n"
+	"usage: ddsend [-v|-q] [--json[=FILE]] [-i BASE] [-t TOKEN] STORE@SNAP\n"
+	"       ddsend [-v|-q] [--json[=FILE]] [-b SIZE] [-c LEVEL] -f FILE|DEVICE\n"
 	"\n"
 	"Writes a replication stream to stdout, e.g.\n"
 	"  ddsend store@monday | ssh host ddrecv backup\n"
@@ -42,6 +47,9 @@ static const char usage_text[] =
 	"  -c, --compress LEVEL    zstd level 1..19 for -f, or 'none' (default 1)\n"
 	"  -v, --verbose           show progress on stderr (default when stderr\n"
 	"                          is a terminal)\n"
+	"  -q, --quiet             no progress: errors only\n"
+	"      --json[=FILE]       a summary as JSON on stderr, or into FILE\n"
+	"                          (never on stdout: it carries the stream)\n"
 	"      --help              show this help\n"
 	"      --version           show the version\n"
 	"\n"
@@ -49,6 +57,8 @@ static const char usage_text[] =
 
 struct send_args {
 	int verbose;
+	int json;
+	const char *json_path;    /* --json=FILE; NULL: stderr */
 	const char *base;
 	const char *token;
 	const char *file;
@@ -57,7 +67,7 @@ struct send_args {
 	const char *snapref;
 };
 
-enum { OPT_HELP = 256, OPT_VERSION };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
 
 
 static uint32_t parse_block_size(const char *s)
@@ -89,6 +99,8 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 {
 	static const struct option longopts[] = {
 		{"verbose", no_argument, NULL, 'v'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"json", optional_argument, NULL, OPT_JSON},
 		{"incremental", required_argument, NULL, 'i'},
 		{"resume", required_argument, NULL, 't'},
 		{"file", required_argument, NULL, 'f'},
@@ -102,10 +114,12 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 
 	memset(a, 0, sizeof(*a));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":vi:t:f:b:c:h", longopts,
+	while ((c = getopt_long(argc, argv, ":vqi:t:f:b:c:h", longopts,
 				NULL)) != -1) {
 		switch (c) {
 		case 'v': a->verbose = 1; break;
+		case 'q': util_quiet = 1; break;
+		case OPT_JSON: a->json = 1; a->json_path = optarg; break;
 		case 'i': a->base = optarg; break;
 		case 't': a->token = optarg; break;
 		case 'f': a->file = optarg; break;
@@ -118,6 +132,9 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		default: die_bad_option(NULL, c, argv);
 		}
 	}
+	if (a->json_path && strcmp(a->json_path, "-") == 0)
+		die_usage("--json=- would mix the summary into the stream on "
+			  "stdout");
 	if (a->file) {
 		if (a->base || a->token)
 			die_usage("-f cannot be combined with -i or -t");
@@ -159,12 +176,53 @@ static void refuse_terminal(void)
 		    "(redirect stdout to a file or a pipe)");
 }
 
+/* dd_fd_write, counting the stream's bytes for --json. */
+struct counted_out {
+	int fd;
+	uint64_t bytes;
+};
+
+static int counted_write(void *ctx, const void *buf, size_t len)
+{
+	struct counted_out *o = ctx;
+	int rc = dd_fd_write(&o->fd, buf, len);
+
+	if (rc == 0)
+		o->bytes += len;
+	return rc;
+}
+
+/* The summary: what was sent and how big the stream was. */
+static void send_summary(const struct send_args *a, const char *kind,
+			 const char *what, const char *base, uint64_t size,
+			 const struct counted_out *out, double secs)
+{
+	FILE *f;
+
+	if (!a->json)
+		return;
+	f = summary_open(a->json_path);
+	fprintf(f, "{\"%s\": ", kind);
+	json_string(f, what);
+	fputs(", \"base\": ", f);
+	if (base)
+		json_string(f, base);
+	else
+		fputs("null", f);
+	fprintf(f, ", \"bytes\": %" PRIu64 ", \"stream_bytes\": %" PRIu64
+		", \"seconds\": %.3f}\n", size, out->bytes, secs);
+	summary_close(f, a->json_path);
+}
+
 static int send_file(const struct send_args *a)
 {
 	dd_send_opts opts = DD_SEND_OPTS_INIT;
 	struct progress pg;
+	struct counted_out out = {STDOUT_FILENO, 0};
 	char *copy, *name;
-	int in, out = STDOUT_FILENO, rc;
+	double t0 = now_seconds();
+	struct stat st;
+	int in, rc;
 
 	in = open(a->file, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
@@ -180,8 +238,11 @@ static int send_file(const struct send_args *a)
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
 	rc = dd_send_fd(in, name, a->block_size, a->level, &opts,
-			dd_fd_write, &out);
+			counted_write, &out);
 	progress_finish(&pg);
+	if (rc == 0 && fstat(in, &st) == 0)
+		send_summary(a, "file", a->file, NULL, pg.total ? pg.total
+			     : (uint64_t)st.st_size, &out, now_seconds() - t0);
 	close(in);
 	free(copy);
 	if (rc)
@@ -194,9 +255,12 @@ static int send_snapshot(const struct send_args *a)
 	dd_open_opts oo = DD_OPEN_OPTS_INIT;
 	dd_send_opts opts = DD_SEND_OPTS_INIT;
 	struct progress pg;
+	struct counted_out out = {STDOUT_FILENO, 0};
+	dd_snapshot_info si;
 	dd_store *store;
 	char *sname, *snap;
-	int out = STDOUT_FILENO, rc;
+	double t0 = now_seconds();
+	int rc;
 
 	split_snapref_or_die(a->snapref, &sname, &snap);
 	if (a->base)
@@ -209,8 +273,14 @@ static int send_snapshot(const struct send_args *a)
 	progress_init(&pg, "ddsend", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
-	rc = dd_send(store, snap, &opts, dd_fd_write, &out);
+	rc = dd_send(store, snap, &opts, counted_write, &out);
 	progress_finish(&pg);
+	if (rc == 0 && a->json) {
+		rc = dd_snapshot_stat(store, snap, &si);
+		if (rc == 0)
+			send_summary(a, "snapshot", a->snapref, opts.base,
+				     si.size, &out, now_seconds() - t0);
+	}
 	if (rc) {
 		/* die() exits: keep the message, not the store. */
 		static char msg[1024];

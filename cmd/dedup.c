@@ -23,63 +23,74 @@ static const struct subcommand {
 	const char *name;
 	int (*run)(int argc, char **argv);
 	const char *usage;          /* its lines of `dedup --help` */
+	int store;                  /* opens a store: takes usage_store's */
 } subcommands[] = {
 	{"init", cmd_init,
-	 "  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n"},
+	 "  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n", 0},
 	{"put", cmd_put,
-	 "  dedup put  [-v] [--wait[=S]] STORE@NAME [FILE|-] ingest FILE, a device or stdin\n"},
+	 "  dedup put  [-v] [--json] [--wait[=S]] STORE@NAME [FILE|-]\n"
+	 "                                                 ingest FILE, a device or stdin\n", 1},
 	{"get", cmd_get,
-	 "  dedup get  [-v] STORE@NAME [FILE|-]            restore to FILE or stdout\n"},
+	 "  dedup get  [-v] [--json] STORE@NAME [FILE|-]   restore to FILE or stdout\n"
+	 "                                                 (not a terminal)\n", 1},
 	{"ls", cmd_ls,
 	 "  dedup ls   [--json] [--no-unique] STORE        list snapshots, the bytes each\n"
-	 "                                                 holds alone (UNIQUE)\n"},
+	 "                                                 holds alone (UNIQUE)\n", 1},
 	{"rm", cmd_rm,
-	 "  dedup rm   [--wait[=S]] STORE@NAME             delete a snapshot\n"},
+	 "  dedup rm   [--json] [--wait[=S]] STORE@NAME    delete a snapshot\n", 1},
 	{"diff", cmd_diff,
 	 "  dedup diff [-v] [--json] STORE@A B             byte ranges where B differs\n"
-	 "                                                 from A\n"},
+	 "                                                 from A\n", 1},
 	{"prune", cmd_prune,
 	 "  dedup prune [--keep-last N] [--keep-hourly N] [--keep-daily N]\n"
 	 "              [--keep-weekly N] [--keep-monthly N] [--keep-yearly N]\n"
 	 "              [--prefix P] [--utc] [--dry-run] [--gc] [--json] [--wait[=S]] STORE\n"
-	 "                                                 delete snapshots no rule keeps\n"},
+	 "                                                 delete snapshots no rule keeps\n", 1},
 	{"mount", cmd_mount,
 	 "  dedup mount [-f] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
 	 "                                                 snapshots as read-only files\n"
-	 "                                                 (FUSE)\n"},
+	 "                                                 (FUSE)\n", 1},
 	{"umount", cmd_umount,
-	 "  dedup umount MOUNTPOINT                        unmount it\n"},
+	 "  dedup umount MOUNTPOINT                        unmount it\n", 0},
 	{"stat", cmd_stat,
-	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n"},
+	 "  dedup stat [--json] STORE                      dedup/compress ratios, DDT, histogram\n", 1},
 	{"gc", cmd_gc,
-	 "  dedup gc   [--wait[=S]] STORE                  reclaim unreferenced space\n"},
+	 "  dedup gc   [-v] [--json] [--wait[=S]] STORE    reclaim unreferenced space\n", 1},
 	{"scrub", cmd_scrub,
-	 "  dedup scrub STORE                              verify every stored block\n"},
+	 "  dedup scrub [-v] [--json] STORE                verify every stored block\n", 1},
 	{"repair", cmd_repair,
 	 "  dedup repair [-v] [--verify] [--wait[=S]] [--json] STORE\n"
 	 "                                                 rebuild the catalog from packs\n"
-	 "                                                 and snapshot manifests\n"},
+	 "                                                 and snapshot manifests\n", 0},
 	{"cache", cmd_cache,
 	 "  dedup cache add [--size N] [--force] STORE PATH  add an L2 cache device\n"
 	 "  dedup cache rm STORE PATH                      stop using an L2 cache device\n"
 	 "  dedup cache ls [--json] STORE                  cache devices and tunables\n"
 	 "  dedup cache set [--l1-size N|off] [--l2-write-max N]\n"
-	 "                  [--l2-feed-sequential on|off] STORE  store the tunables\n"},
+	 "                  [--l2-feed-sequential on|off] STORE  store the tunables\n", 0},
 	{"scan", cmd_scan,
 	 "  dedup scan [-v] [--json] [--block-size N[,N...]] [--compress zstd[:L]|none]\n"
 	 "             [--memory SIZE] [--sample] [--sample-rate N] [--tmpdir DIR]\n"
 	 "             PATH...|-                           what dedup would save on existing\n"
-	 "                                                 files, trees, devices or stdin\n"},
+	 "                                                 files, trees, devices or stdin\n", 0},
 };
 
 static const char usage_head[] =
 	"usage: dedup COMMAND [OPTIONS] ARGS\n"
 	"\n";
 
-static const char usage_tail[] =
+static const char usage_common[] =
 	"\n"
-	"  --help       show this help\n"
-	"  --version    show the version\n"
+	"  -v, --verbose  progress on stderr (a terminal shows it without -v),\n"
+	"                 and a summary\n"
+	"  -q, --quiet    no progress and no summaries: errors only\n"
+	"  --json         the result as JSON (on stdout, or on stderr where\n"
+	"                 stdout carries data)\n"
+	"  --help         show this help; 'dedup help COMMAND' or\n"
+	"                 'dedup COMMAND --help' shows one command's\n"
+	"  --version      show the version\n";
+
+static const char usage_store[] =
 	"\n"
 	"Commands that open a store (put get ls rm diff prune mount stat gc scrub)\n"
 	"also take:\n"
@@ -87,10 +98,12 @@ static const char usage_tail[] =
 	"  --l1-size N           RAM for the L1 block cache (0: none)\n"
 	"  --l2-write-max N      bytes per second fed to L2\n"
 	"  --l2-feed-sequential  feed blocks of long sequential reads to L2\n"
-	"  --stats FILE|-        write this run's I/O and cache figures as JSON\n"
+	"  --stats FILE|-        write this run's I/O and cache figures as JSON\n";
+
+static const char usage_tail[] =
 	"\n"
 	"Sizes accept K/KiB/M/MiB/G/GiB suffixes (powers of 1024).\n"
-	"Exit status: 0 success, 1 error, 2 usage error.\n";
+	"Exit status: 0 success, 1 error, 2 usage error.  The manual: man dedup\n";
 
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -98,13 +111,66 @@ const char *dedup_subcmd = "";
 
 /* ---- option parsing -----------------------------------------------------*/
 
-void usage_exit(void)
+static const struct subcommand *find_subcommand(const char *name)
 {
-	fputs(usage_head, stdout);
 	for (size_t i = 0; i < NSUBCOMMANDS; i++)
-		fputs(subcommands[i].usage, stdout);
+		if (strcmp(name, subcommands[i].name) == 0)
+			return &subcommands[i];
+	return NULL;
+}
+
+/* One command's help, or every command's (cmd NULL). */
+static _Noreturn void help_exit(const struct subcommand *cmd)
+{
+	fputs(cmd ? "usage:\n" : usage_head, stdout);
+	for (size_t i = 0; i < NSUBCOMMANDS; i++)
+		if (!cmd || cmd == &subcommands[i])
+			fputs(subcommands[i].usage, stdout);
+	fputs(usage_common, stdout);
+	if (!cmd || cmd->store)
+		fputs(usage_store, stdout);
 	fputs(usage_tail, stdout);
 	exit(0);
+}
+
+void usage_exit(void)
+{
+	help_exit(find_subcommand(dedup_subcmd));
+}
+
+/* `dedup help [COMMAND]`. */
+static _Noreturn void help_command(int argc, char **argv)
+{
+	const struct subcommand *cmd;
+
+	if (argc < 3)
+		help_exit(NULL);
+	if (argc > 3)
+		die_usage("help: unexpected argument '%.300s'", argv[3]);
+	cmd = find_subcommand(argv[2]);
+	if (!cmd)
+		die_usage("help: unknown command '%.100s'", argv[2]);
+	help_exit(cmd);
+}
+
+/* -q and --quiet are taken out of argv before a subcommand parses it: they
+ * mean the same to every one.  Arguments after "--" are left alone. */
+static int take_quiet(int argc, char **argv)
+{
+	int n = 0, rest = 0;
+
+	for (int i = 0; i < argc; i++) {
+		if (!rest && (strcmp(argv[i], "-q") == 0 ||
+			      strcmp(argv[i], "--quiet") == 0)) {
+			util_quiet = 1;
+			continue;
+		}
+		if (strcmp(argv[i], "--") == 0)
+			rest = 1;
+		argv[n++] = argv[i];
+	}
+	argv[n] = NULL;
+	return n;
 }
 
 void other_option(int c, char **argv)
@@ -215,11 +281,13 @@ const char *err_symbol(char *buf, size_t len, int code)
 int main(int argc, char **argv)
 {
 	util_set_prog("dedup");
+	argc = take_quiet(argc, argv);
 	if (argc < 2)
 		die_usage("missing command");
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-	    strcmp(argv[1], "help") == 0)
-		usage_exit();
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		help_exit(NULL);
+	if (strcmp(argv[1], "help") == 0)
+		help_command(argc, argv);
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)
 		print_tool_version("dedup");
 	for (size_t i = 0; i < NSUBCOMMANDS; i++) {

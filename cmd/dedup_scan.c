@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,111 @@ static const char *scan_pct(char *buf, size_t len, double e)
 	return buf;
 }
 
+/* A sample's relative bound past which its figure means nothing: the
+ * true ratio could be half or twice it. */
+#define SCAN_BOUND_MAX 0.5
+
+/* One ratio of the headline: exact, estimated with its bound, a range
+ * when the bound is too wide for a figure, or "unbounded" when the
+ * sample held too few blocks to bound it at all. */
+static const char *scan_ratio(char *buf, size_t len, const dd_scan_result *r,
+			      double v, double e)
+{
+	if (r->mode != DD_SCAN_SAMPLE)
+		snprintf(buf, len, "%.2f", v);
+	else if (!isfinite(e))
+		snprintf(buf, len, "unbounded");
+	else if (e > SCAN_BOUND_MAX)
+		snprintf(buf, len, "between %.2f and %.2f",
+			 v * (1 - e) > 1 ? v * (1 - e) : 1.0, v * (1 + e));
+	else
+		snprintf(buf, len, "%.2f (+/- %.1f%%)", v, e * 100.0);
+	return buf;
+}
+
+static void scan_headline(const dd_scan_result *r)
+{
+	char d[64], c[64], dc[64];
+	double e = r->dedup_error + r->compress_error +
+		   r->dedup_error * r->compress_error;
+
+	printf("dedup = %s, compress = %s, dedup * compress = %s\n",
+	       scan_ratio(d, sizeof(d), r, r->dedup_ratio, r->dedup_error),
+	       scan_ratio(c, sizeof(c), r, r->compress_ratio,
+			  r->compress_error),
+	       scan_ratio(dc, sizeof(dc), r,
+			  r->dedup_ratio * r->compress_ratio, e));
+	if (r->mode == DD_SCAN_SAMPLE &&
+	    (!isfinite(r->dedup_error) || r->dedup_error > SCAN_BOUND_MAX))
+		printf("(the sample, %" PRIu64 " distinct blocks, is too small "
+		       "for a figure: give --memory more, or scan exactly)\n",
+		       r->sampled_blocks);
+}
+
+/* Scales column `off` (a uint64_t of dd_hist_row) of every row by
+ * target / its sum, the rounding put on row `big`; returns the factor. */
+static double hist_fit_column(dd_hist_row *hist, size_t off, uint64_t target,
+			      int big)
+{
+	uint64_t sum = 0, now = 0;
+	double f;
+
+	for (int i = 0; i < DD_HIST_BUCKETS; i++)
+		sum += *(uint64_t *)((char *)&hist[i] + off);
+	if (sum == 0)
+		return 1.0;
+	f = (double)target / (double)sum;
+	for (int i = 0; i < DD_HIST_BUCKETS; i++) {
+		uint64_t *v = (uint64_t *)((char *)&hist[i] + off);
+
+		*v = (uint64_t)((double)*v * f);
+		now += *v;
+	}
+	*(uint64_t *)((char *)&hist[big] + off) += target - now;
+	return f;
+}
+
+/*
+ * In sample mode the histogram's rows are estimates scaled up from the
+ * sample, and its totals need not agree with the figures above and below
+ * it: the exact referenced counts, and the unique estimates the ratios
+ * use (a sample of a few blocks once showed more allocated blocks than
+ * referenced ones).  The rows are scaled so that the table's Total is
+ * those figures, and its referenced LSIZE over its allocated LSIZE is the
+ * headline's dedup ratio.  Rounding is put on the largest row.
+ */
+static void scan_hist_fit(dd_scan_result *r)
+{
+	dd_hist_row *h = r->hist;
+	uint64_t ref_psize = 0;
+	double f;
+	int big = 0;
+
+	if (r->mode != DD_SCAN_SAMPLE)
+		return;
+	for (int i = 0; i < DD_HIST_BUCKETS; i++) {
+		ref_psize += h[i].ref_psize;
+		if (h[i].ref_blocks > h[big].ref_blocks)
+			big = i;
+	}
+	hist_fit_column(h, offsetof(dd_hist_row, blocks), r->unique_blocks, big);
+	hist_fit_column(h, offsetof(dd_hist_row, lsize), r->unique_bytes, big);
+	/* unique_bytes over the compress ratio, not stored_bytes: the
+	 * library caps unique_bytes at the referenced bytes, not
+	 * stored_bytes, and the ratio is the headline's */
+	hist_fit_column(h, offsetof(dd_hist_row, psize),
+			r->compress_ratio > 0 ? (uint64_t)((double)r->unique_bytes
+						/ r->compress_ratio)
+					      : r->stored_bytes, big);
+	hist_fit_column(h, offsetof(dd_hist_row, ref_blocks),
+			r->referenced_blocks, big);
+	/* stored bytes have no exact referenced figure: they follow LSIZE */
+	f = hist_fit_column(h, offsetof(dd_hist_row, ref_lsize),
+			    r->referenced_bytes, big);
+	hist_fit_column(h, offsetof(dd_hist_row, ref_psize),
+			(uint64_t)((double)ref_psize * f), big);
+}
+
 static void scan_text_one(const dd_scan_result *r)
 {
 	char a[32], b[32], c[32];
@@ -136,6 +242,9 @@ static void scan_text_one(const dd_scan_result *r)
 	       human_size(a, sizeof(a), r->block_size), r->blocks,
 	       r->zero_blocks, r->referenced_blocks,
 	       human_size(b, sizeof(b), r->referenced_bytes));
+	if (r->mode == DD_SCAN_SAMPLE)
+		printf("(estimated from the sample; the totals are the "
+		       "figures around the table)\n");
 	print_hist_table(r->hist, 1);
 	printf("unique blocks: %" PRIu64 "%s; DDT on disk ~ %s (%d bytes per "
 	       "entry, compacted)\n", r->unique_blocks,
@@ -152,9 +261,7 @@ static void scan_text_one(const dd_scan_result *r)
 	if (r->spill_runs)
 		printf("spilled: %" PRIu64 " sorted runs, %s on disk\n",
 		       r->spill_runs, human_size(a, sizeof(a), r->spill_bytes));
-	printf("dedup = %.2f, compress = %.2f, dedup * compress = %.2f\n",
-	       r->dedup_ratio, r->compress_ratio,
-	       r->dedup_ratio * r->compress_ratio);
+	scan_headline(r);
 }
 
 static void scan_text(const dd_scan_info *info, const dd_scan_opts *so)
@@ -374,6 +481,7 @@ int cmd_scan(int argc, char **argv)
 		rc = dd_scan_result_get(scan_st.scan, i, &scan_st.res[i]);
 		if (rc != 0)
 			scan_die(rc);
+		scan_hist_fit(&scan_st.res[i]);
 	}
 	dd_scan_info_get(scan_st.scan, &info);
 	if (json)

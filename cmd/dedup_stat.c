@@ -2,6 +2,7 @@
  * dedup_stat.c -- the subcommands that look after a whole store: stat, gc
  * and scrub; and the refcount histogram, which scan prints too.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -217,18 +218,33 @@ int cmd_stat(int argc, char **argv)
 
 int cmd_gc(int argc, char **argv)
 {
-	static const int allow[] = {OPT_WAIT, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, OPT_JSON,
+				    CACHE_ALLOW, 0};
+	dd_gc_opts go = DD_GC_OPTS_INIT;
 	dd_gc_result res;
 	struct common_opts o;
+	struct progress pg;
 	dd_store *s;
 	int rc;
 
 	s = open_store_arg(argc, argv, allow, &o, 0);
 	memset(&res, 0, sizeof(res));
-	rc = dd_store_gc(s, NULL, &res);
+	progress_init(&pg, "gc", 0, o.verbose);
+	go.progress = progress_lib_cb;
+	go.progress_ctx = &pg;
+	rc = dd_store_gc(s, &go, &res);
+	progress_finish(&pg);
 	if (rc != 0)
 		die_store(s, rc);
-	print_gc_result(stdout, &res);
+	if (o.json)
+		printf("{\"bytes_freed\": %" PRIu64 ", \"ddt_entries_removed\": "
+		       "%" PRIu64 ", \"packs_deleted\": %" PRIu64
+		       ", \"packs_rewritten\": %" PRIu64 ", \"blocks_moved\": "
+		       "%" PRIu64 "}\n", res.bytes_reclaimed,
+		       res.ddt_entries_removed, res.packs_deleted,
+		       res.packs_rewritten, res.blocks_moved);
+	else if (!util_quiet)
+		print_gc_result(stdout, &res);
 	cache_cli_close(s);
 	return 0;
 }
@@ -247,11 +263,36 @@ void print_gc_result(FILE *f, const dd_gc_result *res)
 
 /* ---- scrub --------------------------------------------------------------*/
 
+/* scrub --json: each use of a bad block, kept for the report at the end. */
+struct scrub_json {
+	FILE *tmp;          /* the "bad" array's elements, as written */
+	uint64_t n;
+};
+
+static int scrub_report_json(const dd_scrub_bad *bad, struct scrub_json *j)
+{
+	char hex[65], sym[32];
+
+	fprintf(j->tmp, "%s\n    {\"hash\": \"%s\", \"pack\": %" PRIu32
+		", \"pack_offset\": %" PRIu64 ", \"error\": \"%s\", "
+		"\"snapshot\": ", j->n++ ? "," : "",
+		hex_encode(hex, bad->hash, sizeof(bad->hash)), bad->pack,
+		bad->pack_offset, err_symbol(sym, sizeof(sym), bad->error));
+	if (bad->snapshot) {
+		json_string(j->tmp, bad->snapshot);
+		fprintf(j->tmp, ", \"offset\": %" PRIu64 "}", bad->offset);
+	} else {
+		fputs("null, \"offset\": null}", j->tmp);
+	}
+	return ferror(j->tmp) ? -1 : 0;
+}
+
 static int scrub_report(const dd_scrub_bad *bad, void *ctx)
 {
 	char hex[65], sym[32];
 
-	(void)ctx;
+	if (ctx)
+		return scrub_report_json(bad, ctx);
 	printf("bad block %s (pack %" PRIu32 ", off %" PRIu64 "): %s; ",
 	       hex_encode(hex, bad->hash, sizeof(bad->hash)), bad->pack,
 	       bad->pack_offset, err_symbol(sym, sizeof(sym), bad->error));
@@ -266,23 +307,55 @@ static int scrub_report(const dd_scrub_bad *bad, void *ctx)
 	return 0;
 }
 
+/* The report as one JSON object: the figures, and each use of a bad block
+ * with its snapshot and offset. */
+static void scrub_json_print(const dd_scrub_result *res, struct scrub_json *j)
+{
+	int c;
+
+	printf("{\"blocks_checked\": %" PRIu64 ", \"bytes_checked\": %" PRIu64
+	       ", \"bad_blocks\": %" PRIu64 ", \"bad\": [",
+	       res->blocks_checked, res->bytes_checked, res->bad_blocks);
+	rewind(j->tmp);
+	while ((c = getc(j->tmp)) != EOF)
+		putchar(c);
+	fputs(j->n ? "\n]}\n" : "]}\n", stdout);
+	fclose(j->tmp);
+	j->tmp = NULL;
+}
+
 int cmd_scrub(int argc, char **argv)
 {
-	static const int allow[] = {CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_JSON, CACHE_ALLOW, 0};
+	dd_scrub_opts so = DD_SCRUB_OPTS_INIT;
 	dd_scrub_result res;
+	struct scrub_json json = {NULL, 0};
 	struct common_opts o;
+	struct progress pg;
 	dd_store *s;
 	char hs[32];
 	int rc;
 
 	s = open_store_arg(argc, argv, allow, &o, 1);
 	memset(&res, 0, sizeof(res));
-	rc = dd_store_scrub(s, scrub_report, NULL, &res);
+	if (o.json && !(json.tmp = tmpfile()))
+		die("scrub: cannot make a temporary file: %s", strerror(errno));
+	progress_init(&pg, "scrub", 0, o.verbose);
+	so.bad = scrub_report;
+	so.bad_ctx = o.json ? &json : NULL;
+	so.progress = progress_lib_cb;
+	so.progress_ctx = &pg;
+	rc = dd_store_scrub_ext(s, &so, &res);
+	progress_finish(&pg);
 	if (rc != 0 && rc != DD_ECHECKSUM)
 		die_store(s, rc);
-	printf("scrub: %" PRIu64 " blocks (%s) checked, %" PRIu64 " bad\n",
-	       res.blocks_checked, human_size(hs, sizeof(hs), res.bytes_checked),
-	       res.bad_blocks);
+	if (o.json)
+		scrub_json_print(&res, &json);
+	else if (!util_quiet)
+		printf("scrub: %" PRIu64 " blocks (%s) checked, %" PRIu64
+		       " bad\n", res.blocks_checked,
+		       human_size(hs, sizeof(hs), res.bytes_checked),
+		       res.bad_blocks);
 	fflush(stdout);
 	if (rc == DD_ECHECKSUM || res.bad_blocks) {
 		cache_cli_close(s);

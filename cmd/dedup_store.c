@@ -143,48 +143,54 @@ static _Noreturn void put_fail(dd_writer *w, int rc, const char *why)
 
 /* After the commit, before the writer is freed: what it stored anew. */
 static void put_summary(const dd_writer *w, const char *name, uint64_t bytes,
-			double secs)
+			double secs, int json)
 {
 	dd_writer_stats ws = {.version = DD_WRITER_STATS_VERSION};
 	char hs[32], hn[32];
+	int have = dd_writer_stats_get(w, &ws) == 0;
 
+	if (json) {
+		fputs("{\"snapshot\": ", stdout);
+		json_string(stdout, name);
+		printf(", \"bytes\": %" PRIu64, bytes);
+		if (have)
+			printf(", \"blocks\": %" PRIu64 ", \"zero_blocks\": %"
+			       PRIu64 ", \"new_blocks\": %" PRIu64
+			       ", \"new_bytes\": %" PRIu64, ws.blocks,
+			       ws.zero_blocks, ws.new_blocks, ws.new_bytes);
+		printf(", \"seconds\": %.3f}\n", secs);
+		return;
+	}
 	human_size(hs, sizeof(hs), bytes);
-	if (dd_writer_stats_get(w, &ws) == 0)
+	if (have)
 		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %" PRIu64
 			" blocks, %" PRIu64 " zero, %" PRIu64 " new: %" PRIu64
-			" bytes stored (%s), %.2f s, %.1f MB/s\n",
+			" bytes stored (%s), %.2f s, %.1f MiB/s\n",
 			util_prog, name, bytes, hs, ws.blocks, ws.zero_blocks,
 			ws.new_blocks, ws.new_bytes,
 			human_size(hn, sizeof(hn), ws.new_bytes), secs,
-			secs > 0 ? (double)bytes / secs / 1e6 : 0.0);
+			secs > 0 ? (double)bytes / secs / 1048576.0 : 0.0);
 	else
 		fprintf(stderr, "%s: put %s: %" PRIu64 " bytes (%s), %.2f s\n",
 			util_prog, name, bytes, hs, secs);
 }
 
-/* A regular file or a device of known size: its bytes are handed over by
- * range and read by the writer's workers (dd_writer_write_file), a slice
- * at a time for the progress meter.  Leaves the offset at the end of that
- * range, for the read loop to take whatever was appended meanwhile.
- * Returns the bytes handed over. */
-static uint64_t put_known_size(dd_writer *w, struct input *in,
-			       struct progress *pg)
+/* A regular file or a device of known size: its bytes are handed over as
+ * one range and read by the writer's workers (dd_writer_write_file), which
+ * report progress as they go.  Leaves the offset at the end of that range,
+ * for the read loop to take whatever was appended meanwhile.  Returns the
+ * bytes handed over. */
+static uint64_t put_known_size(dd_writer *w, struct input *in)
 {
-	const uint64_t slice = (uint64_t)64 << 20;
 	off_t start = lseek(in->fd, 0, SEEK_CUR);
-	uint64_t off;
 	int rc;
 
 	if (in->size == 0 || start < 0 || (uint64_t)start >= in->size)
 		return 0;
-	for (off = (uint64_t)start; off < in->size; off += slice) {
-		uint64_t n = in->size - off < slice ? in->size - off : slice;
-
-		rc = dd_writer_write_file(w, in->fd, off, n);
-		if (rc != 0)
-			put_fail(w, rc, NULL);
-		progress_update(pg, off + n - (uint64_t)start);
-	}
+	rc = dd_writer_write_file(w, in->fd, (uint64_t)start,
+				  in->size - (uint64_t)start);
+	if (rc != 0)
+		put_fail(w, rc, NULL);
 	if (lseek(in->fd, (off_t)in->size, SEEK_SET) < 0) {
 		char why[512];
 
@@ -197,11 +203,13 @@ static uint64_t put_known_size(dd_writer *w, struct input *in,
 
 int cmd_put(int argc, char **argv)
 {
-	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_WAIT, OPT_JSON, CACHE_ALLOW,
+				    0};
 	struct common_opts o;
 	struct progress pg;
 	struct input in;
 	char *path, *name;
+	dd_writer_opts wo = DD_WRITER_OPTS_INIT;
 	dd_writer *w = NULL;
 	dd_store *s;
 	uint64_t total = 0;
@@ -213,13 +221,17 @@ int cmd_put(int argc, char **argv)
 	split_snapref_or_die(argv[optind], &path, &name);
 	open_input(&in, optind + 1 < argc ? argv[optind + 1] : NULL);
 	s = open_store(path, o.wait, 0);
-	rc = dd_writer_begin(&w, s, name);
+	/* the writer reports the bytes it stored, a batch at a time */
+	progress_init(&pg, name, in.size, o.verbose);
+	wo.progress = progress_lib_cb;
+	wo.progress_ctx = &pg;
+	wo.progress_total = in.size;
+	rc = dd_writer_begin_opts(&w, s, name, &wo);
 	if (rc != 0)
 		die_store(s, rc);
 
 	t0 = now_seconds();
-	progress_init(&pg, name, in.size, o.verbose);
-	total = put_known_size(w, &in, &pg);
+	total = put_known_size(w, &in);
 	for (;;) {
 		void *dst;
 		size_t room;
@@ -242,14 +254,13 @@ int cmd_put(int argc, char **argv)
 		if (rc != 0)
 			put_fail(w, rc, NULL);
 		total += (uint64_t)n;
-		progress_update(&pg, total);
 	}
 	rc = dd_writer_commit(w);
 	if (rc != 0)
 		put_fail(w, rc, NULL);
 	progress_finish(&pg);
-	if (o.verbose)
-		put_summary(w, name, total, now_seconds() - t0);
+	if (o.json || (o.verbose && !util_quiet))
+		put_summary(w, name, total, now_seconds() - t0, o.json);
 	dd_writer_free(w);
 	cache_cli_close(s);
 	if (in.fd != STDIN_FILENO)
@@ -351,19 +362,26 @@ static void finish_output(struct output *out, uint64_t size)
 
 int cmd_get(int argc, char **argv)
 {
-	static const int allow[] = {OPT_VERBOSE, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_JSON, CACHE_ALLOW, 0};
 	struct common_opts o;
 	struct output out;
 	struct progress pg;
 	char *path, *name, *buf;
+	const char *dest;
 	dd_reader *r = NULL;
 	dd_store *s;
 	uint64_t size, off = 0;
+	double t0 = now_seconds();
 	int rc;
 
 	parse_common(argc, argv, allow, &o);
 	want_args(argc, argv, 1, 2);
 	split_snapref_or_die(argv[optind], &path, &name);
+	dest = optind + 1 < argc ? argv[optind + 1] : NULL;
+	/* an image is binary: as ddsend does, never onto a terminal */
+	if ((!dest || strcmp(dest, "-") == 0) && isatty(STDOUT_FILENO))
+		die("refusing to write a snapshot to a terminal (name a FILE, "
+		    "or redirect stdout to a file or a pipe)");
 	buf = io_buf;
 	s = open_store(path, 0, 1);
 	rc = dd_reader_open(&r, s, name);
@@ -372,7 +390,7 @@ int cmd_get(int argc, char **argv)
 	size = dd_reader_size(r);
 
 	/* The output is created only once the snapshot is known to exist. */
-	open_output(&out, optind + 1 < argc ? argv[optind + 1] : NULL);
+	open_output(&out, dest);
 	get_out = &out;
 	progress_init(&pg, name, size, o.verbose);
 	while (off < size) {
@@ -392,9 +410,19 @@ int cmd_get(int argc, char **argv)
 	finish_output(&out, size);
 	get_out = NULL;
 	progress_finish(&pg);
-	if (o.verbose)
+	if (o.json) {
+		/* stdout carries the image when no FILE was named */
+		FILE *f = out.path ? stdout : stderr;
+
+		fputs("{\"snapshot\": ", f);
+		json_string(f, name);
+		fprintf(f, ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f}\n",
+			size, now_seconds() - t0);
+		fflush(f);
+	} else if (o.verbose && !util_quiet) {
 		fprintf(stderr, "%s: get %s: %" PRIu64 " bytes\n", util_prog,
 			name, size);
+	}
 	dd_reader_close(r);
 	cache_cli_close(s);
 	free(path);
@@ -428,8 +456,10 @@ static dd_snapshot_usage *ls_usage(dd_store *s, const dd_snapshot_info *list,
 	return u;
 }
 
+/* A kept partial receive (ddrecv -s) is one more element, last, with no
+ * name: {"name": null, "partial": true, "resume_token": "..."}. */
 static void ls_json(const dd_snapshot_info *list,
-		    const dd_snapshot_usage *u, size_t count)
+		    const dd_snapshot_usage *u, size_t count, const char *token)
 {
 	char hex[65], when[40];
 	size_t i;
@@ -455,7 +485,14 @@ static void ls_json(const dd_snapshot_info *list,
 			       "\"unique_blocks\": %" PRIu64 "}",
 			       u[i].unique_bytes, u[i].unique_blocks);
 	}
-	fputs(count ? "\n]\n" : "]\n", stdout);
+	if (token) {
+		fputs(count ? ",\n  {" : "\n  {", stdout);
+		fputs("\"name\": null, \"partial\": true, \"resume_token\": ",
+		      stdout);
+		json_string(stdout, token);
+		fputs("}", stdout);
+	}
+	fputs(count || token ? "\n]\n" : "]\n", stdout);
 }
 
 static void ls_text(const dd_snapshot_info *list,
@@ -502,6 +539,7 @@ int cmd_ls(int argc, char **argv)
 	dd_snapshot_info *list = NULL;
 	dd_snapshot_usage *u;
 	size_t count = 0;
+	char token[128];
 	dd_store *s;
 	int rc;
 
@@ -510,14 +548,15 @@ int cmd_ls(int argc, char **argv)
 	if (rc != 0)
 		die_store(s, rc);
 	u = ls_usage(s, list, count, o.no_unique);
+	rc = dd_recv_resume_token(s, token, sizeof(token));
+	if (rc != 0 && rc != DD_ENOENT)
+		die_store(s, rc);
 	if (o.json) {
-		ls_json(list, u, count);
+		ls_json(list, u, count, rc == 0 ? token : NULL);
 	} else {
-		char token[128];
-
 		ls_text(list, u, count);
 		/* a kept partial receive (ddrecv -s) and how to finish it */
-		if (dd_recv_resume_token(s, token, sizeof(token)) == 0)
+		if (rc == 0)
 			printf("partial receive: resume with "
 			       "'ddsend -t %s STORE@SNAP | ddrecv -s %s', "
 			       "or drop it with 'ddrecv -A %s'\n",
@@ -533,7 +572,7 @@ int cmd_ls(int argc, char **argv)
 
 int cmd_rm(int argc, char **argv)
 {
-	static const int allow[] = {OPT_WAIT, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_WAIT, OPT_JSON, CACHE_ALLOW, 0};
 	struct common_opts o;
 	char *path, *name;
 	dd_store *s;
@@ -546,6 +585,11 @@ int cmd_rm(int argc, char **argv)
 	rc = dd_snapshot_delete(s, name);
 	if (rc != 0)
 		die_store(s, rc);
+	if (o.json) {
+		fputs("{\"snapshot\": ", stdout);
+		json_string(stdout, name);
+		fputs(", \"removed\": true}\n", stdout);
+	}
 	cache_cli_close(s);
 	free(path);
 	free(name);

@@ -458,11 +458,14 @@ int write_all(int fd, const void *buf, size_t len)
 
 #define PROGRESS_INTERVAL 0.25
 
+int util_quiet;
+
 void progress_init(struct progress *p, const char *label, uint64_t total,
 		   int force)
 {
 	memset(p, 0, sizeof(*p));
-	p->enabled = force || isatty(STDERR_FILENO);
+	p->tty = isatty(STDERR_FILENO);
+	p->enabled = !util_quiet && (force || p->tty);
 	p->label = label ? label : "";
 	p->total = total;
 	p->start = now_seconds();
@@ -484,7 +487,7 @@ static void progress_draw(struct progress *p, double now, int final)
 {
 	char line[256], done[32], total[32], eta[32];
 	double elapsed = now - p->start;
-	double rate = elapsed > 0 ? (double)p->done / elapsed / 1e6 : 0;
+	double rate = elapsed > 0 ? (double)p->done / elapsed / 1048576.0 : 0;
 	int n;
 
 	human_size(done, sizeof(done), p->done);
@@ -496,25 +499,29 @@ static void progress_draw(struct progress *p, double now, int final)
 			fmt_eta(eta, sizeof(eta), final ? elapsed : 0);
 		else
 			fmt_eta(eta, sizeof(eta), (double)(p->total - p->done)
-				/ (rate * 1e6));
+				/ (rate * 1048576.0));
 		n = snprintf(line, sizeof(line),
-			     "%s%s%s / %s (%3.0f%%)  %.1f MB/s  %s %s",
+			     "%s%s%s / %s (%3.0f%%)  %.1f MiB/s  %s %s",
 			     p->label, *p->label ? ": " : "", done, total,
 			     frac > 1 ? 100.0 : frac * 100.0, rate,
 			     final ? "in" : "ETA", eta);
 	} else {
 		fmt_eta(eta, sizeof(eta), elapsed);
-		n = snprintf(line, sizeof(line), "%s%s%s  %.1f MB/s  %s",
+		n = snprintf(line, sizeof(line), "%s%s%s  %.1f MiB/s  %s",
 			     p->label, *p->label ? ": " : "", done, rate, eta);
 	}
 	if (n < 0)
 		return;
 	if ((size_t)n >= sizeof(line))
 		n = (int)sizeof(line) - 1;
-	/* Pad with spaces to erase the tail of a longer previous line. */
-	fprintf(stderr, "\r%s%*s", line,
-		p->last_width > (size_t)n ? (int)(p->last_width - (size_t)n) : 0,
-		"");
+	/* A log gets whole lines; a terminal one line redrawn, padded with
+	 * spaces to erase the tail of a longer previous one. */
+	if (!p->tty)
+		fprintf(stderr, "%s\n", line);
+	else
+		fprintf(stderr, "\r%s%*s", line,
+			p->last_width > (size_t)n
+				? (int)(p->last_width - (size_t)n) : 0, "");
 	fflush(stderr);
 	p->last_width = (size_t)n;
 	p->last_draw = now;
@@ -529,7 +536,8 @@ void progress_update(struct progress *p, uint64_t done)
 	if (!p->enabled)
 		return;
 	now = now_seconds();
-	if (now - p->last_draw < PROGRESS_INTERVAL)
+	if (now - p->last_draw < (p->tty ? PROGRESS_INTERVAL
+				     : PROGRESS_LOG_SECONDS))
 		return;
 	progress_draw(p, now, 0);
 }
@@ -539,7 +547,8 @@ void progress_finish(struct progress *p)
 	if (!p->enabled)
 		return;
 	progress_draw(p, now_seconds(), 1);
-	fputc('\n', stderr);
+	if (p->tty)
+		fputc('\n', stderr);
 	fflush(stderr);
 	p->enabled = 0;
 }
@@ -552,6 +561,31 @@ int progress_lib_cb(void *ctx, uint64_t done, uint64_t total)
 		p->total = total;
 	progress_update(p, done);
 	return 0;
+}
+
+FILE *summary_open(const char *path)
+{
+	FILE *f;
+
+	if (!path)
+		return stderr;
+	if (strcmp(path, "-") == 0)
+		return stdout;
+	f = fopen(path, "we");
+	if (!f)
+		die("cannot create '%.300s': %s", path, strerror(errno));
+	return f;
+}
+
+void summary_close(FILE *f, const char *path)
+{
+	int bad = fflush(f) != 0 || ferror(f);
+
+	if (f != stderr && f != stdout && fclose(f) != 0)
+		bad = 1;
+	if (bad)
+		die("write '%.300s': %s", path ? path : "stderr",
+		    strerror(errno));
 }
 
 void die_bad_option(const char *subcmd, int c, char **argv)

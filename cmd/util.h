@@ -88,13 +88,17 @@ ssize_t read_full(int fd, void *buf, size_t len);
 int write_all(int fd, const void *buf, size_t len);
 
 /*
- * A progress meter on stderr: bytes done, rate, percentage and ETA when the
- * total is known.  Redraws with '\r' at most four times a second;
- * progress_finish draws the final state and ends the line.  Disabled meters
- * print nothing.
+ * A progress meter on stderr: bytes done, rate (MiB/s), percentage and ETA
+ * when the total is known.  On a terminal it redraws one line with '\r' at
+ * most four times a second; into a file or pipe (a log, with -v) it writes
+ * a whole line every PROGRESS_LOG_SECONDS instead.  progress_finish draws
+ * the final state and ends the line.  Disabled meters print nothing.
  */
+#define PROGRESS_LOG_SECONDS 5.0
+
 struct progress {
 	int enabled;
+	int tty;              /* stderr is a terminal: redraw in place */
 	int drawn;
 	uint64_t total;       /* 0 = unknown */
 	uint64_t done;
@@ -104,7 +108,12 @@ struct progress {
 	const char *label;
 };
 
-/* enabled: draw when stderr is a terminal or force is set (-v). */
+/* -q: no progress and no summaries, whatever else asks for them (errors
+ * still go to stderr). */
+extern int util_quiet;
+
+/* enabled: draw when stderr is a terminal or force is set (-v), unless
+ * util_quiet. */
 void progress_init(struct progress *p, const char *label, uint64_t total,
 		   int force);
 void progress_update(struct progress *p, uint64_t done);
@@ -113,6 +122,14 @@ void progress_finish(struct progress *p);
 /* A dd_progress_fn (include/dedup.h) over a struct progress passed as ctx:
  * takes the total the library reports and redraws.  Never cancels. */
 int progress_lib_cb(void *ctx, uint64_t done, uint64_t total);
+
+/* Where ddsend's and ddrecv's --json[=FILE] summary goes: stderr (path
+ * NULL), so that the stream on stdin or stdout stays clean, or FILE
+ * (created or truncated; "-" is stdout).  Dies when FILE cannot be
+ * opened.  summary_close flushes and closes it (not stderr or stdout),
+ * dying on a write error. */
+FILE *summary_open(const char *path);
+void summary_close(FILE *f, const char *path);
 
 /* The usage of getopt-based commands: one line for an option getopt
  * refused (opterr must be 0), as "unknown option '-x'" or "option '-i'

@@ -79,11 +79,17 @@ enum dd_error {
 	DD_EPERM = -13,     /* permission denied or read-only */
 	DD_ECANCELED = -14, /* stopped by a callback */
 	DD_ESTATE = -15,    /* handle used in the wrong state (after commit) */
-	DD_EFORMAT = -16    /* input that is not of the expected format */
+	DD_EFORMAT = -16,   /* input that is not of the expected format */
+	DD_EBLOCKSIZE = -17 /* a stream's block size is not the store's */
 };
 
 /* A static string naming the code: "DD_ECHECKSUM: checksum mismatch". */
 DD_API const char *dd_strerror(int code);
+
+/* Progress: bytes done and total (0 when unknown).  A non-zero return
+ * cancels the operation with DD_ECANCELED.  Called on the thread that
+ * called the operation. */
+typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 /* ---- stores -------------------------------------------------------------*/
 
@@ -179,6 +185,40 @@ typedef struct dd_writer dd_writer;
  * wait_for_lock), DD_EPERM (read-only handle), DD_EIO. */
 DD_API int dd_writer_begin(dd_writer **out, dd_store *store, const char *name);
 
+typedef struct dd_writer_opts {
+	unsigned version;          /* DD_WRITER_OPTS_VERSION */
+	dd_progress_fn progress;   /* after each batch of blocks is stored
+				      (4 MiB, or 16 blocks if more): the
+				      image's bytes stored so far, holes
+				      included, and progress_total.  Runs
+				      on the writing thread, inside the
+				      call that moved the batch on
+				      (dd_writer_write, _produce,
+				      _write_file, _commit); the last call
+				      of dd_writer_commit has done == the
+				      image's size.  A non-zero return
+				      cancels: that call fails with
+				      DD_ECANCELED.  May be NULL */
+	void *progress_ctx;
+	uint64_t progress_total;   /* progress's total (0 = unknown) */
+} dd_writer_opts;
+#define DD_WRITER_OPTS_VERSION 1
+#define DD_WRITER_OPTS_INIT {DD_WRITER_OPTS_VERSION, NULL, NULL, 0}
+
+/* dd_writer_begin with options (opts may be NULL).  Errors: those of
+ * dd_writer_begin, DD_EINVAL for an unknown version. */
+DD_API int dd_writer_begin_opts(dd_writer **out, dd_store *store,
+				const char *name, const dd_writer_opts *opts);
+
+/* Stops a writer, from any thread, e.g. one that watches for a deadline
+ * while another writes.  It takes effect within one batch (4 MiB) of the
+ * writer's bytes: the next call on the writing thread that moves a batch
+ * on fails with DD_ECANCELED, and the writer can then only be aborted or
+ * freed (nothing of it becomes visible).  A cancel that comes after
+ * dd_writer_commit has stored the last batch does not stop the commit.  w
+ * must not be freed during the call. */
+DD_API void dd_writer_cancel(dd_writer *w);
+
 /* Appends len bytes to the image.  Blocks are cut, hashed, deduplicated and
  * compressed as data arrives; memory stays bounded whatever the image size.
  * After an error the writer can only be aborted. */
@@ -194,12 +234,15 @@ DD_API int dd_writer_produce(dd_writer *w, size_t n);
 /* Appends len bytes of the file or block device fd, from offset off, to
  * the image.  The writer's workers read them (pread) where they hash them,
  * so the copy out of the page cache is spread over the cores: the fastest
- * way to store a regular file.  The bytes are read later, as the pipeline
- * reaches them, through the writer's own duplicate of fd: fd may be closed
- * when the call returns, but the range should not change until
- * dd_writer_commit, and a read error or a file that shrank fails a later
- * call (DD_EIO).  fd's offset is not used or moved.  Calls may mix with
- * dd_writer_write. */
+ * way to store a regular file.  The call reads as it goes, a batch (4 MiB)
+ * at a time, reporting progress and checking for a cancel after each; when
+ * it returns, all but the last two or three batches are read and stored.
+ * Those are read as the pipeline reaches them, by the next call or
+ * dd_writer_commit, through the writer's own duplicate of fd: fd may be
+ * closed when the call returns, but the range should not change until
+ * dd_writer_commit, and a read error or a file that shrank fails that call
+ * or a later one (DD_EIO).  fd's offset is not used or moved.  Calls may
+ * mix with dd_writer_write. */
 DD_API int dd_writer_write_file(dd_writer *w, int fd, uint64_t off,
 				uint64_t len);
 
@@ -445,8 +488,9 @@ typedef struct dd_hist_row {
 	uint64_t lsize;        /* their logical bytes */
 	uint64_t psize;        /* their stored bytes */
 	uint64_t ref_blocks;   /* references to them */
-	uint64_t ref_lsize;
-	uint64_t ref_psize;
+	uint64_t ref_lsize;    /* logical bytes of those references */
+	uint64_t ref_psize;    /* stored bytes they would take, each
+				  reference stored apart */
 } dd_hist_row;
 
 typedef struct dd_stat {
@@ -476,13 +520,22 @@ DD_API int dd_store_stat(dd_store *store, dd_stat *out);
 
 /* ---- gc and scrub -------------------------------------------------------*/
 
+/* Version 1 callers pass a struct that ends at `rewrite_below`. */
 typedef struct dd_gc_opts {
 	unsigned version;      /* DD_GC_OPTS_VERSION */
 	double rewrite_below;  /* rewrite packs whose live fraction is below
 				  this (0..1); 0 selects the default, 0.8 */
+	/* ---- version 2 ---- */
+	dd_progress_fn progress; /* bytes of live blocks copied out of the
+				    packs being rewritten, of all of them
+				    (the slow part); the last call has done
+				    == total.  A non-zero return stops gc
+				    with DD_ECANCELED, the store unchanged.
+				    May be NULL */
+	void *progress_ctx;
 } dd_gc_opts;
-#define DD_GC_OPTS_VERSION 1
-#define DD_GC_OPTS_INIT {DD_GC_OPTS_VERSION, 0.0}
+#define DD_GC_OPTS_VERSION 2
+#define DD_GC_OPTS_INIT {DD_GC_OPTS_VERSION, 0.0, NULL, NULL}
 
 typedef struct dd_gc_result {
 	uint64_t ddt_entries_removed;
@@ -523,6 +576,27 @@ typedef struct dd_scrub_result {
 DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 			  dd_scrub_result *out);
 
+typedef struct dd_scrub_opts {
+	unsigned version;          /* DD_SCRUB_OPTS_VERSION */
+	dd_scrub_cb bad;           /* as dd_store_scrub's cb; may be NULL */
+	void *bad_ctx;
+	dd_progress_fn progress;   /* pack bytes read (record headers and
+				      payloads), of the packs' committed
+				      bytes; a last call with done == total
+				      once every block is read (the catalog
+				      checks after it read no pack).  May
+				      be NULL */
+	void *progress_ctx;
+} dd_scrub_opts;
+#define DD_SCRUB_OPTS_VERSION 1
+#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL}
+
+/* dd_store_scrub with options (opts may be NULL).  Errors: those of
+ * dd_store_scrub, DD_EINVAL for an unknown version, DD_ECANCELED from
+ * either callback. */
+DD_API int dd_store_scrub_ext(dd_store *store, const dd_scrub_opts *opts,
+			      dd_scrub_result *out);
+
 /* ---- helpers for tools --------------------------------------------------*/
 
 /* Checks a snapshot name: 0 or DD_ENAME. */
@@ -534,11 +608,13 @@ DD_API int dd_name_check(const char *name);
  * A read callback sets *got to the bytes read; 0 means end of stream. */
 typedef int (*dd_write_fn)(void *ctx, const void *buf, size_t len);
 typedef int (*dd_read_fn)(void *ctx, void *buf, size_t len, size_t *got);
-/* Progress: bytes done and total (0 when unknown).  A non-zero return
- * cancels the operation with DD_ECANCELED. */
-typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
-/* Ready-made callbacks over file descriptors (ctx points to an int fd). */
+/* Ready-made callbacks over file descriptors (ctx points to an int fd).
+ * dd_fd_write never raises SIGPIPE in the host: SIGPIPE is blocked in the
+ * calling thread while it writes, so a reader that closed its end (a pipe,
+ * a socket) fails the write with DD_EIO ("Broken pipe") and the process
+ * lives on.  A receiver that fails must close (or shut down) its end, so
+ * that its sender fails too instead of blocking once the pipe is full. */
 DD_API int dd_fd_write(void *ctx, const void *buf, size_t len);
 DD_API int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got);
 
@@ -563,11 +639,13 @@ typedef struct dd_stream_info {
 	char base[DD_NAME_MAX + 1];   /* empty for a full stream */
 	uint64_t size;                /* logical bytes of the image */
 	uint8_t digest[32];           /* content digest (format/store.md §6) */
-	uint8_t base_digest[32];
+	uint8_t base_digest[32];      /* the base's content digest; zeros
+					 for a full stream */
 	uint64_t data_records, data_bytes;   /* payload bytes carried */
-	uint64_t ref_records;
-	uint64_t zero_records, zero_blocks;
-	uint64_t stream_bytes;
+	uint64_t ref_records;         /* blocks sent as references */
+	uint64_t zero_records, zero_blocks;  /* runs of zero blocks (holes),
+						and the blocks in them */
+	uint64_t stream_bytes;        /* bytes of the whole stream read */
 	uint64_t resume_from;         /* first block index carried */
 	char resume_token[128];       /* dd_recv with opts->resumable: the
 					 token of what this receive kept when
@@ -595,7 +673,8 @@ typedef struct dd_recv_opts {
 	dd_progress_fn progress;
 	void *progress_ctx;
 	uint64_t mem_limit;        /* as in dd_send_opts */
-	const char *tmpdir;
+	const char *tmpdir;        /* where tables spill; NULL = $TMPDIR or
+				      /tmp */
 } dd_recv_opts;
 #define DD_RECV_OPTS_VERSION 1
 #define DD_RECV_OPTS_INIT {DD_RECV_OPTS_VERSION, NULL, 0, NULL, NULL, 0, NULL}
@@ -605,8 +684,9 @@ typedef struct dd_recv_opts {
  * stored again.  The snapshot becomes visible only after the end record
  * checks out; on any failure the store is left as it was.  info may be
  * NULL.  Errors: DD_EFORMAT, DD_ECHECKSUM, DD_ECORRUPT, DD_EVERSION,
- * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY, the
- * callback's code. */
+ * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY,
+ * DD_EBLOCKSIZE (the stream's block size is not the store's: refused at
+ * the header, nothing stored), the callback's code. */
 DD_API int dd_recv(dd_store *store, const dd_recv_opts *opts, dd_read_fn fn,
 		   void *ctx, dd_stream_info *info);
 
@@ -621,6 +701,22 @@ DD_API int dd_recv_fd(int fd, const dd_recv_opts *opts, dd_read_fn fn,
 DD_API int dd_stream_check(const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 			   dd_stream_info *info);
 
+/* Bytes that always hold a stream's HEADER record (format/stream.md §2,
+ * §4): its frame and the largest payload. */
+#define DD_STREAM_HEADER_MAX 4112
+
+/* Reads the HEADER record at the start of buf -- the stream's first
+ * DD_STREAM_HEADER_MAX bytes, or all of a shorter stream; bytes after the
+ * header are ignored -- into *info: format_version, block_size, name,
+ * base, size, digest, base_digest and resume_from; the counts are 0.
+ * Nothing past the header is checked.  What a receiver learns before it
+ * opens a store: `ddrecv` creates a missing store with the stream's block
+ * size, then hands dd_recv these bytes again, followed by the rest.
+ * Errors: DD_EINVAL, DD_EFORMAT (not a stream, or buf ends inside the
+ * header), DD_ECHECKSUM, DD_EVERSION, DD_ENOTSUP; the reason in
+ * dd_last_errmsg(). */
+DD_API int dd_stream_header(const void *buf, size_t len, dd_stream_info *info);
+
 /* Discards a partial resumable receive kept in the store. */
 DD_API int dd_recv_abort_partial(dd_store *store);
 
@@ -630,7 +726,7 @@ DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
 
 /* The message of the last failed call in this thread that has no handle
  * (dd_store_open, dd_store_create, dd_send_fd, dd_recv_fd,
- * dd_stream_check, dd_scan_*).  Never NULL. */
+ * dd_stream_check, dd_stream_header, dd_scan_*).  Never NULL. */
 DD_API const char *dd_last_errmsg(void);
 
 /* ---- repair -------------------------------------------------------------*/

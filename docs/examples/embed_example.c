@@ -7,7 +7,9 @@
  * them back from two threads and compares, sends them as replication
  * streams into a memory buffer (dd_write_fn) and receives them into a
  * second store (dd_read_fn), goes through a file descriptor with
- * dd_fd_write / dd_fd_read, cancels a send from its progress callback,
+ * dd_fd_write / dd_fd_read, refuses a stream over a socketpair (the
+ * sender fails, never dies or hangs), cancels a send from its progress
+ * callback,
  * lists, stats, deletes, collects garbage and scrubs.  Exit status 0 on
  * success; on failure one line on stderr and exit 1.
  *
@@ -29,13 +31,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define BLOCK (64u * 1024)         /* the stores' block size */
 #define IMAGE (4u * 1024 * 1024)   /* bytes per snapshot */
 
 static char tmpdir[512];   /* $TMPDIR (or /tmp)/dd-embed-XXXXXX */
-static char path_a[600], path_b[600], path_stream[600];
+static char path_a[600], path_b[600], path_c[600], path_stream[600];
 
 /* ---- test data ------------------------------------------------------------*/
 
@@ -350,6 +353,54 @@ static int stream_via_fd(dd_store *st, const char *name, const char *path)
 }
 /* [/fd] */
 
+/* [socket] A sender and a receiver in two threads, over a socketpair.
+ * Store `to` has another block size, so dd_recv refuses the stream
+ * (DD_EBLOCKSIZE) and its thread closes its end: the sender's next write
+ * fails (DD_EIO, "Broken pipe") instead of blocking once the socket is
+ * full.  dd_fd_write never raises SIGPIPE, so the process lives on. */
+struct recv_job {
+	dd_store *st;
+	int fd, rc;
+};
+
+static void *recv_thread(void *arg)
+{
+	struct recv_job *j = arg;
+
+	j->rc = dd_recv(j->st, NULL, dd_fd_read, &j->fd, NULL);
+	close(j->fd);            /* failed or not: the sender must know */
+	return NULL;
+}
+
+static int refused_over_socket(dd_store *from, const char *name,
+			       dd_store *to)
+{
+	struct recv_job job;
+	pthread_t tid;
+	int sv[2], rc;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+		return fail_msg("socketpair", DD_EIO, "failed");
+	job.st = to;
+	job.fd = sv[1];
+	job.rc = 0;
+	if (pthread_create(&tid, NULL, recv_thread, &job) != 0) {
+		close(sv[0]);
+		close(sv[1]);
+		return fail_msg("pthread_create", DD_EIO, "failed");
+	}
+	rc = dd_send(from, name, NULL, dd_fd_write, &sv[0]);
+	close(sv[0]);
+	pthread_join(tid, NULL);
+	printf("refused receive: %s\nits sender: %s\n", dd_store_errmsg(to),
+	       dd_store_errmsg(from));
+	if (job.rc != DD_EBLOCKSIZE || rc != DD_EIO)
+		return fail_msg("refused receive", DD_EINVAL,
+				"expected DD_EBLOCKSIZE and DD_EIO");
+	return 0;
+}
+/* [/socket] */
+
 /* ---- list, delete, gc, scrub, stat ----------------------------------------*/
 
 /* [list] */
@@ -537,6 +588,23 @@ static int run(unsigned char *mon, unsigned char *tue)
 	if ((rc = stream_via_fd(a, "tuesday", path_stream)) < 0 ||
 	    (rc = expect_missing(a)) < 0)
 		goto out;
+
+	/* a receiver that refuses: store c has twice the block size */
+	{
+		dd_create_opts co = DD_CREATE_OPTS_INIT;
+		dd_store *c = NULL;
+
+		co.block_size = 2 * BLOCK;
+		rc = dd_store_create(&c, path_c, &co, NULL);
+		if (rc < 0) {
+			fail_msg("dd_store_create", rc, dd_last_errmsg());
+			goto out;
+		}
+		rc = refused_over_socket(a, "tuesday", c);
+		dd_store_close(c);
+		if (rc < 0)
+			goto out;
+	}
 	printf("snapshots of a:\n");
 	if ((rc = list_snapshots(a)) < 0 || (rc = maintain(a)) < 0 ||
 	    (rc = check_snapshot(a, "tuesday", tue, IMAGE)) < 0)
@@ -564,6 +632,7 @@ int main(void)
 	}
 	snprintf(path_a, sizeof(path_a), "%s/a", tmpdir);
 	snprintf(path_b, sizeof(path_b), "%s/b", tmpdir);
+	snprintf(path_c, sizeof(path_c), "%s/c", tmpdir);
 	snprintf(path_stream, sizeof(path_stream), "%s/t.dds", tmpdir);
 	make_image(mon, 0);
 	make_image(tue, 1);

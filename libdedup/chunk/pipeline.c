@@ -75,6 +75,13 @@ struct dd_pipe {
 	unsigned pp_nzout;
 	uint8_t *pp_zout_of[DD_PIPE_RING];   /* pc_zkeep, by pb_id */
 	uint64_t pp_nworked;
+	/* dd_pipe_cancel (any thread), read once a step; progress after
+	 * each batch stored */
+	atomic_bool pp_cancel;
+	dd_progress_fn pp_progress;
+	void *pp_progress_ctx;
+	uint64_t pp_progress_total;
+	uint64_t pp_stored;       /* logical bytes through stage 4 */
 };
 
 /* ---- stage 1 -------------------------------------------------------------*/
@@ -468,8 +475,27 @@ static int dd_pipe_store(dd_pipe *p, dd_pbatch *b)
 		rc = dd_err_copy(p->pp_cfg.pc_err, &b->pb_z_err);
 	else if (o->po_store)
 		rc = o->po_store(p->pp_cfg.pc_ctx, b);
+	p->pp_stored += b->pb_bytes;
 	dd_pbatch_reset(b);
+	if (!rc && p->pp_progress &&
+	    p->pp_progress(p->pp_progress_ctx, p->pp_stored,
+			   p->pp_progress_total) != 0)
+		rc = dd_err_set(p->pp_cfg.pc_err, DD_ECANCELED, "cancelled by "
+				"the progress callback");
 	return rc;
+}
+
+void dd_pipe_set_progress(dd_pipe *p, dd_progress_fn fn, void *ctx,
+			  uint64_t total)
+{
+	p->pp_progress = fn;
+	p->pp_progress_ctx = ctx;
+	p->pp_progress_total = total;
+}
+
+void dd_pipe_cancel(dd_pipe *p)
+{
+	atomic_store(&p->pp_cancel, true);
 }
 
 /* Filling moves from batch `from` to pp_cur, whose buffer is free now
@@ -496,7 +522,17 @@ int dd_pipe_step(dd_pipe *p)
 	void *ctx = p->pp_cfg.pc_ctx;
 	dd_pbatch *fill = &p->pp_b[p->pp_cur];
 	dd_pbatch *done, *hashed;
-	int rc = dd_pipe_cut(p, fill, false);
+	int rc;
+
+	/* a cancel takes effect here, so within one batch of the caller's;
+	 * the running job is waited for first: the pool lock it holds is
+	 * this thread's to release, and a writer cancelled from another
+	 * thread may be freed from there */
+	if (atomic_load(&p->pp_cancel)) {
+		dd_pipe_wait(p);
+		return dd_err_set(p->pp_cfg.pc_err, DD_ECANCELED, "cancelled");
+	}
+	rc = dd_pipe_cut(p, fill, false);
 
 	/* bytes past the last cut go to the next batch: if they are a
 	 * range's, read it here, before the pool reads fill's */
@@ -765,6 +801,7 @@ int dd_pipe_new(dd_pipe **out, const dd_pipe_cfg *cfg)
 	/* dd_pipe_free closes these: from calloc they would name fd 0 */
 	for (int i = 0; i < DD_PIPE_RING; i++)
 		p->pp_b[i].pb_src_fd = -1;
+	atomic_init(&p->pp_cancel, false);
 	p->pp_cfg = *cfg;
 	p->pp_cfg.pc_cut = NULL;
 	rc = dd_pipe_plan(p, cfg);

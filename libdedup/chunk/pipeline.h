@@ -38,6 +38,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "dedup.h"
 #include "chunk/chunk.h"
 #include "common/pool.h"
 
@@ -218,6 +219,14 @@ int dd_pipe_file(dd_pipe *p, int fd, uint64_t off, uint64_t len,
 int dd_pipe_end_image(dd_pipe *p);
 /* One step: the filling batch goes on if it holds blocks. */
 int dd_pipe_step(dd_pipe *p);
+/* fn(ctx, bytes through stage 4, total) after each batch stored, on the
+ * caller's thread; a non-zero return fails the pipeline (DD_ECANCELED). */
+void dd_pipe_set_progress(dd_pipe *p, dd_progress_fn fn, void *ctx,
+			  uint64_t total);
+/* From any thread, until dd_pipe_free: the next step fails with
+ * DD_ECANCELED -- within one batch of the caller's bytes. */
+void dd_pipe_cancel(dd_pipe *p);
+
 /* Ends the open image, then runs every batch through stage 4. */
 int dd_pipe_drain(dd_pipe *p);
 /* Waits for the running job, if any (before a sink unwinds). */

@@ -40,6 +40,8 @@ static const struct dd_err_name dd_err_names[] = {
 	[14] = {"DD_ECANCELED", "DD_ECANCELED: canceled by callback"},
 	[15] = {"DD_ESTATE", "DD_ESTATE: handle in the wrong state"},
 	[16] = {"DD_EFORMAT", "DD_EFORMAT: not in the expected format"},
+	[17] = {"DD_EBLOCKSIZE", "DD_EBLOCKSIZE: block size differs from the "
+		"store's"},
 };
 
 #define DD_NERR_NAMES (sizeof(dd_err_names) / sizeof(dd_err_names[0]))

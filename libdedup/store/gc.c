@@ -70,6 +70,8 @@ typedef struct dd_gc {
 	dd_gc_keys gc_free;       /* dead entries to delete */
 	dd_pack *gc_new;          /* where moved blocks go */
 	uint64_t gc_new_bytes;    /* its size */
+	uint64_t gc_move_bytes;   /* their bytes, for progress */
+	const dd_gc_opts *gc_opts;/* version 2: the progress callback */
 	dd_gc_result gc_res;
 } dd_gc;
 
@@ -165,6 +167,19 @@ static int dd_gc_note_pack(void *arg, uint32_t id, uint64_t end)
 	return 0;
 }
 
+/* dd_gc_opts version 2's callback: bytes of the moves done so far. */
+static int dd_gc_progress(dd_gc *gc, uint64_t done)
+{
+	const dd_gc_opts *o = gc->gc_opts;
+
+	if (!o || o->version < 2 || !o->progress)
+		return 0;
+	if (o->progress(o->progress_ctx, done, gc->gc_move_bytes) != 0)
+		return dd_err_set(gc->gc_err, DD_ECANCELED, "gc cancelled by "
+				  "the progress callback (store unchanged)");
+	return 0;
+}
+
 /* Packs to drop or rewrite, by their live bytes -- each only once gc
  * holds its lock: a pack a writer holds stays as it is this time. */
 static int dd_gc_choose(dd_gc *gc, double below)
@@ -211,17 +226,18 @@ static int dd_gc_collect(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
 	if (!dd_gc_keeps(gc, e))
 		return dd_gc_keys_add(gc, &gc->gc_free, key, e->de_pack,
 				      e->de_dead_since);
-	if (gc->gc_fate[e->de_pack] == DD_GC_REWRITE)
-		return dd_gc_keys_add(gc, &gc->gc_move, key, e->de_pack,
-				      e->de_offset);
-	return 0;
+	if (gc->gc_fate[e->de_pack] != DD_GC_REWRITE)
+		return 0;
+	gc->gc_move_bytes += DD_PACK_REC_HDR_SIZE + e->de_psize;
+	return dd_gc_keys_add(gc, &gc->gc_move, key, e->de_pack, e->de_offset);
 }
 
 /* Copies the blocks to move into gc's new pack, and syncs it. */
 static int dd_gc_copy(dd_gc *gc, dd_scratch *sc, uint64_t *new_off)
 {
 	dd_store *s = gc->gc_store;
-	int rc = 0;
+	uint64_t done = 0;
+	int rc = dd_gc_progress(gc, 0);
 
 	for (size_t i = 0; !rc && i < gc->gc_move.n; i++) {
 		const dd_ddt_key *key = &gc->gc_move.gk[i].gk_key;
@@ -250,6 +266,9 @@ static int dd_gc_copy(dd_gc *gc, dd_scratch *sc, uint64_t *new_off)
 		rc = dd_pack_append(gc->gc_new, gc->gc_err, &rec,
 				    sc->sc_rbuf + DD_PACK_REC_HDR_SIZE,
 				    &new_off[i]);
+		done += DD_PACK_REC_HDR_SIZE + e.de_psize;
+		if (!rc && (i % 256 == 255 || i + 1 == gc->gc_move.n))
+			rc = dd_gc_progress(gc, done);
 	}
 	if (!rc && gc->gc_new)
 		rc = dd_pack_sync(gc->gc_new, gc->gc_err);
@@ -471,7 +490,7 @@ static void dd_gc_free_state(dd_gc *gc, bool committed)
 int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 {
 	dd_err err = {0};
-	dd_gc gc = {.gc_store = s, .gc_err = &err};
+	dd_gc gc = {.gc_store = s, .gc_err = &err, .gc_opts = opts};
 	double below = 0.8;
 	int gcfd = -1, lockfd = -1, rc;
 

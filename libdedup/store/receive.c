@@ -61,7 +61,7 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
 		return dd_err_set(err, DD_ENOTSUP,
 				  "store is not keyed by SHA-256");
 	if (block_size != s->st_block_size)
-		return dd_err_set(err, DD_EINVAL,
+		return dd_err_set(err, DD_EBLOCKSIZE,
 				  "stream block size %u differs from the "
 				  "store's %u", block_size, s->st_block_size);
 	rc = dd_writer_open(&w, s, name, 0);
@@ -477,8 +477,11 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 				  "resume");
 	if (rc)
 		return rc;
-	if (pa.pa_state.rcs_next != from ||
-	    pa.pa_state.rcs_block_size != block_size)
+	if (pa.pa_state.rcs_block_size != block_size)
+		return dd_err_set(err, DD_EBLOCKSIZE, "stream block size %u "
+				  "differs from the partial receive's %u",
+				  block_size, pa.pa_state.rcs_block_size);
+	if (pa.pa_state.rcs_next != from)
 		return dd_err_set(err, DD_EINVAL,
 				  "the stream resumes at block %llu, the "
 				  "partial receive at block %llu",

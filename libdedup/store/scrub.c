@@ -49,6 +49,9 @@ typedef struct dd_scrub {
 	dd_scrub_result sc_res;
 	dd_scrub_cb sc_cb;
 	void *sc_ctx;
+	dd_progress_fn sc_progress;
+	void *sc_progress_ctx;
+	uint64_t sc_done, sc_total;  /* pack bytes read, committed */
 	/* pass 2: snapshot id -> name */
 	uint64_t *sc_ids;
 	char (*sc_names)[DD_NAME_MAX + 1];
@@ -93,6 +96,27 @@ static int dd_scrub_pack_end(dd_scrub *sc, const dd_sblk *b)
 	return rc;
 }
 
+static int dd_scrub_progress(dd_scrub *sc, uint64_t done)
+{
+	if (!sc->sc_progress)
+		return 0;
+	if (done > sc->sc_total)   /* a record past its pack's end: bad */
+		done = sc->sc_total;
+	if (sc->sc_progress(sc->sc_progress_ctx, done, sc->sc_total) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub cancelled by the progress callback");
+	return 0;
+}
+
+static int dd_scrub_pack_bytes(void *arg, uint32_t id, uint64_t end)
+{
+	dd_scrub *sc = arg;
+
+	(void)id;
+	sc->sc_total += end;
+	return 0;
+}
+
 static int dd_scrub_round(dd_scrub *sc)
 {
 	dd_store *s = sc->sc_store;
@@ -105,6 +129,8 @@ static int dd_scrub_round(dd_scrub *sc)
 
 		sc->sc_res.blocks_checked++;
 		sc->sc_res.bytes_checked += b->sb_ent.de_lsize;
+		if (!(b->sb_ent.de_flags & DD_DDE_MISSING))
+			sc->sc_done += DD_PACK_REC_HDR_SIZE + b->sb_ent.de_psize;
 		if (b->sb_rc == 0)
 			b->sb_rc = dd_scrub_pack_end(sc, b);
 		if (b->sb_rc == 0)
@@ -124,7 +150,7 @@ static int dd_scrub_round(dd_scrub *sc)
 		sc->sc_bad[sc->sc_nbad++] = *b;
 	}
 	sc->sc_n = 0;
-	return 0;
+	return dd_scrub_progress(sc, sc->sc_done);
 }
 
 static int dd_scrub_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
@@ -368,10 +394,18 @@ static int dd_scrub_refs(dd_scrub *sc)
 
 static int dd_scrub_run(dd_scrub *sc)
 {
-	int rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
+	int rc = 0;
 
+	if (sc->sc_progress)
+		rc = dd_packs_walk(sc->sc_txn, sc->sc_err, dd_scrub_pack_bytes,
+				   sc);
+	if (!rc)
+		rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ddt, sc);
 	if (!rc && sc->sc_n)
 		rc = dd_scrub_round(sc);
+	/* every block read: the rest reads the catalog only */
+	if (!rc)
+		rc = dd_scrub_progress(sc, sc->sc_total);
 	if (!rc && sc->sc_nbad)
 		rc = dd_scrub_report_bad(sc);
 	if (!rc)
@@ -388,19 +422,37 @@ static int dd_scrub_run(dd_scrub *sc)
 int dd_store_scrub(dd_store *s, dd_scrub_cb cb, void *ctx,
 		   dd_scrub_result *out)
 {
+	dd_scrub_opts o = DD_SCRUB_OPTS_INIT;
+
+	o.bad = cb;
+	o.bad_ctx = ctx;
+	return dd_store_scrub_ext(s, &o, out);
+}
+
+int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
+		       dd_scrub_result *out)
+{
 	dd_err err = {0};
 	dd_scrub *sc;
 	int rc;
 
 	if (!s)
 		return DD_EINVAL;
+	if (opts && (opts->version == 0 ||
+		     opts->version > DD_SCRUB_OPTS_VERSION))
+		return dd_store_failf(s, DD_EINVAL, "dd_scrub_opts version %u "
+				      "not supported", opts->version);
 	sc = dd_calloc(1, sizeof(*sc));
 	if (!sc)
 		return dd_store_failf(s, DD_ENOMEM, "out of memory");
 	sc->sc_store = s;
 	sc->sc_err = &err;
-	sc->sc_cb = cb;
-	sc->sc_ctx = ctx;
+	if (opts) {
+		sc->sc_cb = opts->bad;
+		sc->sc_ctx = opts->bad_ctx;
+		sc->sc_progress = opts->progress;
+		sc->sc_progress_ctx = opts->progress_ctx;
+	}
 	rc = dd_db_check(s->st_db, &err);
 	/* the catalog's snapshots are the manifests' (a catalog that went
 	 * back in time lacks the last ones) */

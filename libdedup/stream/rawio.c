@@ -3,19 +3,50 @@
  * share besides the block pipeline: the fd I/O callbacks behind `ddsend`
  * and `ddrecv`, and per-worker codec contexts.
  */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <time.h>
+
 #include "dedup.h"
 #include "common/alloc.h"
 #include "common/io.h"
 #include "pack/pack.h"
 #include "stream/stream.h"
 
+/* A receiver that went away is an error for the sender, never SIGPIPE:
+ * the host may be a daemon whose other work would die with it (exit status
+ * 141).  SIGPIPE is blocked in the calling thread for the write -- the one
+ * way that covers pipes as well as sockets (MSG_NOSIGNAL is for sockets
+ * only) -- and one the write raised is taken back before the mask is
+ * restored, unless one was pending already.  The write fails with EPIPE:
+ * DD_EIO. */
 int dd_fd_write(void *ctx, const void *buf, size_t len)
 {
+	static const struct timespec now = {0, 0};
+	sigset_t pipe_set, old, pending;
+	bool was_pending;
+	int rc;
+
 	if (!ctx || (!buf && len))
 		return dd_err_set(dd_thread_err(), DD_EINVAL,
 				  "dd_fd_write: NULL argument");
-	return dd_io_write_full(dd_thread_err(), *(const int *)ctx, buf, len,
-				"stream output");
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old) != 0)
+		return dd_err_set(dd_thread_err(), DD_EIO,
+				  "dd_fd_write: cannot block SIGPIPE");
+	was_pending = sigpending(&pending) == 0 &&
+		      sigismember(&pending, SIGPIPE) == 1;
+	rc = dd_io_write_full(dd_thread_err(), *(const int *)ctx, buf, len,
+			      "stream output");
+	if (rc && !was_pending && sigpending(&pending) == 0 &&
+	    sigismember(&pending, SIGPIPE) == 1)
+		while (sigtimedwait(&pipe_set, NULL, &now) < 0 && errno == EINTR)
+			;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got)

@@ -25,6 +25,7 @@ typedef struct dd_receiver {
 	dd_replica_writer *rv_w;
 	dd_stream_hdr rv_hdr;
 	dd_stream_info rv_info;
+	uint64_t rv_reported;      /* blocks done at the last progress call */
 } dd_receiver;
 
 /* An incremental stream needs the base, with the same content. */
@@ -51,13 +52,19 @@ static int dd_recv_check_base(dd_receiver *rv)
 	return 0;
 }
 
-static int dd_recv_progress(dd_receiver *rv, uint64_t idx)
+/* Blocks [0, next) are done: the callback hears of it every 256 blocks,
+ * whatever records carry them (a ZERO run too), and dd_recv_run calls it
+ * once more after the commit, so a receive's progress ends at its size. */
+static int dd_recv_progress(dd_receiver *rv, uint64_t next)
 {
 	const dd_recv_opts *o = rv->rv_opts;
-	uint64_t done = idx * rv->rv_hdr.sh_block_size;
+	uint64_t done = next * rv->rv_hdr.sh_block_size;
 
 	if (!o || !o->progress)
 		return 0;
+	if (next >> 8 == rv->rv_reported >> 8 && rv->rv_reported)
+		return 0;
+	rv->rv_reported = next;
 	if (done > rv->rv_hdr.sh_size)
 		done = rv->rv_hdr.sh_size;
 	if (o->progress(o->progress_ctx, done, rv->rv_hdr.sh_size) != 0)
@@ -105,16 +112,16 @@ static int dd_recv_records(dd_receiver *rv)
 		if (rc)
 			return dd_err_set_msg(&rv->rv_err, rc,
 					      dd_replica_errmsg(rv->rv_w));
-		if ((r.sr_idx & 255) == 0 && (rc = dd_recv_progress(rv, r.sr_idx)))
+		rc = dd_recv_progress(rv, r.sr_idx + (r.sr_type == DD_SREC_ZERO
+						       ? r.sr_count : 1));
+		if (rc)
 			return rc;
 	}
 }
 
-static void dd_recv_fill_info(dd_receiver *rv, const char *name)
+static void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
+			      const char *name)
 {
-	dd_stream_info *in = &rv->rv_info;
-	const dd_stream_hdr *h = &rv->rv_hdr;
-
 	in->format_version = h->sh_version;
 	in->block_size = h->sh_block_size;
 	snprintf(in->name, sizeof(in->name), "%s", name);
@@ -123,6 +130,11 @@ static void dd_recv_fill_info(dd_receiver *rv, const char *name)
 	memcpy(in->digest, h->sh_digest, 32);
 	memcpy(in->base_digest, h->sh_base_digest, 32);
 	in->resume_from = h->sh_resume_from;
+}
+
+static void dd_recv_fill_info(dd_receiver *rv, const char *name)
+{
+	dd_stream_info_of(&rv->rv_info, &rv->rv_hdr, name);
 }
 
 static int dd_recv_open_writer(dd_receiver *rv, const char *name)
@@ -169,6 +181,10 @@ static int dd_recv_run(dd_receiver *rv, dd_read_fn fn, void *ctx)
 			dd_err_set_msg(&rv->rv_err, rc,
 				       dd_replica_errmsg(rv->rv_w));
 	}
+	/* committed: the last call says all of it (a cancel is too late) */
+	if (!rc && rv->rv_opts && rv->rv_opts->progress)
+		rv->rv_opts->progress(rv->rv_opts->progress_ctx,
+				      rv->rv_hdr.sh_size, rv->rv_hdr.sh_size);
 	rv->rv_info.stream_bytes = dd_sdec_bytes(rv->rv_dec);
 	return rc;
 }
@@ -200,6 +216,50 @@ int dd_recv(dd_store *s, const dd_recv_opts *opts, dd_read_fn fn, void *ctx,
 	if (info)
 		*info = rv.rv_info;
 	return rc ? dd_store_fail(s, &rv.rv_err) : 0;
+}
+
+_Static_assert(DD_STREAM_HEADER_MAX == 16 + DD_SHDR_MAX,
+	       "format/stream.md §2: a 16-byte frame, then the payload");
+
+/* dd_stream_header's bytes: handed out once, then the end of the stream,
+ * so a header longer than the buffer is "cut short". */
+struct dd_hdr_bytes {
+	const uint8_t *hb_p;
+	size_t hb_len;
+};
+
+static int dd_hdr_bytes_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	struct dd_hdr_bytes *hb = ctx;
+	size_t n = hb->hb_len < len ? hb->hb_len : len;
+
+	memcpy(buf, hb->hb_p, n);
+	hb->hb_p += n;
+	hb->hb_len -= n;
+	*got = n;
+	return 0;
+}
+
+int dd_stream_header(const void *buf, size_t len, dd_stream_info *info)
+{
+	struct dd_hdr_bytes hb = {buf, len};
+	dd_err *err = dd_thread_err();
+	dd_stream_hdr h;
+	dd_sdec *d = NULL;
+	int rc;
+
+	if (!buf || !info)
+		return dd_err_set(err, DD_EINVAL, "dd_stream_header: NULL "
+				  "argument");
+	rc = dd_sdec_new(&d, err, dd_hdr_bytes_read, &hb);
+	if (!rc)
+		rc = dd_sdec_header(d, err, &h);
+	dd_sdec_free(d);
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	dd_stream_info_of(info, &h, h.sh_name);
+	return 0;
 }
 
 int dd_recv_abort_partial(dd_store *s)

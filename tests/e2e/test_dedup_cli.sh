@@ -17,7 +17,7 @@ usage_error "no command"
 usage_error "unknown command" frobnicate
 usage_error "unknown global option" --frob
 usage_error "unknown put option" put --frob "$T/s@x"
-usage_error "unknown short option" get -q "$T/s@x"
+usage_error "unknown short option" get -Z "$T/s@x"
 usage_error "init without store" init
 usage_error "init extra argument" init "$T/a" "$T/b"
 usage_error "--block-size without value" init --block-size

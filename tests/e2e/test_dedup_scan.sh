@@ -281,10 +281,43 @@ assert_eq "65536 65535 1 256 255" \
 	"$(json_get "$T/out" "' '.join(str(r[k]) for r in j['results'] for k in (('blocks', 'zero_blocks', 'unique_blocks') if r['block_size'] == 4096 else ('blocks', 'zero_blocks')))")" \
 	"sparse zero blocks"
 
+note "sample too small: the headline gives a bound, not a figure"
+for mem in 64K 256K; do
+	run "$DEDUP" scan --sample --memory $mem --block-size 4K,128K "$D/many" "${FILES[@]}"
+	assert_rc 0 "scan --sample --memory $mem"
+	cp "$T/out" "$T/sample-$mem.txt"
+	run "$DEDUP" scan --json --sample --memory $mem --block-size 4K,128K "$D/many" "${FILES[@]}"
+	python3 - "$T/sample-$mem.txt" "$T/out" <<'EOF' || fail "sample headline at --memory $mem"
+import json, re, sys
+text = open(sys.argv[1]).read()
+res = json.load(open(sys.argv[2]))['results']
+heads = re.findall(r'^dedup = (.*), compress = (.*), dedup \* compress = (.*)$', text, re.M)
+assert len(heads) == len(res) == 2, heads
+for (d, c, dc), r in zip(heads, res):
+    e = r['dedup_error']
+    if e is None:                       # no bound at all
+        assert d == 'unbounded' and dc == 'unbounded', d
+    elif e > 0.5:                       # a bound too wide for a figure
+        assert d.startswith('between '), d
+    else:
+        assert d == '%.2f (+/- %.1f%%)' % (r['dedup_ratio'], e * 100), (d, r)
+    # the table's totals are the figures around it
+    h = r['histogram']
+    assert sum(x['ref_blocks'] for x in h) == r['referenced_blocks'], r
+    assert sum(x['ref_lsize'] for x in h) == r['referenced_bytes'], r
+    assert sum(x['blocks'] for x in h) == r['unique_blocks'], r
+    assert sum(x['lsize'] for x in h) == r['unique_bytes'], r
+    assert sum(x['blocks'] for x in h) <= r['referenced_blocks'], r
+EOF
+done
+# a sample of a few blocks never prints a bare figure
+grep -E '^dedup = (unbounded|between)' "$T/sample-64K.txt" >/dev/null ||
+	fail "--memory 64K: a confident headline from a tiny sample: $(grep '^dedup' "$T/sample-64K.txt")"
+
 note "progress with -v"
 run "$DEDUP" scan -v "$D/many"
 assert_rc 0 "scan -v"
-assert_grep 'scan: .*MB/s' "$T/err" "progress line on stderr"
+assert_grep 'scan: .*MiB/s' "$T/err" "progress line on stderr"
 
 # ---- usage errors --------------------------------------------------------------
 note "usage errors"

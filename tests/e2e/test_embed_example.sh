@@ -39,6 +39,8 @@ assert_empty "$T/err" "embed_example stderr"
 assert_grep '^ok$' "$T/out" "embed_example output"
 assert_grep '^received tuesday on monday: ' "$T/out" "incremental receive"
 assert_grep '^cancelled send: DD_ECANCELED' "$T/out" "cancellation"
+assert_grep '^refused receive: DD_EBLOCKSIZE' "$T/out" "a refused receive over a socketpair"
+assert_grep '^its sender: DD_EIO: .*Broken pipe' "$T/out" "its sender fails, neither killed nor blocked"
 # it removes its temporary stores
 ! ls -d "$T"/dd-embed-* >/dev/null 2>&1 || fail "embed_example left $(ls -d "$T"/dd-embed-*)"
 note "ok"

@@ -8,7 +8,9 @@
 # function of include/dedup.h, a SONAME of libdedup.so.0, and a program built
 # with `pkg-config --cflags --libs libdedup` (and one linked statically with
 # `--static`) that runs against the installed copy and sees
-# dd_version_number() == DD_VERSION_NUMBER.
+# dd_version_number() == DD_VERSION_NUMBER; installed commands that run
+# from any prefix without LD_LIBRARY_PATH, and a CMake consumer of
+# find_package(dedup) whose package names no path of the build machine.
 #
 # Environment: DD_SRC (source dir, required), DD_BIN (build's bin dir, unused
 # here), CC (compiler, default cc), DD_KEEP_TMP=1 keeps the temp dir.
@@ -179,13 +181,73 @@ else
 	fail "static link with libdedup.a and pkg-config --static --libs"
 fi
 
-# The installed command runs from the prefix.
-if [ -x "$PREFIX/bin/dedup" ]; then
-	if out=$(LD_LIBRARY_PATH=$LIBDIR "$PREFIX/bin/dedup" --version 2>&1); then
-		ok "bin/dedup --version: $out"
+# The installed commands run from the prefix, and from a prefix chosen at
+# install time, with no LD_LIBRARY_PATH: they find libdedup.so through
+# their RUNPATH ($ORIGIN/../lib...), never the build tree.
+for p in "$PREFIX" "$T/moved"; do
+	for tool in dedup ddsend ddrecv; do
+		if out=$(env -u LD_LIBRARY_PATH "$p/bin/$tool" --version 2>&1); then
+			ok "${p#"$T"/}/bin/$tool --version: $out"
+		else
+			fail "installed ${p#"$T"/}/bin/$tool --version failed: $out"
+		fi
+	done
+	lib=$(env -u LD_LIBRARY_PATH ldd "$p/bin/dedup" | awk '$1 == "libdedup.so.0" {print $3}')
+	case $(readlink -f "$lib") in
+	"$(readlink -f "$p")"/*) ok "${p#"$T"/}/bin/dedup binds its own libdedup.so.0" ;;
+	*) fail "${p#"$T"/}/bin/dedup binds libdedup.so.0 at '$lib'" ;;
+	esac
+done
+runpath=$(objdump -p "$PREFIX/bin/dedup" | awk '$1 == "RUNPATH" || $1 == "RPATH" {print $2}')
+case $runpath in
+*'$ORIGIN'*) ok "bin/dedup RUNPATH $runpath" ;;
+*) fail "bin/dedup RUNPATH is '$runpath', not relative to \$ORIGIN" ;;
+esac
+
+# A store round trip with the installed commands alone.
+if env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" init "$T/st" 2>"$T/err" &&
+   head -c 300000 /dev/urandom >"$T/img" &&
+   env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" put "$T/st@a" "$T/img" 2>>"$T/err" &&
+   env -u LD_LIBRARY_PATH "$PREFIX/bin/ddsend" "$T/st@a" 2>>"$T/err" |
+	env -u LD_LIBRARY_PATH "$PREFIX/bin/ddrecv" "$T/st2" 2>>"$T/err" &&
+   env -u LD_LIBRARY_PATH "$PREFIX/bin/dedup" get "$T/st2@a" "$T/img.back" 2>>"$T/err" &&
+   cmp -s "$T/img" "$T/img.back"; then
+	ok "installed dedup put, ddsend | ddrecv (a new store), get: exact"
+else
+	fail "installed commands round trip: $(tail -n 1 "$T/err")"
+fi
+
+# The CMake package: no path of this machine's libraries in it, and a
+# consumer project links both targets with find_package(dedup).
+if grep -nE '(^|[ ";])/[^ ";]*\.(so|a)([ ";]|$)' "$LIBDIR"/cmake/dedup/dedupTargets*.cmake >"$T/abs"; then
+	fail "dedupTargets names absolute library paths:"
+	sed 's/^/    /' "$T/abs" >&2
+else
+	ok "dedupTargets names no absolute library path"
+fi
+mkdir -p "$T/consumer"
+cp "$T/prog.c" "$T/consumer/prog.c"
+cat >"$T/consumer/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(consumer LANGUAGES C)
+find_package(dedup CONFIG REQUIRED)
+add_executable(prog_shared prog.c)
+target_link_libraries(prog_shared PRIVATE dedup::dedup)
+add_executable(prog_static prog.c)
+target_link_libraries(prog_static PRIVATE dedup::dedup_static)
+CM
+if cmake -S "$T/consumer" -B "$T/consumer/build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+	>"$T/consumer.log" 2>&1 &&
+   cmake --build "$T/consumer/build" >>"$T/consumer.log" 2>&1; then
+	if out=$(LD_LIBRARY_PATH=$LIBDIR "$T/consumer/build/prog_shared") &&
+	   out2=$("$T/consumer/build/prog_static"); then
+		ok "find_package(dedup): dedup::dedup ($out), dedup::dedup_static ($out2)"
 	else
-		fail "installed bin/dedup --version failed: $out"
+		fail "find_package(dedup) programs failed to run"
 	fi
+else
+	tail -n 30 "$T/consumer.log" >&2
+	fail "a consumer project with find_package(dedup)"
 fi
 
 if [ "$fails" -ne 0 ]; then

@@ -113,4 +113,24 @@ set -e
 [ "$rc" = 1 ] || fail "remote ddrecv of junk: exit $rc"
 assert_one_line "remote ddrecv of junk"
 
+# The installed commands over ssh: the remote side runs ddrecv from a
+# prefix with no LD_LIBRARY_PATH (the RUNPATH finds libdedup.so).
+note "installed ddrecv over ssh, no LD_LIBRARY_PATH"
+BUILD_DIR=$(cd "$DD_BIN/.." && pwd)
+if cmake --install "$BUILD_DIR" --prefix "$T/inst" >"$T/install.log" 2>&1; then
+	S3=$T/s3
+	"$DEDUP" init --block-size $BS "$S3" 2>"$T/err" || fail "init s3"
+	set +e
+	env -u LD_LIBRARY_PATH "$T/inst/bin/ddsend" "$S@a" |
+		"${SSH[@]}" "env -u LD_LIBRARY_PATH $T/inst/bin/ddrecv $S3" 2>"$T/err"
+	rcs=("${PIPESTATUS[@]}")
+	set -e
+	[ "${rcs[0]}" = 0 ] && [ "${rcs[1]}" = 0 ] ||
+		fail "installed ddsend | ssh installed ddrecv: exit ${rcs[*]}"
+	"$DEDUP" get "$S3@a" "$T/a.inst" 2>"$T/err" || fail "get S3@a"
+	assert_same "$T/a" "$T/a.inst" "installed commands over ssh"
+else
+	fail "cmake --install $BUILD_DIR: $(tail -n 1 "$T/install.log")"
+fi
+
 note "ok"

@@ -28,9 +28,11 @@ usage_error "ddsend -f with -i" "$DDSEND" -f /dev/null -i a
 usage_error "ddsend -b not power of two" "$DDSEND" -b 5000 -f /dev/null
 usage_error "ddsend -c bad" "$DDSEND" -c 42 -f /dev/null
 usage_error "ddsend base of another store" "$DDSEND" -i "$T/other@a" "$T/s@b"
+usage_error "ddsend --json=- (stdout is the stream)" "$DDSEND" --json=- "$T/s@a"
 usage_error "ddrecv no argument" "$DDRECV"
 usage_error "ddrecv -o and -n" "$DDRECV" -o "$T/x" -n
-usage_error "ddrecv --json without -n" "$DDRECV" --json "$T/s"
+usage_error "ddrecv --json with -A" "$DDRECV" --json -A "$T/s"
+usage_error "ddrecv -n --json=FILE" "$DDRECV" -n --json="$T/x"
 usage_error "ddrecv -s with -o" "$DDRECV" -s -o "$T/x"
 usage_error "ddrecv extra" "$DDRECV" "$T/s" "$T/t"
 for c in "$DDSEND" "$DDRECV"; do
@@ -175,6 +177,8 @@ S4K=$T/s4k
 "$DEDUP" put "$S4K@a" "$T/a" 2>"$T/err" || fail "put 4k"
 "$DDSEND" "$S4K@a" >"$T/4k.dds" 2>"$T/err" || fail "ddsend 4k"
 refused "a stream of another block size" "$T/4k.dds" "$S2@x4k"
+assert_grep '^ddrecv: DD_EBLOCKSIZE: stream block size 4096 differs from the store.s 131072' \
+	"$T/err" "another block size: its own code"
 # incremental whose base is missing: a fresh store
 S3=$T/s3
 "$DEDUP" init --block-size $BS "$S3" 2>"$T/err" || fail "init s3"
@@ -206,6 +210,46 @@ EOF
 done
 refused "not a stream" "$T/junk" "$S2@junk"
 refused "a raw-file stream with a bad name target" "$T/img.dds" "$S2@bad/name"
+
+note "stores: ddrecv creates a missing target with the stream's block size"
+run_in "$T/4k.dds" "$DDRECV" -v "$T/new4k"
+assert_rc 0 "ddrecv into a new store"
+assert_grep "created store '.*/new4k' \(block size 4096\)" "$T/err" "-v says it created the store"
+"$DEDUP" get "$T/new4k@a" "$T/new4k.back" 2>"$T/err" || fail "get new4k@a"
+assert_same "$T/a" "$T/new4k.back" "a created store holds the snapshot"
+"$DDSEND" "$T/new4k@a" 2>"$T/err" | cmp -s - "$T/4k.dds" ||
+	fail "the created store (block size 4096) sends another stream"
+run_in "$T/4k.dds" "$DDRECV" --no-create "$T/none"
+assert_rc 1 "--no-create of a missing store"
+assert_one_line "--no-create of a missing store"
+assert_grep 'DD_ENOENT' "$T/err" "--no-create names DD_ENOENT"
+[ ! -e "$T/none" ] || fail "--no-create created $T/none"
+usage_error "ddrecv --no-create with -o" "$DDRECV" --no-create -o "$T/x"
+# a receive that fails leaves no store behind, nor anything in an empty
+# directory it was given
+head -c 70000 "$T/4k.dds" >"$T/cut4k.dds"
+run_in "$T/cut4k.dds" "$DDRECV" "$T/none"
+assert_rc 1 "a cut stream into a new store"
+assert_one_line "a cut stream into a new store"
+[ ! -e "$T/none" ] || fail "a failed receive left the store it created"
+mkdir "$T/emptydir"
+run_in "$T/cut4k.dds" "$DDRECV" "$T/emptydir"
+assert_rc 1 "a cut stream into an empty directory"
+[ -d "$T/emptydir" ] && [ -z "$(ls -A "$T/emptydir")" ] ||
+	fail "a failed receive into an empty directory left $(ls -A "$T/emptydir")"
+run_in "$T/incr.dds" "$DDRECV" "$T/none"
+assert_rc 1 "an incremental into a new store (no base)"
+[ ! -e "$T/none" ] || fail "a refused incremental left the store it created"
+run_in "$T/junk" "$DDRECV" "$T/none"
+assert_rc 1 "junk into a new store"
+assert_one_line "junk into a new store"
+[ ! -e "$T/none" ] || fail "junk created a store"
+# something that is not a store is not overwritten
+mkdir "$T/notstore" && echo x >"$T/notstore/file"
+run_in "$T/4k.dds" "$DDRECV" "$T/notstore"
+assert_rc 1 "a directory that is not a store"
+assert_one_line "a directory that is not a store"
+[ "$(ls -A "$T/notstore")" = file ] || fail "ddrecv changed a directory that is not a store"
 
 note "stores: a receive beside a running put"
 # A put that waits on its input holds its writer open: a receive into the

@@ -607,6 +607,22 @@ static void test_failing_callbacks(void **state)
 	ro.progress_ctx = &calls;
 	assert_int_equal(dd_recv(dst, &ro, mem_read, &m, &info), DD_ECANCELED);
 	assert_int_equal(count_snapshots(dst), 0);
+	/* a store of another block size: its own code, nothing stored */
+	{
+		dd_store *other;
+		char path3[96];
+
+		snprintf(path3, sizeof(path3), "%s/other", f->base);
+		co.block_size = 2 * BS;
+		assert_int_equal(dd_store_create(&other, path3, &co, NULL), 0);
+		m.pos = 0;
+		assert_int_equal(dd_recv(other, NULL, mem_read, &m, &info),
+				 DD_EBLOCKSIZE);
+		assert_msg(dd_store_errmsg(other), DD_EBLOCKSIZE);
+		assert_non_null(strstr(dd_store_errmsg(other), "4096"));
+		assert_int_equal(count_snapshots(other), 0);
+		dd_store_close(other);
+	}
 	/* the store is intact and takes the stream afterwards */
 	m.pos = 0;
 	assert_int_equal(dd_recv(dst, NULL, mem_read, &m, &info), 0);

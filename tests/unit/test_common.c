@@ -111,13 +111,15 @@ static void test_err_names(void **state)
 	assert_string_equal(dd_strerror(DD_ECHECKSUM),
 			    "DD_ECHECKSUM: checksum mismatch");
 	assert_string_equal(dd_strerror(1), "DD_E?: unknown error");
-	assert_string_equal(dd_strerror(-17), "DD_E?: unknown error");
+	assert_string_equal(dd_strerror(-18), "DD_E?: unknown error");
+	assert_string_equal(dd_strerror(DD_EBLOCKSIZE),
+			    "DD_EBLOCKSIZE: block size differs from the store's");
 	assert_string_equal(dd_strerror(-2147483647 - 1), "DD_E?: unknown error");
 	assert_string_equal(dd_err_symbol(DD_ECHECKSUM), "DD_ECHECKSUM");
 	assert_string_equal(dd_err_symbol(DD_EFORMAT), "DD_EFORMAT");
 	assert_string_equal(dd_err_symbol(99), "DD_E?");
 	/* Every code has a name, and dd_strerror starts with the symbol. */
-	for (int c = DD_OK; c >= DD_EFORMAT; c--) {
+	for (int c = DD_OK; c >= DD_EBLOCKSIZE; c--) {
 		const char *sym = dd_err_symbol(c);
 		const char *text = dd_strerror(c);
 

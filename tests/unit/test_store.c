@@ -12,6 +12,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -882,6 +884,211 @@ static void test_gc_reclaims_and_compacts(void **state)
 	th_rm_store(path);
 }
 
+/* Progress as a meter sees it: calls, the last figures, order kept. */
+struct meter {
+	uint64_t calls, done, total;
+	uint64_t stop_after;      /* a non-zero return at this call (0: never) */
+};
+
+static int meter_cb(void *ctx, uint64_t done, uint64_t total)
+{
+	struct meter *m = ctx;
+
+	assert_true(done >= m->done);   /* never backwards */
+	assert_true(done <= total);
+	m->calls++;
+	m->done = done;
+	m->total = total;
+	return m->stop_after && m->calls == m->stop_after;
+}
+
+/* gc and scrub report progress to the end (done == total), and stop
+ * cleanly when it says so: gc then leaves the store as it was. */
+static void test_gc_scrub_progress(void **state)
+{
+	const size_t n = 4 * MiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *a = malloc(n), *b = malloc(n);
+	dd_gc_opts go = DD_GC_OPTS_INIT;
+	dd_scrub_opts so = DD_SCRUB_OPTS_INIT;
+	struct meter m = {0};
+	dd_scrub_result sr;
+	dd_gc_result res;
+	uint64_t before;
+
+	(void)state;
+	th_rng_state = 78;
+	fill_random(a, n);
+	memcpy(b, a, n);
+	fill_random(b, n / 4);   /* b keeps 3/4 of a: the pack is rewritten */
+	assert_int_equal(th_put(s, "a", a, n, MiB), 0);
+	assert_int_equal(th_put(s, "b", b, n, MiB), 0);
+
+	so.progress = meter_cb;
+	so.progress_ctx = &m;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), 0);
+	assert_true(m.calls >= 2);
+	assert_true(m.total >= (n + n / 4));  /* the packs' bytes */
+	assert_int_equal(m.done, m.total);
+	memset(&m, 0, sizeof(m));
+	m.stop_after = 2;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), DD_ECANCELED);
+	assert_non_null(strstr(dd_store_errmsg(s), "DD_ECANCELED"));
+	so.version = 99;
+	assert_int_equal(dd_store_scrub_ext(s, &so, &sr), DD_EINVAL);
+
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	before = STAT(s, pack_bytes);
+	go.rewrite_below = 1.0;
+	go.progress = meter_cb;
+	go.progress_ctx = &m;
+	memset(&m, 0, sizeof(m));
+	m.stop_after = 3;
+	assert_int_equal(dd_store_gc(s, &go, &res), DD_ECANCELED);
+	assert_int_equal(STAT(s, pack_bytes), before);   /* unchanged */
+	th_check_image(s, "b", b, n);
+	memset(&m, 0, sizeof(m));
+	assert_int_equal(dd_store_gc(s, &go, &res), 0);
+	assert_true(res.blocks_moved > 0);
+	assert_true(m.calls >= 2);
+	assert_true(m.total >= res.blocks_moved * 4 * KiB);
+	assert_int_equal(m.done, m.total);
+	th_check_image(s, "b", b, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(a);
+	free(b);
+	th_rm_store(path);
+}
+
+/* A writer's progress: after each batch, to the image's size at commit;
+ * a callback that says stop cancels it and nothing becomes visible;
+ * dd_writer_write_file reports as it reads. */
+static void test_writer_progress(void **state)
+{
+	const size_t n = 13 * MiB + 1234;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 64 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *a = malloc(n);
+	dd_writer_opts wo = DD_WRITER_OPTS_INIT;
+	struct meter m = {0};
+	dd_snapshot_info si;
+	dd_writer *w;
+	char tmp[] = "/tmp/dd-test-wf-XXXXXX";
+	int fd;
+
+	(void)state;
+	th_rng_state = 79;
+	fill_random(a, n);
+	memset(a + 5 * MiB, 0, 2 * MiB);   /* holes count as bytes done */
+	wo.progress = meter_cb;
+	wo.progress_ctx = &m;
+	wo.progress_total = n;
+	assert_int_equal(dd_writer_begin_opts(&w, s, "p", &wo), 0);
+	assert_int_equal(dd_writer_write(w, a, n), 0);
+	assert_true(m.calls >= 1);           /* while writing, not at the end */
+	assert_true(m.done < n);
+	assert_int_equal(dd_writer_commit(w), 0);
+	assert_int_equal(m.done, n);
+	assert_int_equal(m.total, n);
+	assert_true(m.calls >= 3);
+	dd_writer_free(w);
+	th_check_image(s, "p", a, n);
+
+	/* the callback stops it: the call fails, nothing is visible */
+	memset(&m, 0, sizeof(m));
+	m.stop_after = 1;   /* the first report comes inside the write */
+	assert_int_equal(dd_writer_begin_opts(&w, s, "stopped", &wo), 0);
+	assert_int_equal(dd_writer_write(w, a, n), DD_ECANCELED);
+	assert_non_null(strstr(dd_writer_errmsg(w), "DD_ECANCELED"));
+	assert_int_equal(dd_writer_commit(w), DD_ESTATE);
+	dd_writer_free(w);
+	assert_int_equal(dd_snapshot_stat(s, "stopped", &si), DD_ENOENT);
+
+	/* a file: progress while dd_writer_write_file reads it */
+	fd = mkstemp(tmp);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, a, n), (ssize_t)n);
+	memset(&m, 0, sizeof(m));
+	assert_int_equal(dd_writer_begin_opts(&w, s, "f", &wo), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 0, n), 0);
+	assert_true(m.calls >= 1);
+	assert_true(m.done >= n - 3 * 4 * MiB); /* read as it went */
+	assert_int_equal(dd_writer_commit(w), 0);
+	assert_int_equal(m.done, n);
+	dd_writer_free(w);
+	close(fd);
+	unlink(tmp);
+	th_check_image(s, "f", a, n);
+
+	wo.version = 99;
+	assert_int_equal(dd_writer_begin_opts(&w, s, "v", &wo), DD_EINVAL);
+	assert_int_equal(dd_writer_begin_opts(&w, s, "v", NULL), 0);
+	dd_writer_free(w);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
+/* dd_writer_cancel from another thread: a writer writing without end
+ * stops within one batch (4 MiB) of its bytes after the cancel. */
+struct cancel_run {
+	dd_writer *w;
+	const uint8_t *chunk;
+	_Atomic uint64_t written;  /* bytes the writer accepted */
+	int rc;
+};
+
+static void *cancel_writer_thread(void *arg)
+{
+	struct cancel_run *r = arg;
+
+	for (;;) {
+		r->rc = dd_writer_write(r->w, r->chunk, 256 * KiB);
+		if (r->rc)
+			return NULL;
+		atomic_fetch_add(&r->written, 256 * KiB);
+	}
+}
+
+static void test_writer_cancel_thread(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 64 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *chunk = malloc(256 * KiB);
+	struct cancel_run r = {0};
+	dd_snapshot_info si;
+	uint64_t at_cancel;
+	pthread_t tid;
+
+	(void)state;
+	th_rng_state = 80;
+	fill_random(chunk, 256 * KiB);  /* the same chunk: dedups, fast */
+	r.chunk = chunk;
+	assert_int_equal(dd_writer_begin(&r.w, s, "endless"), 0);
+	assert_int_equal(pthread_create(&tid, NULL, cancel_writer_thread, &r),
+			 0);
+	while (atomic_load(&r.written) < 5 * MiB)
+		usleep(1000);
+	at_cancel = atomic_load(&r.written);
+	dd_writer_cancel(r.w);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	assert_int_equal(r.rc, DD_ECANCELED);
+	/* the write in flight at the cancel, then at most one batch more */
+	assert_true(atomic_load(&r.written) <= at_cancel + 256 * KiB + 4 * MiB);
+	dd_writer_cancel(r.w);             /* again: harmless */
+	dd_writer_free(r.w);
+	assert_int_equal(dd_snapshot_stat(s, "endless", &si), DD_ENOENT);
+	dd_writer_cancel(NULL);
+	/* the store goes on */
+	assert_int_equal(th_put(s, "after", chunk, 256 * KiB, 64 * KiB), 0);
+	th_check_image(s, "after", chunk, 256 * KiB);
+	dd_store_close(s);
+	free(chunk);
+	th_rm_store(path);
+}
+
 struct bad_seen {
 	int n;
 	char snap[64];
@@ -1364,6 +1571,9 @@ int main(void)
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
 		cmocka_unit_test(test_gc_reclaims_and_compacts),
+		cmocka_unit_test(test_gc_scrub_progress),
+		cmocka_unit_test(test_writer_progress),
+		cmocka_unit_test(test_writer_cancel_thread),
 		cmocka_unit_test(test_damage_detected),
 		cmocka_unit_test(test_fault_walk),
 		cmocka_unit_test(test_fault_walk_gc),

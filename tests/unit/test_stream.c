@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -965,6 +968,47 @@ static void test_check_incremental_base_refs(void **state)
 	free(gold.p);
 }
 
+/* The header alone, from the first bytes of a stream: what dd_stream_check
+ * says of it, without the counts; a cut or foreign header refused. */
+static void test_stream_header(void **state)
+{
+	struct mem gold;
+	dd_stream_info all, hdr;
+	size_t len;
+
+	(void)state;
+	read_file(DD_GOLDEN_DIR "/stream_v1_full.dds", &gold);
+	assert_int_equal(dd_stream_check(NULL, mem_read, &gold, &all), 0);
+	len = gold.len < DD_STREAM_HEADER_MAX ? gold.len : DD_STREAM_HEADER_MAX;
+	memset(&hdr, 0xa5, sizeof(hdr));
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), 0);
+	assert_int_equal(hdr.format_version, all.format_version);
+	assert_int_equal(hdr.block_size, all.block_size);
+	assert_string_equal(hdr.name, all.name);
+	assert_string_equal(hdr.base, all.base);
+	assert_int_equal(hdr.size, all.size);
+	assert_memory_equal(hdr.digest, all.digest, 32);
+	assert_int_equal(hdr.resume_from, all.resume_from);
+	assert_int_equal(hdr.data_records, 0);
+	assert_int_equal(hdr.stream_bytes, 0);
+	assert_string_equal(hdr.resume_token, "");
+	/* the header record alone is enough */
+	len = record_off(gold.p, 1);
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), 0);
+	assert_int_equal(hdr.block_size, all.block_size);
+	assert_int_equal(dd_stream_header(gold.p, len - 1, &hdr), DD_EFORMAT);
+	assert_non_null(strstr(dd_last_errmsg(), "cut short"));
+	/* junk fails the frame CRC (format/stream.md §2, step 2) */
+	assert_int_equal(dd_stream_header("not a stream, not at all", 24, &hdr),
+			 DD_ECHECKSUM);
+	assert_int_equal(dd_stream_header("DD", 2, &hdr), DD_EFORMAT);
+	gold.p[20] ^= 1;  /* the block size, under the frame's CRC */
+	assert_int_equal(dd_stream_header(gold.p, len, &hdr), DD_ECHECKSUM);
+	assert_int_equal(dd_stream_header(NULL, 10, &hdr), DD_EINVAL);
+	assert_int_equal(dd_stream_header(gold.p, len, NULL), DD_EINVAL);
+	free(gold.p);
+}
+
 static void test_send_fd_refuses_pipe(void **state)
 {
 	struct mem s = {0};
@@ -1021,6 +1065,147 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	free(out.p);
 	free(img);
 	th_rm_store(path);
+}
+
+/* ---- receive progress ends at the image's size -------------------------------*/
+
+struct recv_meter {
+	uint64_t calls, done, total;
+};
+
+static int recv_meter_cb(void *ctx, uint64_t done, uint64_t total)
+{
+	struct recv_meter *m = ctx;
+
+	assert_true(done >= m->done);
+	assert_true(done <= total);
+	m->calls++;
+	m->done = done;
+	m->total = total;
+	return 0;
+}
+
+/* A small image (fewer than 256 blocks: it used to end at 0%) and a
+ * larger one whose last blocks are a ZERO run (it used to stop short). */
+static void test_recv_progress_ends_at_size(void **state)
+{
+	static const size_t sizes[] = {37 * BS + 100, 700 * BS};
+	char *pa = th_tmp_store(), *pb = th_tmp_store();
+	dd_store *a = th_create(pa, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_store *b = th_create(pb, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		uint8_t *img = calloc(1, sizes[i]);
+		dd_recv_opts ro = DD_RECV_OPTS_INIT;
+		struct recv_meter m = {0};
+		struct mem s = {0};
+		char name[8];
+
+		snprintf(name, sizeof(name), "i%zu", i);
+		fill_random(img, sizes[i] / 2, 100 + i);  /* zeros after */
+		assert_int_equal(th_put(a, name, img, sizes[i], sizes[i]), 0);
+		assert_int_equal(dd_send(a, name, NULL, mem_write, &s), 0);
+		ro.progress = recv_meter_cb;
+		ro.progress_ctx = &m;
+		assert_int_equal(dd_recv(b, &ro, mem_read, &s, NULL), 0);
+		assert_int_equal(m.total, sizes[i]);
+		assert_int_equal(m.done, sizes[i]);
+		assert_true(m.calls >= 2);
+		free(s.p);
+		free(img);
+	}
+	dd_store_close(a);
+	dd_store_close(b);
+	th_rm_store(pa);
+	th_rm_store(pb);
+}
+
+/* ---- a receiver that refuses: the sender fails, never dies or hangs ----------*/
+
+struct refusing_recv {
+	dd_store *store;
+	int fd;
+	int rc;
+};
+
+/* Cancels at the first progress report past the start: mid-stream. */
+static int cancel_past_start(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	(void)total;
+	return done > 0;
+}
+
+static void *refusing_recv_thread(void *arg)
+{
+	struct refusing_recv *r = arg;
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+
+	ro.progress = cancel_past_start;
+	r->rc = dd_recv(r->store, &ro, dd_fd_read, &r->fd, NULL);
+	/* what include/dedup.h asks of a receiver that fails */
+	close(r->fd);
+	return NULL;
+}
+
+/* SIGPIPE keeps its default action here (death): were it raised, the test
+ * would die with it.  alarm() ends a hang. */
+static void test_refused_over_socketpair(void **state)
+{
+	const size_t n = 4u << 20; /* random: far more than a socket buffer */
+	char *pa = th_tmp_store(), *pb = th_tmp_store();
+	uint8_t *img = malloc(n);
+	struct refusing_recv r = {0};
+	dd_store *a, *b;
+	pthread_t tid;
+	sigset_t pending;
+	int sv[2], p[2], rc;
+
+	(void)state;
+	signal(SIGPIPE, SIG_DFL);
+	alarm(120);
+	assert_non_null(img);
+	fill_random(img, n, 77);
+	a = th_create(pa, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	b = th_create(pb, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	assert_int_equal(th_put(a, "a", img, n, n), 0);
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	r.store = b;
+	r.fd = sv[1];
+	assert_int_equal(pthread_create(&tid, NULL, refusing_recv_thread, &r),
+			 0);
+	rc = dd_send(a, "a", NULL, dd_fd_write, &sv[0]);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	close(sv[0]);
+	assert_int_equal(r.rc, DD_ECANCELED);
+	assert_int_equal(rc, DD_EIO);
+	assert_non_null(strstr(dd_store_errmsg(a), "DD_EIO"));
+	/* nothing left pending for the host, and the mask as it was */
+	assert_int_equal(sigpending(&pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, NULL, &pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+	/* the refused receive left nothing */
+	assert_int_equal(dd_snapshot_stat(b, "a", &(dd_snapshot_info){0}),
+			 DD_ENOENT);
+
+	/* A pipe whose reader is gone: EPIPE, not SIGPIPE. */
+	assert_int_equal(pipe(p), 0);
+	close(p[0]);
+	assert_int_equal(dd_fd_write(&p[1], "x", 1), DD_EIO);
+	assert_non_null(strstr(dd_last_errmsg(), "Broken pipe"));
+	close(p[1]);
+	assert_int_equal(sigpending(&pending), 0);
+	assert_int_equal(sigismember(&pending, SIGPIPE), 0);
+
+	alarm(0);
+	dd_store_close(a);
+	dd_store_close(b);
+	th_rm_store(pa);
+	th_rm_store(pb);
+	free(img);
 }
 
 /* ---- receiving under injected faults ------------------------------------------*/
@@ -1296,8 +1481,11 @@ int main(void)
 		cmocka_unit_test(test_send_fd_edge_sizes),
 		cmocka_unit_test(test_recv_fd_refuses_damage),
 		cmocka_unit_test(test_check_incremental_base_refs),
+		cmocka_unit_test(test_stream_header),
 		cmocka_unit_test(test_send_fd_refuses_pipe),
 		cmocka_unit_test(test_send_refuses_damaged_ddt_entry),
+		cmocka_unit_test(test_recv_progress_ends_at_size),
+		cmocka_unit_test(test_refused_over_socketpair),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
 	};
