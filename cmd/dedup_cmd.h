@@ -112,8 +112,8 @@ void parse_common(int argc, char **argv, const int *allow,
 dd_store *open_store(const char *path, int wait, int readonly);
 
 /* The subcommands that take options and one STORE (ls stat gc scrub):
- * parse_common, exactly one positional, and open_store on it (waiting for
- * the writer lock with --wait). */
+ * parse_common, exactly one positional, and open_store on it (with --wait,
+ * waiting while repair or an upgrade has the store). */
 dd_store *open_store_arg(int argc, char **argv, const int *allow,
 			 struct common_opts *o, int readonly);
 

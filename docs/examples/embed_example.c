@@ -79,7 +79,7 @@ static int write_snapshot(dd_store *st, const char *name,
 	size_t off, n;
 	int rc;
 
-	rc = dd_writer_begin(&w, st, name);   /* takes the writer lock */
+	rc = dd_writer_begin(&w, st, name);   /* other writers may run meanwhile */
 	if (rc < 0)
 		return fail_msg("dd_writer_begin", rc, dd_store_errmsg(st));
 	for (off = 0; off < len; off += n) {

@@ -4,7 +4,7 @@
  *
  * A small text file rather than LMDB meta keys: meta values are u64 and a
  * device is a path.  It is replaced whole through a temporary file and
- * rename(2), under the store's writer lock, so a reader sees the old or
+ * rename(2), under STORE/conf.lock, so a reader sees the old or
  * the new file, never a mix.  A reader refuses what it does not
  * understand -- a newer format, an unknown key -- rather than guess; the
  * store then opens without L2 and says why.

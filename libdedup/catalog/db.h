@@ -16,7 +16,7 @@
  *   packs  be32 pack id -> record   committed end of each pack file
  *
  * Every write happens in one write transaction at a time (LMDB allows one
- * per environment; the store's writer lock makes it one per store).
+ * per environment, across processes: writers queue for it, briefly).
  * LMDB forbids opening one environment twice in a process, so dd_db_open
  * shares one handle per (device, inode) of the directory, refcounted.
  */

@@ -11,7 +11,7 @@
  * dd_pack_append, made durable by dd_pack_sync, and only then does the
  * store commit the LMDB transaction that references them.  Bytes past the
  * length the store recorded at its last commit are an unreferenced tail;
- * the store truncates them when it next takes the writer lock.
+ * recovery truncates them once the pack's writer is gone (dd_pack_lock).
  *
  * This module is the only includer of <zstd.h>.
  */

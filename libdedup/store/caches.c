@@ -6,8 +6,8 @@
  * so that cache/ knows nothing of a store: this file reads STORE/cache.conf
  * and the store's identity (meta "store.uuid0" / "store.uuid1", written
  * by the first dd_cache_add), merges the tunables (dd_open_opts over
- * cache.conf over the defaults) and changes the configuration under the
- * store's writer lock, so two processes adding devices never lose one.
+ * cache.conf over the defaults) and changes the configuration under
+ * STORE/conf.lock, so two processes adding devices never lose one.
  */
 #include <string.h>
 #include <sys/random.h>

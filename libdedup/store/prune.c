@@ -7,8 +7,7 @@
  * grow with every writer begun, so the later of two snapshots committed
  * in the same second counts as the newer.  Each deletion is a
  * dd_snapshot_delete of its own, so each keeps the commit protocol of
- * format/manifest.md §7 (the manifest renamed first) and takes the
- * writer lock for itself: a crash or an error between two deletions
+ * format/manifest.md §7 (the manifest renamed first) on its own: a crash or an error between two deletions
  * leaves a store where some went and the rest did not, each whole.
  */
 #include <stdio.h>

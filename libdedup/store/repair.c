@@ -2,7 +2,7 @@
  * repair.c -- rebuilding the catalog from the packs and the manifests
  * (format/store.md §9).
  *
- * Under the writer lock, a new LMDB environment is built in STORE/
+ * With the store to itself (STORE/lock exclusive), a new LMDB environment is built in STORE/
  * db.repair, in three passes, then swapped in for STORE/db:
  *
  *   1. packs, by id: every record header (with opts->verify, every

@@ -118,7 +118,8 @@ int dd_replica_writer_token(const dd_replica_writer *rw, char *buf,
 /* Reads a token back: the content digest and the next block. */
 int dd_replica_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
 			   uint64_t *next);
-/* Drops every kept receive (takes the writer lock). */
+/* Drops every kept receive whose writer is gone (a live resumer's
+ * stays). */
 int dd_replica_discard(dd_store *s, dd_err *err);
 
 #endif

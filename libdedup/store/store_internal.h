@@ -157,7 +157,8 @@ void dd_store_leave(int lockfd);
 int dd_store_recover(dd_store *s, dd_err *err);
 
 /* Unlinks the packs gc doomed that no live reader can still need, and
- * forgets them; *freed gets the bytes.  Under the writer lock. */
+ * forgets them; *freed gets the bytes.  Safe from any handle at any
+ * time: the packs are forgotten in one write txn, then unlinked. */
 int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed);
 
 /* A read handle of pack id, owned by the store (valid until close). */

@@ -7,7 +7,7 @@
 # leaves the store opening cleanly, every committed snapshot reading back
 # byte-identical, a snapshot visible only once its writer committed, and
 # whatever a killed writer left behind (pack tails, `pend` ids, orphan
-# packs) rolled back by the next holder of the writer lock and reclaimed by
+# packs) rolled back by the next handle to open the store and reclaimed by
 # gc.
 #
 # Environment:

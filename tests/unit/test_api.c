@@ -485,7 +485,7 @@ static void test_writer_after_commit_abort(void **state)
 	dd_writer_abort(w);   /* twice */
 	dd_writer_free(w);
 	assert_int_equal(count_snapshots(st), 1);
-	/* the abort released the writer lock */
+	/* the abort released the name */
 	assert_int_equal(dd_writer_begin(&w, st, "a"), 0);
 	assert_int_equal(dd_writer_commit(w), 0);
 	dd_writer_free(w);

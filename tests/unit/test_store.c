@@ -1,7 +1,7 @@
 /*
  * test_store.c -- the store through its API: round trips, random-access
  * reads, verify mode under forced collisions, abort and crash rollback,
- * the writer lock, gc, scrub, damage, format versions and injected faults.
+ * gc, scrub, damage, format versions and injected faults.
  */
 #include <stdarg.h>
 #include <stddef.h>
