@@ -94,6 +94,26 @@ enum dd_compress {
 #define DD_BLOCK_SIZE_DEFAULT (128u * 1024)
 #define DD_NAME_MAX 255
 
+/*
+ * How images are cut into blocks (format/chunker.md).  A store cuts with
+ * one chunker, chosen when it is created; streams and scans name theirs.
+ *  - DD_CHUNKER_FIXED: blocks of block_size bytes from the image's start
+ *    (the last one short).  Right for disk images and block devices, whose
+ *    changes stay in place.
+ *  - DD_CHUNKER_FASTCDC: content-defined blocks (FastCDC, normalized
+ *    chunking): block_size is the average, a power of two from
+ *    DD_FASTCDC_AVG_MIN to DD_FASTCDC_AVG_MAX, and blocks are avg/4 to
+ *    avg*4 bytes.  Where a block ends depends on its own bytes, so an
+ *    insertion or deletion moves only the blocks around it: right for
+ *    backup streams (tar, database dumps, mailboxes) whose bytes shift.
+ */
+enum dd_chunker {
+	DD_CHUNKER_FIXED = 0,
+	DD_CHUNKER_FASTCDC = 1
+};
+#define DD_FASTCDC_AVG_MIN (4u * 1024)
+#define DD_FASTCDC_AVG_MAX (256u * 1024)
+
 /* Options fixed when a store is created. */
 typedef struct dd_create_opts {
 	unsigned version;      /* DD_CREATE_OPTS_VERSION */
