@@ -467,7 +467,7 @@ static void test_fastcdc_props(void **state)
 
 typedef struct rec_blk {
 	size_t image;
-	uint64_t idx;
+	uint64_t idx, ioff;
 	uint32_t len;
 	uint8_t cut, kind;
 	bool nodata;
@@ -513,6 +513,7 @@ static int sink_lookup(void *ctx, dd_pbatch *b)
 		r = &k->blk[k->n++];
 		memset(r, 0, sizeof(*r));
 		r->idx = bk->bk_idx;
+		r->ioff = bk->bk_ioff;
 		r->len = bk->bk_len;
 		r->cut = bk->bk_cut;
 		r->kind = bk->bk_kind;
@@ -671,6 +672,7 @@ static void check_fixed(const sink *k, size_t *at, const uint8_t *img,
 		assert_true(*at < k->n);
 		r = &k->blk[(*at)++];
 		assert_int_equal(r->idx, i);
+		assert_int_equal(r->ioff, i * bs);
 		assert_int_equal(r->len, len);
 		if (dd_is_zero(img + i * bs, len)) {
 			assert_int_equal(r->kind, DD_BLK_ZERO);
@@ -1032,6 +1034,99 @@ static void test_pipe_varying(void **state)
 	free(img);
 }
 
+/* FastCDC beside fixed sizes, as dedup scan cuts with both chunkers:
+ * each cutter cuts every image from its own start, whatever the others
+ * do; content-defined blocks come out as the cutter alone cuts the
+ * image, with their offsets, over batches, from a buffer and from a
+ * file, the hashes of pairs of different lengths right. */
+static void test_pipe_mixed(void **state)
+{
+	const uint32_t bs[2] = {4096, 16384};
+	const size_t ns[4] = {300001, 5, 70000, 2 << 20};
+	uint8_t *imgs[4];
+	dd_cutter cut[3];
+	char path[4][256];
+	int fds[4];
+
+	(void)state;
+	dd_cutter_fastcdc(&cut[0], 8192);
+	dd_cutter_fixed(&cut[1], bs[0]);
+	dd_cutter_fixed(&cut[2], bs[1]);
+	for (int im = 0; im < 4; im++) {
+		static const long z[] = {2, 3, 4, 5, 6, 40, -1};
+		char name[8];
+
+		imgs[im] = make_image(ns[im], 4096, im == 3 ? z : NULL);
+		snprintf(name, sizeof(name), "m%d", im);
+		fds[im] = write_tmp(name, imgs[im], ns[im], path[im]);
+	}
+	for (int src = 0; src < 3; src++) {
+		sink k = {.mark_all = true};
+		size_t at[3] = {0, 0, 0};
+		dd_pipe *p = new_pipe(&k, cut, 3, 65536, src == 2 ?
+				      DD_PIPE_BYTES_NONE : DD_PIPE_BYTES_ALL,
+				      DD_PIPE_READ_FAIL);
+
+		for (int im = 0; im < 4; im++) {
+			if (src == 0)
+				assert_int_equal(dd_pipe_write(p, imgs[im],
+							       ns[im]), 0);
+			else
+				assert_int_equal(dd_pipe_file(p, fds[im], 0,
+							      ns[im], "m"), 0);
+			assert_int_equal(dd_pipe_end_image(p), 0);
+		}
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		for (int im = 0; im < 4; im++) {
+			size_t off = 0;
+			uint64_t idx = 0;
+
+			for (int c = 1; c < 3; c++)
+				check_fixed(&k, &at[c], imgs[im], ns[im],
+					    bs[c - 1], (uint8_t)c);
+			while (off < ns[im]) {
+				size_t want = cut[0].cu_next(&cut[0],
+							     imgs[im] + off,
+							     ns[im] - off, true);
+				const rec_blk *r;
+				uint8_t h[32];
+
+				while (at[0] < k.n && k.blk[at[0]].cut != 0)
+					at[0]++;
+				assert_true(at[0] < k.n);
+				r = &k.blk[at[0]++];
+				assert_int_equal(r->idx, idx++);
+				assert_int_equal(r->ioff, off);
+				assert_int_equal(r->len, want);
+				if (dd_is_zero(imgs[im] + off, want)) {
+					assert_int_equal(r->kind, DD_BLK_ZERO);
+				} else {
+					ref_sha256(imgs[im] + off, want, h);
+					assert_memory_equal(r->hash, h, 32);
+					if (!r->nodata)
+						assert_memory_equal(
+							r->bytes, imgs[im] + off,
+							want);
+				}
+				off += want;
+			}
+		}
+		for (int c = 0; c < 3; c++) {
+			while (at[c] < k.n && k.blk[at[c]].cut != c)
+				at[c]++;
+			assert_int_equal(at[c], k.n);
+		}
+		assert_int_equal(k.order_bad, 0);
+		sink_free(&k);
+	}
+	for (int im = 0; im < 4; im++) {
+		close(fds[im]);
+		unlink(path[im]);
+		free(imgs[im]);
+	}
+}
+
 /* A pipeline over file "s" (img, n bytes) that shrinks to 10 blocks and
  * a byte once handed over (or, with `fault`, fails every read). */
 static int run_damaged(sink *k, const dd_cutter *cut, const uint8_t *img,
@@ -1095,8 +1190,9 @@ static void test_pipe_short_file(void **state)
 	free(img);
 }
 
-/* Bad setups are refused: no cutter, a reading cutter beside another,
- * sizes that do not divide each other, BYTES_SOME without po_keep. */
+/* Bad setups are refused: no cutter, sizes that do not divide each
+ * other, BYTES_SOME without po_keep.  A reading cutter beside a fixed
+ * one is fine (test_pipe_mixed). */
 static void test_pipe_setup(void **state)
 {
 	dd_cutter c[2];
@@ -1117,7 +1213,9 @@ static void test_pipe_setup(void **state)
 	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
 	c[1] = (dd_cutter){.cu_next = cut_star, .cu_min = 16, .cu_max = 3000,
 			   .cu_reads = true};
-	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	if (dd_pipe_new(&p, &cfg) != 0)
+		fail_msg("%s", err.de_msg);
+	dd_pipe_free(p);
 	cfg.pc_ncut = 1;
 	cfg.pc_bytes = DD_PIPE_BYTES_SOME;
 	ops.po_keep = NULL;
@@ -1158,6 +1256,7 @@ int main(void)
 		cmocka_unit_test(test_pipe_pipe),
 		cmocka_unit_test(test_pipe_sizes),
 		cmocka_unit_test(test_pipe_varying),
+		cmocka_unit_test(test_pipe_mixed),
 		cmocka_unit_test(test_pipe_short_file),
 		cmocka_unit_test(test_pipe_setup),
 	};
