@@ -25,7 +25,8 @@ static const struct subcommand {
 	const char *usage;          /* its lines of `dedup --help` */
 } subcommands[] = {
 	{"init", cmd_init,
-	 "  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n"},
+	 "  dedup init [--chunker fixed|fastcdc] [--block-size N] [--verify]\n"
+	 "             [--compress zstd[:LEVEL]|none] STORE\n"},
 	{"put", cmd_put,
 	 "  dedup put  [-v] [--wait] STORE@NAME [FILE|-]   ingest FILE, a device or stdin\n"},
 	{"get", cmd_get,

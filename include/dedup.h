@@ -114,16 +114,22 @@ enum dd_chunker {
 #define DD_FASTCDC_AVG_MIN (4u * 1024)
 #define DD_FASTCDC_AVG_MAX (256u * 1024)
 
-/* Options fixed when a store is created. */
+/* Options fixed when a store is created.  Version 1 callers pass a
+ * struct that ends at `compress_level`: their stores cut fixed blocks. */
 typedef struct dd_create_opts {
 	unsigned version;      /* DD_CREATE_OPTS_VERSION */
-	uint32_t block_size;   /* power of two in [4 KiB, 1 MiB]; 0 = 128 KiB */
+	uint32_t block_size;   /* fixed: power of two in [4 KiB, 1 MiB];
+				  fastcdc: the average, a power of two in
+				  [4 KiB, 256 KiB]; 0 = 128 KiB */
 	int verify;            /* compare bytes on a hash match (dedup=verify) */
 	int compress;          /* enum dd_compress */
 	int compress_level;    /* zstd level 1..19; 0 = 1 */
+	/* ---- version 2 ---- */
+	int chunker;           /* enum dd_chunker: how images are cut */
 } dd_create_opts;
-#define DD_CREATE_OPTS_VERSION 1
-#define DD_CREATE_OPTS_INIT {DD_CREATE_OPTS_VERSION, 0, 0, DD_COMPRESS_ZSTD, 0}
+#define DD_CREATE_OPTS_VERSION 2
+#define DD_CREATE_OPTS_INIT {DD_CREATE_OPTS_VERSION, 0, 0, DD_COMPRESS_ZSTD, \
+			     0, DD_CHUNKER_FIXED}
 
 /* Options for one open handle.  Version 1 callers pass a struct that ends
  * at `threads`; the fields after it take their defaults for them. */
@@ -177,6 +183,11 @@ typedef struct dd_store_info {
 } dd_store_info;
 
 DD_API int dd_store_info_get(dd_store *store, dd_store_info *out);
+
+/* How the store cuts images: *out gets an enum dd_chunker (block_size of
+ * dd_store_info is then the fixed size or the FastCDC average).
+ * Errors: DD_EINVAL (NULL). */
+DD_API int dd_store_chunker_get(dd_store *store, int *out);
 
 /* ---- writing a snapshot -------------------------------------------------*/
 
@@ -548,6 +559,7 @@ typedef int (*dd_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 DD_API int dd_fd_write(void *ctx, const void *buf, size_t len);
 DD_API int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got);
 
+/* Version 1 callers pass a struct that ends at `tmpdir`. */
 typedef struct dd_send_opts {
 	unsigned version;          /* DD_SEND_OPTS_VERSION */
 	const char *base;          /* incremental: base snapshot name, or NULL */
@@ -557,9 +569,15 @@ typedef struct dd_send_opts {
 	uint64_t mem_limit;        /* bytes of RAM for the sent-block table
 				      before it spills to disk; 0 = 16 MiB */
 	const char *tmpdir;        /* where it spills; NULL = $TMPDIR or /tmp */
+	/* ---- version 2 ---- */
+	int chunker;               /* dd_send_fd: how to cut the file (enum
+				      dd_chunker; block_size is then the
+				      FastCDC average).  dd_send sends a
+				      snapshot as its store cut it */
 } dd_send_opts;
-#define DD_SEND_OPTS_VERSION 1
-#define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, NULL}
+#define DD_SEND_OPTS_VERSION 2
+#define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, \
+			   NULL, DD_CHUNKER_FIXED}
 
 /* What a stream holds: filled by receive and by dd_stream_check. */
 typedef struct dd_stream_info {
@@ -586,8 +604,9 @@ DD_API int dd_send(dd_store *store, const char *name, const dd_send_opts *opts,
 		   dd_write_fn fn, void *ctx);
 
 /* Streams a raw file or block device (fd, read from its start) with
- * in-stream dedup, without a store; `name` goes in the header.
- * block_size 0 = 128 KiB; compress_level 0 = zstd level 1, -1 = none.
+ * in-stream dedup, without a store; `name` goes in the header, cut by
+ * opts->chunker (fixed by default).  block_size 0 = 128 KiB (the FastCDC
+ * average: 4 KiB to 256 KiB); compress_level 0 = zstd level 1, -1 = none.
  * Errors go to dd_last_errmsg(). */
 DD_API int dd_send_fd(int fd, const char *name, uint32_t block_size,
 		      int compress_level, const dd_send_opts *opts,

@@ -108,13 +108,21 @@ const uint64_t *dd_fastcdc_gear(void);
 /* ---- the content digest (digest.c; format/store.md §6) --------------------*/
 
 /* SHA-256 over each block's hash in order (32 zero bytes for a hole),
- * then the image size (le64) and block size (le32). */
+ * then the image size (le64) and block size (le32).  Of an image cut by
+ * content (chunker fastcdc): each hash followed by the block's length
+ * (le64), a run of holes once with its total length, then size, block
+ * size and the chunker (u8). */
 typedef struct dd_digest dd_digest;
 
-int dd_digest_new(dd_digest **out, dd_err *err);
-void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null);
-/* count holes at once */
+int dd_digest_new(dd_digest **out, dd_err *err, int chunker);
+/* The next block: its hash, or NULL for a hole, and its length (only a
+ * content-defined image's digest takes it in; fixed: any). */
+void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null, uint64_t len);
+/* count holes at once (fixed) */
 void dd_digest_zeros(dd_digest *d, uint64_t count);
+/* Blocks and holes so far, as the formats count them: a run of holes is
+ * one hole in a content-defined image (format/chunker.md §5). */
+void dd_digest_counts(const dd_digest *d, uint64_t *blocks, uint64_t *zero);
 /* Writes the digest; d is then ready for another image. */
 void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
 		     uint8_t out[DD_HASH_SIZE]);

@@ -237,7 +237,7 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 
 		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;
-			dd_digest_block(w->w_digest, NULL);
+			dd_digest_block(w->w_digest, NULL, bk->bk_len);
 			continue;
 		}
 		/* lookups touch random DDT pages: keep RSS bounded
@@ -247,11 +247,12 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 		memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
 		key.dk_variant = (uint8_t)bk->bk_aux;
 		if (!rc)
-			rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id,
-					    bk->bk_idx, &key);
+			rc = dd_bmap_append_block(w->w_txn, &w->w_err, w->w_id,
+						  bk->bk_idx, bk->bk_ioff,
+						  bk->bk_len, &key);
 		if (rc)
 			return rc;
-		dd_digest_block(w->w_digest, bk->bk_hash);
+		dd_digest_block(w->w_digest, bk->bk_hash, bk->bk_len);
 	}
 	w->w_blocks += b->pb_nblk;
 	w->w_size += b->pb_bytes;
@@ -437,11 +438,11 @@ static int dd_writer_pipe(dd_writer *w)
 		.pc_cut = &cut,
 		.pc_ncut = 1,
 		.pc_compress = dd_codec_compress,
-		.pc_zbound = dd_codec_bound(w->w_bs),
+		.pc_zbound = dd_codec_bound(s->st_block_max),
 		.pc_zkeep = true,
-		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)w->w_bs
+		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)s->st_block_max
 				    ? DD_WRITER_BATCH_BYTES
-				    : 16 * (size_t)w->w_bs,
+				    : 16 * (size_t)s->st_block_max,
 		.pc_bytes = DD_PIPE_BYTES_SOME,
 		.pc_read = DD_PIPE_READ_FAIL,
 		.pc_ops = &dd_writer_ops,
@@ -456,7 +457,7 @@ static int dd_writer_pipe(dd_writer *w)
 	for (unsigned i = 0; i < w->w_nworkers; i++)
 		w->w_zctx[i] = s->st_scratch[i].sc_codec;
 	cfg.pc_zctx = w->w_zctx;
-	dd_cutter_fixed(&cut, w->w_bs);
+	dd_cutter_init(&cut, s->st_chunker, w->w_bs);
 	return dd_pipe_new(&w->w_pipe, &cfg);
 }
 
@@ -561,7 +562,7 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w->w_state = DD_W_OPEN;
 	rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
 	if (!rc)
-		rc = dd_digest_new(&w->w_digest, &w->w_err);
+		rc = dd_digest_new(&w->w_digest, &w->w_err, s->st_chunker);
 	if (!rc)
 		rc = dd_writer_reserve(w);
 	if (!rc)
@@ -685,10 +686,11 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 		.sr_id = w->w_id,
 		.sr_block_size = w->w_bs,
 		.sr_size = w->w_size,
-		.sr_blocks = w->w_blocks,
-		.sr_zero_blocks = w->w_zero,
 		.sr_ctime = (int64_t)time(NULL),
 	};
+	/* blocks as the formats count them: a run of holes of a content-
+	 * defined image is one (format/chunker.md §5) */
+	dd_digest_counts(w->w_digest, &rec.sr_blocks, &rec.sr_zero_blocks);
 	dd_digest_final(w->w_digest, w->w_size, w->w_bs, rec.sr_digest);
 	if (expect_digest && memcmp(expect_digest, rec.sr_digest, DD_HASH_SIZE))
 		return dd_err_set(&w->w_err, DD_ECHECKSUM,

@@ -54,7 +54,8 @@ static int dd_recv_check_base(dd_receiver *rv)
 static int dd_recv_progress(dd_receiver *rv, uint64_t idx)
 {
 	const dd_recv_opts *o = rv->rv_opts;
-	uint64_t done = idx * rv->rv_hdr.sh_block_size;
+	uint64_t done = rv->rv_hdr.sh_chunker == DD_CHUNKER_FIXED
+				? idx * rv->rv_hdr.sh_block_size : idx;
 
 	if (!o || !o->progress)
 		return 0;
@@ -69,6 +70,7 @@ static int dd_recv_progress(dd_receiver *rv, uint64_t idx)
 static int dd_recv_records(dd_receiver *rv)
 {
 	dd_stream_info *in = &rv->rv_info;
+	uint64_t n = 0;
 	dd_srec r;
 	int rc;
 
@@ -105,7 +107,10 @@ static int dd_recv_records(dd_receiver *rv)
 		if (rc)
 			return dd_err_set_msg(&rv->rv_err, rc,
 					      dd_replica_errmsg(rv->rv_w));
-		if ((r.sr_idx & 255) == 0 && (rc = dd_recv_progress(rv, r.sr_idx)))
+		/* every 256 blocks (var: records, offsets being bytes) */
+		if ((rv->rv_hdr.sh_chunker == DD_CHUNKER_FIXED
+		     ? r.sr_idx & 255 : n++ & 255) == 0 &&
+		    (rc = dd_recv_progress(rv, r.sr_idx)))
 			return rc;
 	}
 }
@@ -133,9 +138,9 @@ static int dd_recv_open_writer(dd_receiver *rv, const char *name)
 	if (h->sh_resume_from)
 		return dd_replica_resume(&rv->rv_w, &rv->rv_err, rv->rv_store,
 				      h->sh_digest, h->sh_resume_from,
-				      h->sh_block_size);
+				      h->sh_chunker, h->sh_block_size);
 	rc = dd_replica_begin(&rv->rv_w, &rv->rv_err, rv->rv_store, name,
-			   h->sh_block_size);
+			   h->sh_chunker, h->sh_block_size);
 	if (!rc && rv->rv_opts && rv->rv_opts->resumable)
 		rc = dd_replica_set_resumable(rv->rv_w, h->sh_size, h->sh_digest);
 	return rc;

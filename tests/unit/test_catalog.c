@@ -953,11 +953,11 @@ static void fill_two_maps(struct fixture *fx)
 
 	for (size_t i = 0; i < N1; i++) {
 		k = bkey(1, id1_idx[i]);
-		OK(dd_bmap_append(txn, &fx->fx_err, 1, id1_idx[i], &k));
+		OK(dd_bmap_append(txn, &fx->fx_err, 1, id1_idx[i], 0, &k));
 	}
 	for (size_t i = 0; i < N2; i++) {
 		k = bkey(2, id2_idx[i]);
-		OK(dd_bmap_append(txn, &fx->fx_err, 2, id2_idx[i], &k));
+		OK(dd_bmap_append(txn, &fx->fx_err, 2, id2_idx[i], 0, &k));
 	}
 	commit(fx, txn);
 }
@@ -1068,19 +1068,19 @@ static void test_bmap_append_order(void **state)
 	fill_two_maps(fx);
 	txn = begin(fx, true);
 	/* id 1 after id 2's entries: refused, also in a later txn */
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull,
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull, 0,
 					&k), DD_ECORRUPT);
 	assert_int_equal(fx->fx_err.de_code, DD_ECORRUPT);
 	assert_non_null(strstr(fx->fx_err.de_msg, "out of order"));
 	/* same id, smaller or equal index */
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 3, &k),
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 3, 0, &k),
 			 DD_ECORRUPT);
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 2, &k),
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 2, 0, &k),
 			 DD_ECORRUPT);
 	/* a higher index of the last id, or a higher id, is fine */
-	OK(dd_bmap_append(txn, &fx->fx_err, 2, 4, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 3, 0, &k));
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 5, &k),
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 4, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 3, 0, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 5, 0, &k),
 			 DD_ECORRUPT);
 	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]),
 			 N1 + N2 + 2);
@@ -1090,9 +1090,9 @@ static void test_bmap_append_order(void **state)
 	 * id 1 again is refused the same way. */
 	txn = begin(fx, true);
 	OK(mdb_drop(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_BMAP], 0));
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, &k));
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 1, &k),
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 1, 0, &k),
 			 DD_ECORRUPT);
 	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]), 2);
 	dd_txn_abort(txn);
@@ -1221,7 +1221,7 @@ static void test_bmap_drop_big(void **state)
 		for (uint64_t i = 0; i < NBIG; i++) {
 			dd_ddt_key k = big_key(2 * i);
 
-			OK(dd_bmap_append(txn, &fx->fx_err, id, 2 * i, &k));
+			OK(dd_bmap_append(txn, &fx->fx_err, id, 2 * i, 0, &k));
 		}
 	commit(fx, txn);
 
@@ -1558,7 +1558,7 @@ static void test_txn_abort(void **state)
 		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
 	OK(dd_meta_put_u64(txn, &fx->fx_err, "snap.next", 5));
 	OK(dd_snap_put(txn, &fx->fx_err, "s", &r));
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &e[0].ek_key));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, 0, &e[0].ek_key));
 	OK(dd_pend_put(txn, &fx->fx_err, 1, "s"));
 	OK(dd_packs_put(txn, &fx->fx_err, 1, 4096));
 	OK(dd_ddt_get(txn, &fx->fx_err, &e[0].ek_key, &ent));

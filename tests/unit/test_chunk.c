@@ -172,11 +172,11 @@ static void test_digest(void **state)
 	(void)state;
 	memset(h1, 0x11, 32);
 	memset(h2, 0x22, 32);
-	assert_int_equal(dd_digest_new(&d, NULL), 0);
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED), 0);
 	for (int round = 0; round < 2; round++) { /* final resets it */
-		dd_digest_block(d, h1);
+		dd_digest_block(d, h1, 0);
 		dd_digest_zeros(d, 1);
-		dd_digest_block(d, h2);
+		dd_digest_block(d, h2, 0);
 		dd_digest_final(d, 0x0102030405, 4096, out);
 		memcpy(msg, h1, 32);
 		memcpy(msg + 64, h2, 32);
@@ -188,7 +188,7 @@ static void test_digest(void **state)
 	}
 	/* 300 holes at once, as 300 single ones */
 	for (int i = 0; i < 300; i++)
-		dd_digest_block(d, NULL);
+		dd_digest_block(d, NULL, 0);
 	dd_digest_final(d, 300 * 4096, 4096, want);
 	dd_digest_zeros(d, 300);
 	dd_digest_final(d, 300 * 4096, 4096, out);

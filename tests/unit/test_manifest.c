@@ -60,14 +60,17 @@ static int fx_teardown(void **state)
 }
 
 /* An image as a manifest sees it: per block a hash and variant, or a
- * hole (hole[i] set). */
+ * hole (hole[i] set); for content-defined blocks (chunker fastcdc) each
+ * block's length too (len[i]), holes that follow each other one. */
 struct img {
+	int chunker;
 	uint64_t nblocks;
 	uint64_t size;
 	uint32_t bs;
 	uint8_t (*hash)[32];
 	uint8_t *variant;
 	uint8_t *hole;
+	uint32_t *len;
 };
 
 static void img_digest(const struct img *m, uint8_t out[32])
@@ -75,9 +78,10 @@ static void img_digest(const struct img *m, uint8_t out[32])
 	dd_digest *d;
 	dd_err err;
 
-	assert_int_equal(dd_digest_new(&d, &err), 0);
+	assert_int_equal(dd_digest_new(&d, &err, m->chunker), 0);
 	for (uint64_t i = 0; i < m->nblocks; i++)
-		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i]);
+		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i],
+				m->len ? m->len[i] : 0);
 	dd_digest_final(d, m->size, m->bs, out);
 	dd_digest_free(d);
 }
@@ -86,14 +90,20 @@ static void img_hdr(const struct img *m, uint64_t id, const char *name,
 		    dd_manifest_hdr *h)
 {
 	memset(h, 0, sizeof(*h));
+	h->mh_chunker = m->chunker;
 	h->mh_id = id;
 	h->mh_ctime = 1764547200; /* 2025-12-01T00:00:00Z */
 	h->mh_size = m->size;
 	h->mh_blocks = m->nblocks;
 	h->mh_block_size = m->bs;
 	h->mh_hash_kind = DD_HASH_SHA256;
-	for (uint64_t i = 0; i < m->nblocks; i++)
-		h->mh_zero_blocks += m->hole[i] != 0;
+	/* holes of content-defined blocks: one a run */
+	for (uint64_t i = 0; i < m->nblocks; i++) {
+		bool joined = m->chunker && i && m->hole[i] && m->hole[i - 1];
+
+		h->mh_zero_blocks += m->hole[i] != 0 && !joined;
+		h->mh_blocks -= joined;
+	}
 	img_digest(m, h->mh_digest);
 	snprintf(h->mh_name, sizeof(h->mh_name), "%s", name);
 }
@@ -103,14 +113,19 @@ static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
 {
 	dd_manifest_writer *mw;
 	dd_err err;
-	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name);
+	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name,
+					 m->chunker);
 
 	if (rc)
 		return rc;
-	for (uint64_t i = 0; !rc && i < m->nblocks; i++)
-		rc = m->hole[i] ? dd_manifest_write_holes(mw, &err, 1)
+	for (uint64_t i = 0; !rc && i < m->nblocks; i++) {
+		uint32_t len = m->len ? m->len[i] : 0;
+
+		rc = m->hole[i] ? dd_manifest_write_holes(mw, &err,
+							  m->len ? len : 1)
 				: dd_manifest_write_block(mw, &err, m->hash[i],
-							  m->variant[i]);
+							  m->variant[i], len);
+	}
 	if (!rc)
 		rc = dd_manifest_write_finish(mw, &err, h);
 	if (!rc) {
@@ -161,6 +176,8 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 
 static void img_alloc(struct img *m, uint64_t n, uint32_t bs, uint64_t size)
 {
+	m->chunker = DD_CHUNKER_FIXED;
+	m->len = NULL;
 	m->nblocks = n;
 	m->bs = bs;
 	m->size = size;
@@ -171,6 +188,7 @@ static void img_alloc(struct img *m, uint64_t n, uint32_t bs, uint64_t size)
 
 static void img_free(struct img *m)
 {
+	free(m->len);
 	free(m->hash);
 	free(m->variant);
 	free(m->hole);

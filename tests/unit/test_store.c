@@ -717,7 +717,7 @@ static void test_gc_refuses_map_unlike_manifest(void **state)
 		assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
 		ent.de_refcnt++;
 		assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
-		assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, i, &key),
+		assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, i, 0, &key),
 				 0);
 	}
 	assert_int_equal(dd_txn_commit(txn, &err), 0);
@@ -864,7 +864,7 @@ static void test_newer_format_refused(void **state)
 	dd_store_close(s);
 	snprintf(f, sizeof(f), "%s/DEDUP", path);
 	fp = fopen(f, "w");
-	fputs("libdedup store\nformat 3\n", fp);
+	fprintf(fp, "libdedup store\nformat %d\n", DD_STORE_FORMAT + 1);
 	fclose(fp);
 	assert_int_equal(dd_store_open(&s, path, NULL), DD_EVERSION);
 	assert_non_null(strstr(dd_store_errmsg(NULL), "newer"));
