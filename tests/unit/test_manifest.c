@@ -31,6 +31,7 @@
 #define DD_GOLDEN_DIR "tests/golden"
 #endif
 #define GOLDEN DD_GOLDEN_DIR "/manifest_v1.snap"
+#define GOLDEN_CDC DD_GOLDEN_DIR "/manifest_v1_cdc.snap"
 
 struct fx {
 	char dir[64];
@@ -145,8 +146,8 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	dd_manifest_hdr got;
 	dd_manifest_ent e;
 	dd_err err;
-	uint64_t at = 0;
-	int rc;
+	uint64_t at = 0, off = 0;
+	int rc = 0;
 
 	assert_int_equal(dd_manifest_open_at(&mr, &err, dfd, h->mh_id,
 					     DD_MANIFEST_SNAP, &got), 0);
@@ -158,7 +159,26 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	assert_int_equal(got.mh_block_size, h->mh_block_size);
 	assert_string_equal(got.mh_name, h->mh_name);
 	assert_memory_equal(got.mh_digest, h->mh_digest, 32);
-	while ((rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
+	assert_int_equal(got.mh_chunker, m->chunker);
+	while (m->chunker &&
+	       (rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
+		/* content-defined: a run of the image's holes is one entry */
+		uint64_t want = 0;
+
+		assert_int_equal(e.me_off, off);
+		assert_int_equal(!!m->hole[at], e.me_hole);
+		if (!e.me_hole) {
+			assert_memory_equal(e.me_hash, m->hash[at], 32);
+			assert_int_equal(e.me_variant, m->variant[at]);
+			want = m->len[at++];
+		}
+		while (e.me_hole && at < m->nblocks && m->hole[at])
+			want += m->len[at++];
+		assert_int_equal(e.me_len, want);
+		off += want;
+	}
+	while (!m->chunker &&
+	       (rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
 		assert_int_equal(e.me_index, at);
 		for (uint64_t k = 0; k < e.me_count; k++) {
 			assert_int_equal(!!m->hole[at + k], e.me_hole);
@@ -410,6 +430,193 @@ static void test_canonical_rules(void **state)
 	free(g);
 }
 
+/* ---- content-defined blocks (format/manifest.md §3.1, §4.1) ---------------*/
+
+static void img_alloc_cdc(struct img *m, uint64_t n, uint32_t avg)
+{
+	img_alloc(m, n, avg, 0);
+	m->chunker = DD_CHUNKER_FASTCDC;
+	m->len = calloc(n ? n : 1, sizeof(*m->len));
+}
+
+static void img_sizes(struct img *m)
+{
+	m->size = 0;
+	for (uint64_t i = 0; i < m->nblocks; i++)
+		m->size += m->len[i];
+}
+
+/* The golden image: a block of 5000 bytes, two zero blocks of 3000 and
+ * 4000 bytes (one hole of 7000), a 16384-byte block of variant 2 -- the
+ * longest of average 4096 --, and a 1-byte tail. */
+static void golden_cdc_img(struct img *m, dd_manifest_hdr *h)
+{
+	static const uint32_t len[5] = {5000, 3000, 4000, 16384, 1};
+
+	img_alloc_cdc(m, 5, 4096);
+	for (int i = 0; i < 5; i++) {
+		m->len[i] = len[i];
+		for (int k = 0; k < 32; k++)
+			m->hash[i][k] = (uint8_t)(0x80 + i * 32 + k);
+	}
+	m->hole[1] = m->hole[2] = 1;
+	m->variant[3] = 2;
+	img_sizes(m);
+	img_hdr(m, 0x2a, "golden", h);
+}
+
+/* Content-defined blocks of random lengths, runs of holes of every
+ * length up to 7 cut blocks (each run one hole), variants. */
+static void test_roundtrip_cdc(void **state)
+{
+	struct fx *fx = *state;
+	const uint64_t n = 3000;
+	dd_manifest_hdr h;
+	struct img m;
+
+	img_alloc_cdc(&m, n, 8192);
+	th_rng_state = 12;
+	for (uint64_t i = 0; i < n; i++) {
+		m.hole[i] = (i % 97) < (i % 8);
+		m.len[i] = 1 + (uint32_t)(th_rng() % 32768);
+		for (int k = 0; k < 32; k++)
+			m.hash[i][k] = (uint8_t)th_rng();
+		m.variant[i] = i % 13 == 0 ? (uint8_t)(1 + i % 255) : 0;
+	}
+	img_sizes(&m);
+	img_hdr(&m, 0x1235, "round trip cdc", &h);
+	assert_true(h.mh_blocks < n);   /* holes joined */
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_check(fx->dfd, &m, &h);
+	/* the header of another chunker: the writer refuses it */
+	h.mh_id = 0x1236;
+	h.mh_chunker = DD_CHUNKER_FIXED;
+	assert_int_equal(img_write(fx->dfd, &m, &h), DD_EINVAL);
+	img_free(&m);
+}
+
+static void test_golden_cdc(void **state)
+{
+	struct fx *fx = *state;
+	char path[128];
+	uint8_t *want, *got;
+	size_t wlen, glen;
+	dd_manifest_hdr h;
+	struct img m;
+
+	golden_cdc_img(&m, &h);
+	assert_int_equal(h.mh_blocks, 4);
+	assert_int_equal(h.mh_zero_blocks, 1);
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
+	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
+		FILE *f = fopen(GOLDEN_CDC, "wb");
+
+		got = slurp(path, &glen);
+		assert_non_null(f);
+		assert_int_equal(fwrite(got, 1, glen, f), glen);
+		fclose(f);
+		free(got);
+	}
+	want = slurp(GOLDEN_CDC, &wlen);
+	got = slurp(path, &glen);
+	/* header 128 + name 6 + list (37 + 9 + 38 + 37) + trailer 8 */
+	assert_int_equal(wlen, 128 + 6 + 121 + 8);
+	assert_int_equal(glen, wlen);
+	assert_memory_equal(got, want, wlen);
+	/* feature bit 0, the chunker in byte 104 (§3.1) */
+	assert_int_equal(dd_get_le32(want + 12), 1);
+	assert_int_equal(want[104], DD_CHUNKER_FASTCDC);
+	unlinkat(fx->dfd, "000000000000002a.snap", 0);
+	{
+		int fd = openat(fx->dfd, "000000000000002a.snap",
+				O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+		assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
+		close(fd);
+	}
+	img_check(fx->dfd, &m, &h);
+	free(want);
+	free(got);
+	img_free(&m);
+}
+
+/* Every bit flip and truncation of the golden manifest of content-
+ * defined blocks is refused, and so is each rule of §4.1 broken. */
+static void test_cdc_refused(void **state)
+{
+	struct fx *fx = *state;
+	size_t len, list = 128 + 6;  /* block at list, hole at list + 37 */
+	uint8_t *g = slurp(GOLDEN_CDC, &len), *b = malloc(len + 64);
+	dd_err err;
+
+	assert_int_equal(open_bytes(fx, g, len, &err), 0);
+	for (size_t i = 0; i < len; i++)
+		for (int bit = 0; bit < 8; bit++) {
+			int rc;
+
+			memcpy(b, g, len);
+			b[i] ^= (uint8_t)(1u << bit);
+			rc = open_bytes(fx, b, len, &err);
+			if (rc != DD_ECORRUPT && rc != DD_EVERSION &&
+			    rc != DD_ENOTSUP)
+				fail_msg("flip of bit %d of byte %zu: rc %d",
+					 bit, i, rc);
+		}
+	for (size_t n = 0; n < len; n++)
+		assert_int_equal(open_bytes(fx, g, n, &err), DD_ECORRUPT);
+	/* the hole as 3000 + 4000: adjacent holes */
+	memcpy(b, g, list + 46);
+	dd_put_le64(b + list + 38, 3000);
+	b[list + 46] = 0x06;
+	dd_put_le64(b + list + 47, 4000);
+	memcpy(b + list + 55, g + list + 46, len - list - 46);
+	dd_put_le64(b + 40, 5);        /* blocks */
+	dd_put_le64(b + 48, 2);        /* holes */
+	reseal(b, len + 9);
+	assert_int_equal(open_bytes(fx, b, len + 9, &err), DD_ECORRUPT);
+	assert_non_null(strstr(err.de_msg, "canonical"));
+	/* a block longer than 4 x the average: 16385 */
+	memcpy(b, g, len);
+	dd_put_le32(b + list + 46 + 2, 16385);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* a hole of no bytes */
+	memcpy(b, g, len);
+	dd_put_le64(b + list + 38, 0);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* a tag of fixed blocks in a list of content-defined ones */
+	memcpy(b, g, len);
+	b[list] = 0x01;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* lengths that do not add up to the size */
+	memcpy(b, g, len);
+	dd_put_le64(b + 32, dd_get_le64(g + 32) + 1);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* another chunker; the feature bit without one; a chunker byte
+	 * without the bit; an unknown feature */
+	memcpy(b, g, len);
+	b[104] = 2;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	b[104] = 0;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	memcpy(b, g, len);
+	dd_put_le32(b + 12, 0);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	memcpy(b, g, len);
+	dd_put_le32(b + 12, 3);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ENOTSUP);
+	free(b);
+	free(g);
+}
+
 static void test_write_checks_digest(void **state)
 {
 	struct fx *fx = *state;
@@ -483,6 +690,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_golden, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_cdc, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_golden_cdc, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_cdc_refused, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damage_refused, fx_setup,
 						fx_teardown),
