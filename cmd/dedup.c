@@ -67,8 +67,9 @@ static const struct subcommand {
 	 "  dedup cache set [--l1-size N|off] [--l2-write-max N]\n"
 	 "                  [--l2-feed-sequential on|off] STORE  store the tunables\n"},
 	{"scan", cmd_scan,
-	 "  dedup scan [-v] [--json] [--block-size N[,N...]] [--compress zstd[:L]|none]\n"
-	 "             [--memory SIZE] [--sample] [--sample-rate N] [--tmpdir DIR]\n"
+	 "  dedup scan [-v] [--json] [--chunker fixed|fastcdc[,...]] [--block-size N[,N...]]\n"
+	 "             [--compress zstd[:L]|none] [--memory SIZE] [--sample]\n"
+	 "             [--sample-rate N] [--tmpdir DIR]\n"
 	 "             PATH...|-                           what dedup would save on existing\n"
 	 "                                                 files, trees, devices or stdin\n"},
 };

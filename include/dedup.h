@@ -782,6 +782,9 @@ enum dd_scan_mode {
 
 /* Most block sizes one scan takes: every power of two from 4 KiB to 1 MiB. */
 #define DD_SCAN_MAX_BLOCK_SIZES 9
+/* Most results of one scan: each chunker with each of its block sizes,
+ * 9 fixed sizes and 7 FastCDC averages (4 KiB to 256 KiB). */
+#define DD_SCAN_MAX_RESULTS 16
 
 /* Bytes per entry of this store's DDT on disk once compacted by gc: 33-byte
  * key + 32-byte value + LMDB node header and page index (format/ddt.md
@@ -820,17 +823,27 @@ typedef struct dd_scan_opts {
 				      unknown); see dd_scan_path_bytes */
 	dd_scan_warn_fn warn;      /* may be NULL: warnings are only counted */
 	void *warn_ctx;
+	/* ---- version 2 ---- */
+	const int *chunkers;       /* nchunkers distinct enum dd_chunker, in
+				      the order of the results; copied;
+				      NULL/0 = DD_CHUNKER_FIXED alone.  Each
+				      is evaluated with each block size (the
+				      FastCDC average: 4 KiB to 256 KiB), all
+				      in the same read pass */
+	size_t nchunkers;
 } dd_scan_opts;
-#define DD_SCAN_OPTS_VERSION 1
+#define DD_SCAN_OPTS_VERSION 2
 #define DD_SCAN_OPTS_INIT {DD_SCAN_OPTS_VERSION, NULL, 0, DD_COMPRESS_ZSTD, \
 			   0, DD_SCAN_EXACT, 0, 0, NULL, 0, NULL, NULL, 0,   \
-			   NULL, NULL}
+			   NULL, NULL, NULL, 0}
 
-/* Figures for one block size.  In sample mode the fields marked (est.) are
- * estimates; the others are exact in both modes. */
+/* Figures for one chunker and block size.  In sample mode the fields
+ * marked (est.) are estimates; the others are exact in both modes.  For
+ * FastCDC, blocks and zero_blocks count a run of zero blocks once, as a
+ * fastcdc store's snapshots do (format/chunker.md §5). */
 typedef struct dd_scan_result {
 	unsigned version;          /* DD_SCAN_RESULT_VERSION: set by the caller */
-	uint32_t block_size;
+	uint32_t block_size;       /* FastCDC: the average */
 	int mode;                  /* enum dd_scan_mode */
 	uint64_t logical_bytes;    /* bytes read, zero blocks included */
 	uint64_t blocks;           /* blocks cut, zero blocks included */
@@ -852,8 +865,10 @@ typedef struct dd_scan_result {
 	uint64_t spill_runs;       /* exact mode: sorted runs written to disk */
 	uint64_t spill_bytes;      /* and their bytes */
 	dd_hist_row hist[DD_HIST_BUCKETS]; /* by refcount, as dd_stat (est.) */
+	/* ---- version 2 ---- */
+	int chunker;               /* enum dd_chunker */
 } dd_scan_result;
-#define DD_SCAN_RESULT_VERSION 1
+#define DD_SCAN_RESULT_VERSION 2
 
 /* What the scan read, over all block sizes. */
 typedef struct dd_scan_info {
@@ -865,13 +880,19 @@ typedef struct dd_scan_info {
 				      inside directories: not read, not
 				      warned (name devices explicitly) */
 	size_t nblock_sizes;
+	/* ---- version 2 ---- */
+	size_t nresults;           /* chunkers x block sizes: the indices
+				      of dd_scan_result_get */
 } dd_scan_info;
-#define DD_SCAN_INFO_VERSION 1
+#define DD_SCAN_INFO_VERSION 2
 
-/* Creates a scan.  opts may be NULL (128 KiB blocks, zstd level 1, exact,
- * 256 MiB).  Errors: DD_EINVAL (a block size out of range, not a power of
- * two or listed twice; a bad level, mode or shift), DD_ENOMEM; the reason
- * in dd_last_errmsg(). */
+/* Creates a scan.  opts may be NULL (128 KiB fixed blocks, zstd level 1,
+ * exact, 256 MiB).  Errors: DD_EINVAL (a block size out of range for a
+ * chunker, not a power of two or listed twice; a chunker unknown or
+ * listed twice; a bad level, mode or shift), DD_ENOMEM; the reason in
+ * dd_last_errmsg().  A scan with FastCDC reads holes of sparse files (its
+ * cut points depend on every byte), one of fixed blocks alone skips
+ * them. */
 DD_API int dd_scan_new(dd_scan **out, const dd_scan_opts *opts);
 
 /* Scans path: a regular file, a block device (or any readable non-
@@ -896,9 +917,12 @@ DD_API int dd_scan_add_fd(dd_scan *scan, int fd, const char *label);
  * Errors: DD_ESTATE (called twice or after a failure), DD_EIO, DD_ENOMEM. */
 DD_API int dd_scan_finish(dd_scan *scan);
 
-/* Results for the index-th block size (in the order of opts->block_sizes),
- * after dd_scan_finish.  out->version must be set.
- * Errors: DD_EINVAL (bad index or version), DD_ESTATE (not finished). */
+/* Results for the index-th chunker and block size, after dd_scan_finish:
+ * index = c * nblock_sizes + b for chunker c of opts->chunkers and block
+ * size b of opts->block_sizes (so the index-th block size when one
+ * chunker is scanned).  out->version must be set; a version-1 struct
+ * gets no chunker.  Errors: DD_EINVAL (bad index or version), DD_ESTATE
+ * (not finished). */
 DD_API int dd_scan_result_get(const dd_scan *scan, size_t index,
 			      dd_scan_result *out);
 
