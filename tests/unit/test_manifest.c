@@ -273,20 +273,22 @@ static uint8_t *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static void test_golden(void **state)
+/* Writes m as manifest 0x2a and compares its bytes with the golden file
+ * of want_len bytes (rewritten first when DD_REGEN_GOLDEN=1), then checks
+ * that the golden bytes decode to m.  Returns the golden bytes. */
+static uint8_t *golden_match(struct fx *fx, const char *golden,
+			     const struct img *m, const dd_manifest_hdr *h,
+			     size_t want_len)
 {
-	struct fx *fx = *state;
 	char path[128];
 	uint8_t *want, *got;
 	size_t wlen, glen;
-	dd_manifest_hdr h;
-	struct img m;
+	int fd;
 
-	golden_img(&m, &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	assert_int_equal(img_write(fx->dfd, m, h), 0);
 	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
 	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
-		FILE *f = fopen(GOLDEN, "wb");
+		FILE *f = fopen(golden, "wb");
 
 		got = slurp(path, &glen);
 		assert_non_null(f);
@@ -294,24 +296,31 @@ static void test_golden(void **state)
 		fclose(f);
 		free(got);
 	}
-	want = slurp(GOLDEN, &wlen);
+	want = slurp(golden, &wlen);
 	got = slurp(path, &glen);
-	/* header 128 + name 6 + list (33 + 9 + 34 + 33 + 33) + trailer 8 */
-	assert_int_equal(wlen, 128 + 6 + 142 + 8);
+	assert_int_equal(wlen, want_len);
 	assert_int_equal(glen, wlen);
 	assert_memory_equal(got, want, wlen);
+	free(got);
 	/* the golden bytes decode to the image */
 	unlinkat(fx->dfd, "000000000000002a.snap", 0);
-	{
-		int fd = openat(fx->dfd, "000000000000002a.snap",
-				O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = openat(fx->dfd, "000000000000002a.snap",
+		    O_WRONLY | O_CREAT | O_EXCL, 0644);
+	assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
+	close(fd);
+	img_check(fx->dfd, m, h);
+	return want;
+}
 
-		assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
-		close(fd);
-	}
-	img_check(fx->dfd, &m, &h);
-	free(want);
-	free(got);
+static void test_golden(void **state)
+{
+	struct fx *fx = *state;
+	dd_manifest_hdr h;
+	struct img m;
+
+	golden_img(&m, &h);
+	/* header 128 + name 6 + list (33 + 9 + 34 + 33 + 33) + trailer 8 */
+	free(golden_match(fx, GOLDEN, &m, &h, 128 + 6 + 142 + 8));
 	img_free(&m);
 }
 
@@ -498,46 +507,19 @@ static void test_roundtrip_cdc(void **state)
 static void test_golden_cdc(void **state)
 {
 	struct fx *fx = *state;
-	char path[128];
-	uint8_t *want, *got;
-	size_t wlen, glen;
 	dd_manifest_hdr h;
 	struct img m;
+	uint8_t *want;
 
 	golden_cdc_img(&m, &h);
 	assert_int_equal(h.mh_blocks, 4);
 	assert_int_equal(h.mh_zero_blocks, 1);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
-	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
-		FILE *f = fopen(GOLDEN_CDC, "wb");
-
-		got = slurp(path, &glen);
-		assert_non_null(f);
-		assert_int_equal(fwrite(got, 1, glen, f), glen);
-		fclose(f);
-		free(got);
-	}
-	want = slurp(GOLDEN_CDC, &wlen);
-	got = slurp(path, &glen);
 	/* header 128 + name 6 + list (37 + 9 + 38 + 37) + trailer 8 */
-	assert_int_equal(wlen, 128 + 6 + 121 + 8);
-	assert_int_equal(glen, wlen);
-	assert_memory_equal(got, want, wlen);
+	want = golden_match(fx, GOLDEN_CDC, &m, &h, 128 + 6 + 121 + 8);
 	/* feature bit 0, the chunker in byte 104 (§3.1) */
 	assert_int_equal(dd_get_le32(want + 12), 1);
 	assert_int_equal(want[104], DD_CHUNKER_FASTCDC);
-	unlinkat(fx->dfd, "000000000000002a.snap", 0);
-	{
-		int fd = openat(fx->dfd, "000000000000002a.snap",
-				O_WRONLY | O_CREAT | O_EXCL, 0644);
-
-		assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
-		close(fd);
-	}
-	img_check(fx->dfd, &m, &h);
 	free(want);
-	free(got);
 	img_free(&m);
 }
 
