@@ -1060,17 +1060,37 @@ static void test_cdc_lifecycle(void **state)
 	th_rm_store(path);
 }
 
+/* Asserts that path/DEDUP names format `format` on its second line, and
+ * copies its chunker line into out ("" when it has none). */
+static void dedup_file_chunker(const char *path, int format, char *out,
+			       size_t len)
+{
+	char f[4200], line[256], want[32];
+	FILE *fp;
+
+	snprintf(f, sizeof(f), "%s/DEDUP", path);
+	snprintf(want, sizeof(want), "format %d\n", format);
+	fp = fopen(f, "r");
+	assert_non_null(fp);
+	assert_non_null(fgets(line, sizeof(line), fp));
+	assert_non_null(fgets(line, sizeof(line), fp));
+	assert_string_equal(line, want);
+	out[0] = '\0';
+	while (fgets(line, sizeof(line), fp))
+		if (!strncmp(line, "chunker", 7))
+			snprintf(out, len, "%s", line);
+	fclose(fp);
+}
+
 /* dd_create_opts: a version-1 struct makes a fixed store whatever
  * follows it; a fastcdc average must be 4 KiB to 256 KiB; a store of
  * fixed blocks stays format 2, no chunker in DEDUP. */
 static void test_cdc_options(void **state)
 {
-	char *path = th_tmp_store(), f[4200], line[256];
+	char *path = th_tmp_store(), line[256];
 	dd_create_opts o = DD_CREATE_OPTS_INIT;
 	dd_store *s = NULL;
-	bool chunker_line = false;
 	int chunker = -1;
-	FILE *fp;
 
 	(void)state;
 	o.version = 1;
@@ -1079,16 +1099,8 @@ static void test_cdc_options(void **state)
 	assert_int_equal(dd_store_chunker_get(s, &chunker), 0);
 	assert_int_equal(chunker, DD_CHUNKER_FIXED);
 	dd_store_close(s);
-	snprintf(f, sizeof(f), "%s/DEDUP", path);
-	fp = fopen(f, "r");
-	assert_non_null(fp);
-	assert_non_null(fgets(line, sizeof(line), fp));
-	assert_non_null(fgets(line, sizeof(line), fp));
-	assert_string_equal(line, "format 2\n");
-	while (fgets(line, sizeof(line), fp))
-		chunker_line |= !strncmp(line, "chunker", 7);
-	fclose(fp);
-	assert_false(chunker_line);
+	dedup_file_chunker(path, 2, line, sizeof(line));
+	assert_string_equal(line, "");
 	th_rm_store(path);
 	path = th_tmp_store();
 	o = (dd_create_opts)DD_CREATE_OPTS_INIT;
@@ -1103,16 +1115,8 @@ static void test_cdc_options(void **state)
 	o.chunker = DD_CHUNKER_FASTCDC;
 	assert_int_equal(dd_store_create(&s, path, &o, NULL), 0);
 	dd_store_close(s);
-	snprintf(f, sizeof(f), "%s/DEDUP", path);
-	fp = fopen(f, "r");
-	assert_non_null(fp);
-	assert_non_null(fgets(line, sizeof(line), fp));
-	assert_non_null(fgets(line, sizeof(line), fp));
-	assert_string_equal(line, "format 3\n");
-	while (fgets(line, sizeof(line), fp))
-		chunker_line |= !strcmp(line, "chunker 1\n");
-	fclose(fp);
-	assert_true(chunker_line);
+	dedup_file_chunker(path, 3, line, sizeof(line));
+	assert_string_equal(line, "chunker 1\n");
 	th_rm_store(path);
 }
 
