@@ -392,6 +392,7 @@ static dd_store *open_or_create(const struct recv_args *a, const char *path,
 	rc = dd_stream_header(rp->head, rp->len, &hdr);
 	if (rc)
 		die("%s", best_errmsg(NULL, rc));
+	co.chunker = hdr.chunker;
 	co.block_size = hdr.block_size;
 	created_dir = stat(path, &st) != 0;
 	rc = dd_store_create(&store, path, &co, NULL);
@@ -402,8 +403,8 @@ static dd_store *open_or_create(const struct recv_args *a, const char *path,
 	created_root = path;
 	*created = 1;
 	if (a->verbose && !util_quiet)
-		warnmsg("created store '%.300s' (block size %" PRIu32 ")",
-			path, hdr.block_size);
+		warnmsg("created store '%.300s' (%s, block size %" PRIu32 ")",
+			path, chunker_name(hdr.chunker), hdr.block_size);
 	return store;
 }
 

@@ -30,7 +30,8 @@
 
 static const char usage_text[] =
 	"usage: ddsend [-v|-q] [--json[=FILE]] [-i BASE] [-t TOKEN] STORE@SNAP\n"
-	"       ddsend [-v|-q] [--json[=FILE]] [-b SIZE] [-c LEVEL] -f FILE|DEVICE\n"
+	"       ddsend [-v|-q] [--json[=FILE]] [--chunker fixed|fastcdc] [-b SIZE]\n"
+	"              [-c LEVEL] -f FILE|DEVICE\n"
 	"\n"
 	"Writes a replication stream to stdout, e.g.\n"
 	"  ddsend store@monday | ssh host ddrecv backup\n"
@@ -42,8 +43,12 @@ static const char usage_text[] =
 	"                          (the token `ddrecv -s` printed)\n"
 	"  -f, --file PATH         stream a regular file or block device, no\n"
 	"                          store needed (deduplicated within the stream)\n"
+	"      --chunker NAME      how -f cuts the file: fixed (default) or\n"
+	"                          fastcdc, content-defined blocks (a store's\n"
+	"                          snapshot goes as its store cut it)\n"
 	"  -b, --block-size SIZE   block size for -f (4K..1M, power of two;\n"
-	"                          default 128K)\n"
+	"                          default 128K); for fastcdc the average\n"
+	"                          (4K..256K)\n"
 	"  -c, --compress LEVEL    zstd level 1..19 for -f, or 'none' (default 1)\n"
 	"  -v, --verbose           show progress on stderr (default when stderr\n"
 	"                          is a terminal)\n"
@@ -64,10 +69,11 @@ struct send_args {
 	const char *file;
 	uint32_t block_size;
 	int level;
+	int chunker;
 	const char *snapref;
 };
 
-enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_CHUNKER };
 
 
 static uint32_t parse_block_size(const char *s)
@@ -106,11 +112,12 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		{"file", required_argument, NULL, 'f'},
 		{"block-size", required_argument, NULL, 'b'},
 		{"compress", required_argument, NULL, 'c'},
+		{"chunker", required_argument, NULL, OPT_CHUNKER},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
 	};
-	int c, b_set = 0, c_set = 0;
+	int c, b_set = 0, c_set = 0, k_set = 0;
 
 	memset(a, 0, sizeof(*a));
 	opterr = 0;
@@ -126,6 +133,13 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		case 'b': a->block_size = parse_block_size(optarg); b_set = 1;
 			break;
 		case 'c': a->level = parse_level(optarg); c_set = 1; break;
+		case OPT_CHUNKER:
+			a->chunker = parse_chunker(optarg);
+			if (a->chunker < 0)
+				die_usage("--chunker takes fixed or fastcdc, not "
+					  "'%.100s'", optarg);
+			k_set = 1;
+			break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: print_tool_version("ddsend");
@@ -138,13 +152,17 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 	if (a->file) {
 		if (a->base || a->token)
 			die_usage("-f cannot be combined with -i or -t");
+		if (a->block_size &&
+		    !chunker_size_valid(a->chunker, a->block_size))
+			die_usage("a fastcdc average block size is a power of "
+				  "two in 4K..256K, not %u", a->block_size);
 		if (optind < argc)
 			die_usage("unexpected argument '%.300s'", argv[optind]);
 		return;
 	}
-	if (b_set || c_set)
-		die_usage("-b and -c apply to -f only (a store's blocks keep "
-			  "their own size and compression)");
+	if (b_set || c_set || k_set)
+		die_usage("-b, -c and --chunker apply to -f only (a store's "
+			  "blocks keep their own size and compression)");
 	if (optind >= argc)
 		die_usage("missing STORE@SNAP");
 	if (optind + 1 < argc)
@@ -237,6 +255,7 @@ static int send_file(const struct send_args *a)
 	progress_init(&pg, "ddsend", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
+	opts.chunker = a->chunker;
 	rc = dd_send_fd(in, name, a->block_size, a->level, &opts,
 			counted_write, &out);
 	progress_finish(&pg);

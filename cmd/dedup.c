@@ -26,7 +26,8 @@ static const struct subcommand {
 	int store;                  /* opens a store: takes usage_store's */
 } subcommands[] = {
 	{"init", cmd_init,
-	 "  dedup init [--block-size N] [--verify] [--compress zstd[:LEVEL]|none] STORE\n", 0},
+	 "  dedup init [--chunker fixed|fastcdc] [--block-size N] [--verify]\n"
+	 "             [--compress zstd[:LEVEL]|none] STORE\n", 0},
 	{"put", cmd_put,
 	 "  dedup put  [-v] [--json] [--wait[=S]] STORE@NAME [FILE|-]\n"
 	 "                                                 ingest FILE, a device or stdin\n", 1},
@@ -69,8 +70,9 @@ static const struct subcommand {
 	 "  dedup cache set [--l1-size N|off] [--l2-write-max N]\n"
 	 "                  [--l2-feed-sequential on|off] STORE  store the tunables\n", 0},
 	{"scan", cmd_scan,
-	 "  dedup scan [-v] [--json] [--block-size N[,N...]] [--compress zstd[:L]|none]\n"
-	 "             [--memory SIZE] [--sample] [--sample-rate N] [--tmpdir DIR]\n"
+	 "  dedup scan [-v] [--json] [--chunker fixed|fastcdc[,...]] [--block-size N[,N...]]\n"
+	 "             [--compress zstd[:L]|none] [--memory SIZE] [--sample]\n"
+	 "             [--sample-rate N] [--tmpdir DIR]\n"
 	 "             PATH...|-                           what dedup would save on existing\n"
 	 "                                                 files, trees, devices or stdin\n", 0},
 };

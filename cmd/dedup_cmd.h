@@ -61,6 +61,7 @@ enum {
 	OPT_VERIFY,
 	OPT_COMPRESS,
 	OPT_NO_UNIQUE,
+	OPT_CHUNKER,
 };
 
 enum {

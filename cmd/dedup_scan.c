@@ -27,7 +27,7 @@ static struct scan_state {
 	struct scan_skip skips[SCAN_SKIP_KEEP];
 	size_t nskips;
 	struct progress pg;
-	dd_scan_result res[DD_SCAN_MAX_BLOCK_SIZES];
+	dd_scan_result res[DD_SCAN_MAX_RESULTS];
 	dd_scan *scan;
 } scan_st;
 
@@ -101,6 +101,33 @@ static size_t scan_parse_sizes(const char *arg, uint32_t *sizes)
 		if (sizes[i] == sizes[i - 1])
 			die_usage("scan: block size %" PRIu32 " listed twice",
 				  sizes[i]);
+	return n;
+}
+
+/* --chunker fixed,fastcdc: each once, in the order given (the order of
+ * the results). */
+static size_t scan_parse_chunkers(const char *arg, int *out)
+{
+	char buf[64], *tok, *save = NULL;
+	size_t n = 0;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		int c = parse_chunker(tok);
+
+		if (c < 0)
+			die_usage("scan: --chunker takes fixed, fastcdc or "
+				  "both, comma-separated, not '%.100s'", arg);
+		for (size_t i = 0; i < n; i++)
+			if (out[i] == c)
+				die_usage("scan: chunker %s listed twice", tok);
+		if (n == 2)
+			die_usage("scan: at most two chunkers");
+		out[n++] = c;
+	}
+	if (!n)
+		die_usage("scan: --chunker needs fixed, fastcdc or both");
 	return n;
 }
 
@@ -233,13 +260,49 @@ static void scan_hist_fit(dd_scan_result *r)
 			(uint64_t)((double)ref_psize * f), big);
 }
 
+/* "fixed 128 KiB" or "fastcdc 128 KiB" (an average). */
+static const char *scan_what(char *buf, size_t len, const dd_scan_result *r)
+{
+	char a[32];
+
+	snprintf(buf, len, "%s %s", chunker_name(r->chunker),
+		 human_size(a, sizeof(a), r->block_size));
+	return buf;
+}
+
+/* Several results: one line each, side by side, before the details. */
+static void scan_text_summary(const dd_scan_info *info)
+{
+	char w[48], a[32], b[32];
+
+	if (info->nresults < 2)
+		return;
+	printf("\n%-16s %12s %12s %10s %10s %8s %8s %8s\n", "cutting",
+	       "blocks", "unique", "unique B", "stored B", "dedup",
+	       "compress", "total");
+	for (size_t i = 0; i < info->nresults; i++) {
+		const dd_scan_result *r = &scan_st.res[i];
+
+		printf("%-16s %12" PRIu64 " %12" PRIu64 " %10s %10s %8.2f "
+		       "%8.2f %8.2f\n", scan_what(w, sizeof(w), r),
+		       r->blocks, r->unique_blocks,
+		       human_size(a, sizeof(a), r->unique_bytes),
+		       human_size(b, sizeof(b), r->stored_bytes),
+		       r->dedup_ratio, r->compress_ratio,
+		       r->dedup_ratio * r->compress_ratio);
+	}
+}
+
 static void scan_text_one(const dd_scan_result *r)
 {
-	char a[32], b[32], c[32];
+	char a[48], b[32], c[32];
 
-	printf("\nblock size %s: %" PRIu64 " blocks, %" PRIu64 " zero; "
+	printf("\n%s%s: %" PRIu64 " blocks, %" PRIu64 " zero; "
 	       "referenced %" PRIu64 " blocks (%s)\n",
-	       human_size(a, sizeof(a), r->block_size), r->blocks,
+	       r->chunker == DD_CHUNKER_FIXED ? "block size " : "",
+	       r->chunker == DD_CHUNKER_FIXED
+	       ? human_size(a, sizeof(a), r->block_size)
+	       : scan_what(a, sizeof(a), r), r->blocks,
 	       r->zero_blocks, r->referenced_blocks,
 	       human_size(b, sizeof(b), r->referenced_bytes));
 	if (r->mode == DD_SCAN_SAMPLE)
@@ -274,7 +337,8 @@ static void scan_text(const dd_scan_info *info, const dd_scan_opts *so)
 	       info->images, info->images == 1 ? "" : "s",
 	       human_size(a, sizeof(a), info->bytes),
 	       so->mode == DD_SCAN_SAMPLE ? "sample" : "exact", comp);
-	for (i = 0; i < info->nblock_sizes; i++)
+	scan_text_summary(info);
+	for (i = 0; i < info->nresults; i++)
 		scan_text_one(&scan_st.res[i]);
 	if (info->special)
 		printf("\nnot read: %" PRIu64 " fifos, sockets or devices "
@@ -298,7 +362,8 @@ static void scan_json_hist(const dd_scan_result *r)
 
 static void scan_json_one(const dd_scan_result *r)
 {
-	printf("    {\"block_size\": %" PRIu32 ", \"mode\": \"%s\",\n",
+	printf("    {\"chunker\": \"%s\", \"block_size\": %" PRIu32
+	       ", \"mode\": \"%s\",\n", chunker_name(r->chunker),
 	       r->block_size, r->mode == DD_SCAN_SAMPLE ? "sample" : "exact");
 	printf("     \"dedup_ratio\": %.17g, \"compress_ratio\": %.17g, "
 	       "\"dedup_compress_ratio\": %.17g,\n", r->dedup_ratio,
@@ -346,9 +411,9 @@ static void scan_json(const dd_scan_info *info, const dd_scan_opts *so)
 		printf("}");
 	}
 	printf("%s],\n  \"results\": [\n", scan_st.nskips ? "\n  " : "");
-	for (i = 0; i < info->nblock_sizes; i++) {
+	for (i = 0; i < info->nresults; i++) {
 		scan_json_one(&scan_st.res[i]);
-		printf("%s\n", i + 1 < info->nblock_sizes ? "," : "");
+		printf("%s\n", i + 1 < info->nresults ? "," : "");
 	}
 	printf("  ]\n}\n");
 }
@@ -389,14 +454,29 @@ enum {
 	OPT_TMPDIR,
 };
 
+/* Every block size must suit every chunker: a FastCDC average is 4K to
+ * 256K. */
+static void scan_check_sizes(const dd_scan_opts *so)
+{
+	for (size_t c = 0; c < so->nchunkers; c++)
+		for (size_t i = 0; i < so->nblock_sizes; i++)
+			if (!chunker_size_valid(so->chunkers[c],
+						so->block_sizes[i]))
+				die_usage("scan: a fastcdc average block size "
+					  "is 4K to 256K, not %" PRIu32,
+					  so->block_sizes[i]);
+}
+
 static void scan_parse(int argc, char **argv, dd_scan_opts *so,
-		       uint32_t *sizes, int *json, int *verbose)
+		       uint32_t *sizes, int *chunkers, int *json,
+		       int *verbose)
 {
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, OPT_HELP},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+		{"chunker", required_argument, NULL, OPT_CHUNKER},
 		{"compress", required_argument, NULL, OPT_COMPRESS},
 		{"memory", required_argument, NULL, OPT_MEMORY},
 		{"sample", no_argument, NULL, OPT_SAMPLE},
@@ -419,6 +499,9 @@ static void scan_parse(int argc, char **argv, dd_scan_opts *so,
 			break;
 		case OPT_BLOCK_SIZE:
 			so->nblock_sizes = scan_parse_sizes(optarg, sizes);
+			break;
+		case OPT_CHUNKER:
+			so->nchunkers = scan_parse_chunkers(optarg, chunkers);
 			break;
 		case OPT_COMPRESS:
 			if (parse_compress_spec(optarg, &so->compress,
@@ -450,17 +533,20 @@ static void scan_parse(int argc, char **argv, dd_scan_opts *so,
 	if (optind >= argc)
 		die_usage("scan: missing PATH (use - for stdin)");
 	so->block_sizes = sizes;
+	so->chunkers = chunkers;
+	scan_check_sizes(so);
 }
 
 int cmd_scan(int argc, char **argv)
 {
 	dd_scan_opts so = DD_SCAN_OPTS_INIT;
-	dd_scan_info info = {DD_SCAN_INFO_VERSION, 0, 0, 0, 0, 0};
+	dd_scan_info info = {DD_SCAN_INFO_VERSION, 0, 0, 0, 0, 0, 0};
 	uint32_t sizes[DD_SCAN_MAX_BLOCK_SIZES];
+	int chunkers[2];
 	int json = 0, verbose = 0, rc;
 	uint64_t total = 0;
 
-	scan_parse(argc, argv, &so, sizes, &json, &verbose);
+	scan_parse(argc, argv, &so, sizes, chunkers, &json, &verbose);
 	progress_init(&scan_st.pg, "scan", 0, verbose);
 	if (scan_st.pg.enabled)
 		total = scan_total(argc, argv);
@@ -476,14 +562,14 @@ int cmd_scan(int argc, char **argv)
 	if (rc != 0)
 		scan_die(rc);
 	progress_finish(&scan_st.pg);
-	for (size_t i = 0; i < (so.nblock_sizes ? so.nblock_sizes : 1); i++) {
+	dd_scan_info_get(scan_st.scan, &info);
+	for (size_t i = 0; i < info.nresults; i++) {
 		scan_st.res[i].version = DD_SCAN_RESULT_VERSION;
 		rc = dd_scan_result_get(scan_st.scan, i, &scan_st.res[i]);
 		if (rc != 0)
 			scan_die(rc);
 		scan_hist_fit(&scan_st.res[i]);
 	}
-	dd_scan_info_get(scan_st.scan, &info);
 	if (json)
 		scan_json(&info, &so);
 	else

@@ -119,8 +119,11 @@ static void stat_json(dd_store *s, const dd_stat *st,
 		      const dd_store_info *info)
 {
 	char comp[32];
+	int chunker = DD_CHUNKER_FIXED;
 
+	(void)dd_store_chunker_get(s, &chunker);
 	printf("{\n");
+	printf("  \"chunker\": \"%s\",\n", chunker_name(chunker));
 	json_u64("block_size", info->block_size);
 	printf("  \"verify\": %s,\n", info->verify ? "true" : "false");
 	printf("  \"compress\": \"%s\",\n",
@@ -150,15 +153,19 @@ static void stat_json(dd_store *s, const dd_stat *st,
 	printf("\n}\n");
 }
 
-static void stat_text(const char *path, const dd_stat *st,
+static void stat_text(dd_store *s, const char *path, const dd_stat *st,
 		      const dd_store_info *info)
 {
 	char a[32], b[32], comp[32];
 	double perentry = st->ddt_entries ?
 		(double)st->ddt_bytes / (double)st->ddt_entries : 0;
+	int chunker = DD_CHUNKER_FIXED;
 
-	printf("store %s: format %" PRIu32 ", block size %s, compress %s, "
+	(void)dd_store_chunker_get(s, &chunker);
+	printf("store %s: format %" PRIu32 ", %s %s, compress %s, "
 	       "verify %s\n", path, info->format_version,
+	       chunker == DD_CHUNKER_FIXED ? "block size"
+					   : "fastcdc, average block",
 	       human_size(a, sizeof(a), info->block_size),
 	       compress_spec_name(comp, sizeof(comp), info->compress,
 				  info->compress_level),
@@ -207,7 +214,7 @@ int cmd_stat(int argc, char **argv)
 	if (o.json) {
 		stat_json(s, &st, &info);
 	} else {
-		stat_text(argv[optind], &st, &info);
+		stat_text(s, argv[optind], &st, &info);
 		cache_stat_text(s);
 	}
 	cache_cli_close(s);

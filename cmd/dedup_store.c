@@ -52,6 +52,16 @@ static uint32_t parse_block_size(const char *arg)
 	return (uint32_t)v;
 }
 
+static int parse_init_chunker(const char *arg)
+{
+	int c = parse_chunker(arg);
+
+	if (c < 0)
+		die_usage("init: --chunker takes fixed or fastcdc, not "
+			  "'%.100s'", arg);
+	return c;
+}
+
 int cmd_init(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -59,6 +69,7 @@ int cmd_init(int argc, char **argv)
 		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
 		{"verify", no_argument, NULL, OPT_VERIFY},
 		{"compress", required_argument, NULL, OPT_COMPRESS},
+		{"chunker", required_argument, NULL, OPT_CHUNKER},
 		{NULL, 0, NULL, 0},
 	};
 	dd_create_opts co = DD_CREATE_OPTS_INIT;
@@ -79,11 +90,18 @@ int cmd_init(int argc, char **argv)
 		case OPT_COMPRESS:
 			parse_compress(optarg, &co);
 			break;
+		case OPT_CHUNKER:
+			co.chunker = parse_init_chunker(optarg);
+			break;
 		default:
 			die_bad_option(dedup_subcmd, c, argv);
 		}
 	}
 	want_args(argc, argv, 1, 1);
+	/* fastcdc: --block-size is the average, 4K..256K */
+	if (co.block_size && !chunker_size_valid(co.chunker, co.block_size))
+		die_usage("init: a fastcdc average block size must be a power "
+			  "of two from 4 KiB to 256 KiB, not %u", co.block_size);
 	rc = dd_store_create(&s, argv[optind], &co, NULL);
 	if (rc != 0)
 		die("%s", lib_msg(dd_store_errmsg(NULL), rc));

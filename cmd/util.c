@@ -202,6 +202,29 @@ int block_size_valid(uint64_t v)
 	       (v & (v - 1)) == 0;
 }
 
+int parse_chunker(const char *s)
+{
+	if (!strcmp(s, "fixed"))
+		return DD_CHUNKER_FIXED;
+	if (!strcmp(s, "fastcdc"))
+		return DD_CHUNKER_FASTCDC;
+	return -1;
+}
+
+const char *chunker_name(int chunker)
+{
+	return chunker == DD_CHUNKER_FIXED ? "fixed" :
+	       chunker == DD_CHUNKER_FASTCDC ? "fastcdc" : "unknown";
+}
+
+int chunker_size_valid(int chunker, uint64_t v)
+{
+	if (chunker == DD_CHUNKER_FASTCDC)
+		return v >= DD_FASTCDC_AVG_MIN && v <= DD_FASTCDC_AVG_MAX &&
+		       (v & (v - 1)) == 0;
+	return block_size_valid(v);
+}
+
 int split_snapref(const char *arg, char **store, char **name,
 		  const char **why)
 {

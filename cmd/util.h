@@ -162,6 +162,14 @@ char *compress_spec_name(char *buf, size_t len, int codec, int level);
  * DD_BLOCK_SIZE_MAX]. */
 int block_size_valid(uint64_t v);
 
+/* "fixed" or "fastcdc": the enum dd_chunker, or -1 for anything else. */
+int parse_chunker(const char *s);
+/* The inverse: "fixed", "fastcdc" or "unknown". */
+const char *chunker_name(int chunker);
+/* True for a size of that chunker: block_size_valid for fixed, a power
+ * of two in [DD_FASTCDC_AVG_MIN, DD_FASTCDC_AVG_MAX] for fastcdc. */
+int chunker_size_valid(int chunker, uint64_t v);
+
 /* The most specific message for a failed call: the handle's, else the
  * thread's (dd_last_errmsg), else the code's name. */
 const char *best_errmsg(const char *handle_msg, int rc);

@@ -8,7 +8,8 @@
  * cover exactly the blocks its header claims -- never a crash, a leak or
  * an overread.  The header may claim at most 2^20 blocks here so that a
  * valid run of holes (whose digest costs one hash update per block, §6)
- * stays within the fuzzer's time per input.
+ * stays within the fuzzer's time per input.  A manifest of content-
+ * defined blocks (§4.1) must also cover its size byte for byte.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	dd_manifest_hdr h;
 	dd_manifest_ent e;
 	dd_err err;
-	uint64_t covered = 0;
+	uint64_t covered = 0, bytes = 0;
 	int fd = memfd_create("manifest", MFD_CLOEXEC), rc;
 
 	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size))
@@ -37,9 +38,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		while ((rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
 			if (e.me_index != covered || e.me_count == 0)
 				abort();   /* verified, yet not contiguous */
+			if (h.mh_chunker != DD_CHUNKER_FIXED &&
+			    (e.me_off != bytes || e.me_len == 0))
+				abort();
 			covered += e.me_count;
+			bytes += e.me_len;
 		}
-		if (rc != 0 || covered != h.mh_blocks)
+		if (rc != 0 || covered != h.mh_blocks ||
+		    (h.mh_chunker != DD_CHUNKER_FIXED && bytes != h.mh_size))
 			abort();
 		dd_manifest_read_close(mr);
 	}

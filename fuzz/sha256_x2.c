@@ -7,7 +7,9 @@
  *
  * Input: the first byte picks how the rest is split into the two lanes
  * (equal lengths, so the lanes overlap when the rest is short); any
- * difference aborts.
+ * difference aborts.  The same two lanes are then hashed with different
+ * lengths (dd_sha256_x2v, for content-defined blocks): lane b cut short
+ * by the second byte's count of bytes.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,5 +41,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (memcmp(xa, ra, DD_HASH_SIZE) || memcmp(xb, rb, DD_HASH_SIZE) ||
 	    memcmp(ea, ra, DD_HASH_SIZE))
 		abort();
+	if (size >= 2) {
+		size_t lb = len - (data[1] < len ? data[1] : len);
+
+		dd_sha256_x2v(a, len, b, lb, xa, xb);
+		dd_sha256_sw(b, lb, rb);
+		if (memcmp(xa, ra, DD_HASH_SIZE) || memcmp(xb, rb, DD_HASH_SIZE))
+			abort();
+		dd_sha256_x2v(b, lb, a, len, xb, xa);
+		if (memcmp(xa, ra, DD_HASH_SIZE) || memcmp(xb, rb, DD_HASH_SIZE))
+			abort();
+	}
 	return 0;
 }

@@ -80,7 +80,8 @@ enum dd_error {
 	DD_ECANCELED = -14, /* stopped by a callback */
 	DD_ESTATE = -15,    /* handle used in the wrong state (after commit) */
 	DD_EFORMAT = -16,   /* input that is not of the expected format */
-	DD_EBLOCKSIZE = -17 /* a stream's block size is not the store's */
+	DD_EBLOCKSIZE = -17 /* a stream's blocks are not cut as the store's
+			       (block size or chunker) */
 };
 
 /* A static string naming the code: "DD_ECHECKSUM: checksum mismatch". */
@@ -105,16 +106,42 @@ enum dd_compress {
 #define DD_BLOCK_SIZE_DEFAULT (128u * 1024)
 #define DD_NAME_MAX 255
 
-/* Options fixed when a store is created. */
+/*
+ * How images are cut into blocks (format/chunker.md).  A store cuts with
+ * one chunker, chosen when it is created; streams and scans name theirs.
+ *  - DD_CHUNKER_FIXED: blocks of block_size bytes from the image's start
+ *    (the last one short).  Right for disk images and block devices, whose
+ *    changes stay in place.
+ *  - DD_CHUNKER_FASTCDC: content-defined blocks (FastCDC, normalized
+ *    chunking): block_size is the average, a power of two from
+ *    DD_FASTCDC_AVG_MIN to DD_FASTCDC_AVG_MAX, and blocks are avg/4 to
+ *    avg*4 bytes.  Where a block ends depends on its own bytes, so an
+ *    insertion or deletion moves only the blocks around it: right for
+ *    backup streams (tar, database dumps, mailboxes) whose bytes shift.
+ */
+enum dd_chunker {
+	DD_CHUNKER_FIXED = 0,
+	DD_CHUNKER_FASTCDC = 1
+};
+#define DD_FASTCDC_AVG_MIN (4u * 1024)
+#define DD_FASTCDC_AVG_MAX (256u * 1024)
+
+/* Options fixed when a store is created.  Version 1 callers pass a
+ * struct that ends at `compress_level`: their stores cut fixed blocks. */
 typedef struct dd_create_opts {
 	unsigned version;      /* DD_CREATE_OPTS_VERSION */
-	uint32_t block_size;   /* power of two in [4 KiB, 1 MiB]; 0 = 128 KiB */
+	uint32_t block_size;   /* fixed: power of two in [4 KiB, 1 MiB];
+				  fastcdc: the average, a power of two in
+				  [4 KiB, 256 KiB]; 0 = 128 KiB */
 	int verify;            /* compare bytes on a hash match (dedup=verify) */
 	int compress;          /* enum dd_compress */
 	int compress_level;    /* zstd level 1..19; 0 = 1 */
+	/* ---- version 2 ---- */
+	int chunker;           /* enum dd_chunker: how images are cut */
 } dd_create_opts;
-#define DD_CREATE_OPTS_VERSION 1
-#define DD_CREATE_OPTS_INIT {DD_CREATE_OPTS_VERSION, 0, 0, DD_COMPRESS_ZSTD, 0}
+#define DD_CREATE_OPTS_VERSION 2
+#define DD_CREATE_OPTS_INIT {DD_CREATE_OPTS_VERSION, 0, 0, DD_COMPRESS_ZSTD, \
+			     0, DD_CHUNKER_FIXED}
 
 /* Options for one open handle.  Version 1 callers pass a struct that ends
  * at `threads`; the fields after it take their defaults for them. */
@@ -172,6 +199,11 @@ typedef struct dd_store_info {
 } dd_store_info;
 
 DD_API int dd_store_info_get(dd_store *store, dd_store_info *out);
+
+/* How the store cuts images: *out gets an enum dd_chunker (block_size of
+ * dd_store_info is then the fixed size or the FastCDC average).
+ * Errors: DD_EINVAL (NULL). */
+DD_API int dd_store_chunker_get(dd_store *store, int *out);
 
 /* ---- writing a snapshot -------------------------------------------------*/
 
@@ -618,6 +650,7 @@ typedef int (*dd_read_fn)(void *ctx, void *buf, size_t len, size_t *got);
 DD_API int dd_fd_write(void *ctx, const void *buf, size_t len);
 DD_API int dd_fd_read(void *ctx, void *buf, size_t len, size_t *got);
 
+/* Version 1 callers pass a struct that ends at `tmpdir`. */
 typedef struct dd_send_opts {
 	unsigned version;          /* DD_SEND_OPTS_VERSION */
 	const char *base;          /* incremental: base snapshot name, or NULL */
@@ -627,9 +660,15 @@ typedef struct dd_send_opts {
 	uint64_t mem_limit;        /* bytes of RAM for the sent-block table
 				      before it spills to disk; 0 = 16 MiB */
 	const char *tmpdir;        /* where it spills; NULL = $TMPDIR or /tmp */
+	/* ---- version 2 ---- */
+	int chunker;               /* dd_send_fd: how to cut the file (enum
+				      dd_chunker; block_size is then the
+				      FastCDC average).  dd_send sends a
+				      snapshot as its store cut it */
 } dd_send_opts;
-#define DD_SEND_OPTS_VERSION 1
-#define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, NULL}
+#define DD_SEND_OPTS_VERSION 2
+#define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, \
+			   NULL, DD_CHUNKER_FIXED}
 
 /* What a stream holds: filled by receive and by dd_stream_check. */
 typedef struct dd_stream_info {
@@ -646,10 +685,15 @@ typedef struct dd_stream_info {
 	uint64_t zero_records, zero_blocks;  /* runs of zero blocks (holes),
 						and the blocks in them */
 	uint64_t stream_bytes;        /* bytes of the whole stream read */
-	uint64_t resume_from;         /* first block index carried */
+	uint64_t resume_from;         /* first block index carried (a byte
+					 offset when content-defined) */
 	char resume_token[128];       /* dd_recv with opts->resumable: the
 					 token of what this receive kept when
 					 it failed ("" when nothing was kept) */
+	int chunker;                  /* enum dd_chunker: how the stream's
+					 blocks are cut (block_size is then
+					 the average); added in 0.1 with
+					 content-defined streams, at the end */
 } dd_stream_info;
 
 /* Writes the stream of snapshot `name` (incremental against opts->base
@@ -658,8 +702,9 @@ DD_API int dd_send(dd_store *store, const char *name, const dd_send_opts *opts,
 		   dd_write_fn fn, void *ctx);
 
 /* Streams a raw file or block device (fd, read from its start) with
- * in-stream dedup, without a store; `name` goes in the header.
- * block_size 0 = 128 KiB; compress_level 0 = zstd level 1, -1 = none.
+ * in-stream dedup, without a store; `name` goes in the header, cut by
+ * opts->chunker (fixed by default).  block_size 0 = 128 KiB (the FastCDC
+ * average: 4 KiB to 256 KiB); compress_level 0 = zstd level 1, -1 = none.
  * Errors go to dd_last_errmsg(). */
 DD_API int dd_send_fd(int fd, const char *name, uint32_t block_size,
 		      int compress_level, const dd_send_opts *opts,
@@ -685,8 +730,8 @@ typedef struct dd_recv_opts {
  * checks out; on any failure the store is left as it was.  info may be
  * NULL.  Errors: DD_EFORMAT, DD_ECHECKSUM, DD_ECORRUPT, DD_EVERSION,
  * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY,
- * DD_EBLOCKSIZE (the stream's block size is not the store's: refused at
- * the header, nothing stored), the callback's code. */
+ * DD_EBLOCKSIZE (the stream's block size or chunker is not the store's:
+ * refused at the header, nothing stored), the callback's code. */
 DD_API int dd_recv(dd_store *store, const dd_recv_opts *opts, dd_read_fn fn,
 		   void *ctx, dd_stream_info *info);
 
@@ -858,6 +903,9 @@ enum dd_scan_mode {
 
 /* Most block sizes one scan takes: every power of two from 4 KiB to 1 MiB. */
 #define DD_SCAN_MAX_BLOCK_SIZES 9
+/* Most results of one scan: each chunker with each of its block sizes,
+ * 9 fixed sizes and 7 FastCDC averages (4 KiB to 256 KiB). */
+#define DD_SCAN_MAX_RESULTS 16
 
 /* Bytes per entry of this store's DDT on disk once compacted by gc: 33-byte
  * key + 32-byte value + LMDB node header and page index (format/ddt.md
@@ -896,17 +944,27 @@ typedef struct dd_scan_opts {
 				      unknown); see dd_scan_path_bytes */
 	dd_scan_warn_fn warn;      /* may be NULL: warnings are only counted */
 	void *warn_ctx;
+	/* ---- version 2 ---- */
+	const int *chunkers;       /* nchunkers distinct enum dd_chunker, in
+				      the order of the results; copied;
+				      NULL/0 = DD_CHUNKER_FIXED alone.  Each
+				      is evaluated with each block size (the
+				      FastCDC average: 4 KiB to 256 KiB), all
+				      in the same read pass */
+	size_t nchunkers;
 } dd_scan_opts;
-#define DD_SCAN_OPTS_VERSION 1
+#define DD_SCAN_OPTS_VERSION 2
 #define DD_SCAN_OPTS_INIT {DD_SCAN_OPTS_VERSION, NULL, 0, DD_COMPRESS_ZSTD, \
 			   0, DD_SCAN_EXACT, 0, 0, NULL, 0, NULL, NULL, 0,   \
-			   NULL, NULL}
+			   NULL, NULL, NULL, 0}
 
-/* Figures for one block size.  In sample mode the fields marked (est.) are
- * estimates; the others are exact in both modes. */
+/* Figures for one chunker and block size.  In sample mode the fields
+ * marked (est.) are estimates; the others are exact in both modes.  For
+ * FastCDC, blocks and zero_blocks count a run of zero blocks once, as a
+ * fastcdc store's snapshots do (format/chunker.md §5). */
 typedef struct dd_scan_result {
 	unsigned version;          /* DD_SCAN_RESULT_VERSION: set by the caller */
-	uint32_t block_size;
+	uint32_t block_size;       /* FastCDC: the average */
 	int mode;                  /* enum dd_scan_mode */
 	uint64_t logical_bytes;    /* bytes read, zero blocks included */
 	uint64_t blocks;           /* blocks cut, zero blocks included */
@@ -928,8 +986,10 @@ typedef struct dd_scan_result {
 	uint64_t spill_runs;       /* exact mode: sorted runs written to disk */
 	uint64_t spill_bytes;      /* and their bytes */
 	dd_hist_row hist[DD_HIST_BUCKETS]; /* by refcount, as dd_stat (est.) */
+	/* ---- version 2 ---- */
+	int chunker;               /* enum dd_chunker */
 } dd_scan_result;
-#define DD_SCAN_RESULT_VERSION 1
+#define DD_SCAN_RESULT_VERSION 2
 
 /* What the scan read, over all block sizes. */
 typedef struct dd_scan_info {
@@ -941,13 +1001,19 @@ typedef struct dd_scan_info {
 				      inside directories: not read, not
 				      warned (name devices explicitly) */
 	size_t nblock_sizes;
+	/* ---- version 2 ---- */
+	size_t nresults;           /* chunkers x block sizes: the indices
+				      of dd_scan_result_get */
 } dd_scan_info;
-#define DD_SCAN_INFO_VERSION 1
+#define DD_SCAN_INFO_VERSION 2
 
-/* Creates a scan.  opts may be NULL (128 KiB blocks, zstd level 1, exact,
- * 256 MiB).  Errors: DD_EINVAL (a block size out of range, not a power of
- * two or listed twice; a bad level, mode or shift), DD_ENOMEM; the reason
- * in dd_last_errmsg(). */
+/* Creates a scan.  opts may be NULL (128 KiB fixed blocks, zstd level 1,
+ * exact, 256 MiB).  Errors: DD_EINVAL (a block size out of range for a
+ * chunker, not a power of two or listed twice; a chunker unknown or
+ * listed twice; a bad level, mode or shift), DD_ENOMEM; the reason in
+ * dd_last_errmsg().  A scan with FastCDC reads holes of sparse files (its
+ * cut points depend on every byte), one of fixed blocks alone skips
+ * them. */
 DD_API int dd_scan_new(dd_scan **out, const dd_scan_opts *opts);
 
 /* Scans path: a regular file, a block device (or any readable non-
@@ -972,9 +1038,12 @@ DD_API int dd_scan_add_fd(dd_scan *scan, int fd, const char *label);
  * Errors: DD_ESTATE (called twice or after a failure), DD_EIO, DD_ENOMEM. */
 DD_API int dd_scan_finish(dd_scan *scan);
 
-/* Results for the index-th block size (in the order of opts->block_sizes),
- * after dd_scan_finish.  out->version must be set.
- * Errors: DD_EINVAL (bad index or version), DD_ESTATE (not finished). */
+/* Results for the index-th chunker and block size, after dd_scan_finish:
+ * index = c * nblock_sizes + b for chunker c of opts->chunkers and block
+ * size b of opts->block_sizes (so the index-th block size when one
+ * chunker is scanned).  out->version must be set; a version-1 struct
+ * gets no chunker.  Errors: DD_EINVAL (bad index or version), DD_ESTATE
+ * (not finished). */
 DD_API int dd_scan_result_get(const dd_scan *scan, size_t index,
 			      dd_scan_result *out);
 

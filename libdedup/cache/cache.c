@@ -232,6 +232,13 @@ static void dd_cache_feed_write(void *ctx, dd_l2_item *items)
 
 /* ---- devices ---------------------------------------------------------------------*/
 
+/* The longest block the store has (cache.h). */
+static uint32_t dd_cache_block_max(const dd_cache *c)
+{
+	return c->c_p.cp_block_max > c->c_p.cp_block_size
+		       ? c->c_p.cp_block_max : c->c_p.cp_block_size;
+}
+
 /* Opens one device into the array.  c_devlock held for writing. */
 static int dd_cache_open_dev(dd_cache *c, dd_err *err, const char *path,
 			     uint64_t size)
@@ -244,7 +251,7 @@ static int dd_cache_open_dev(dd_cache *c, dd_err *err, const char *path,
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	c->c_devs = devs;
 	rc = dd_l2dev_open(&d, err, path, size, c->c_p.cp_store_id,
-			   c->c_p.cp_block_size);
+			   c->c_p.cp_block_size, dd_cache_block_max(c));
 	if (rc)
 		return rc;
 	c->c_devs[c->c_ndevs++] = d;
@@ -267,7 +274,7 @@ static void dd_cache_open(dd_cache *c)
 					      c->c_sizes[i]) && c->c_p.cp_warn)
 				c->c_p.cp_warn(c->c_p.cp_warn_ctx, &err);
 		if (dd_feed_new(&c->c_feed, &err, c->c_p.cp_l2_write_max,
-				c->c_p.cp_block_size, dd_cache_feed_write,
+				dd_cache_block_max(c), dd_cache_feed_write,
 				c) && c->c_p.cp_warn)
 			c->c_p.cp_warn(c->c_p.cp_warn_ctx, &err);
 		pthread_rwlock_unlock(&c->c_devlock);
@@ -312,7 +319,7 @@ int dd_cache_attach(dd_cache *c, dd_err *err, const char *path, uint64_t size)
 		rc = dd_cache_open_dev(c, err, path, size);
 		if (!rc && !c->c_feed)
 			rc = dd_feed_new(&c->c_feed, err, c->c_p.cp_l2_write_max,
-					 c->c_p.cp_block_size,
+					 dd_cache_block_max(c),
 					 dd_cache_feed_write, c);
 		pthread_rwlock_unlock(&c->c_devlock);
 	}

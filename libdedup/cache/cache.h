@@ -49,7 +49,9 @@ typedef struct dd_cache_params {
 	uint64_t cp_l2_write_max;   /* L2 feed rate, bytes per second */
 	bool cp_feed_seq;           /* feed blocks of sequential reads too */
 	bool cp_no_l2;              /* list the devices, never open them */
-	uint32_t cp_block_size;     /* the store's block size */
+	uint32_t cp_block_size;     /* the store's block size (of content-
+				       defined blocks: the average) */
+	uint32_t cp_block_max;      /* its longest block; 0: cp_block_size */
 	uint8_t cp_store_id[16];    /* ties a device to its store */
 	const char *const *cp_paths;/* L2 devices, opened at first use */
 	const uint64_t *cp_sizes;   /* their configured sizes */

@@ -140,9 +140,11 @@ typedef struct dd_l2dev dd_l2dev;
 
 /* Opens path for store_id: never fails for a problem of the device itself
  * (it is recorded in the state and message); starts the rebuild thread.
- * Errors: DD_ENOMEM. */
+ * The index has a slot per block_size bytes of the ring; no block is
+ * longer than block_max.  Errors: DD_ENOMEM. */
 int dd_l2dev_open(dd_l2dev **out, dd_err *err, const char *path,
-		  uint64_t size, const uint8_t store_id[16], uint32_t block_size);
+		  uint64_t size, const uint8_t store_id[16], uint32_t block_size,
+		  uint32_t block_max);
 /* Stops the rebuild, closes the file.  The caller has stopped the feed. */
 void dd_l2dev_close(dd_l2dev *d);
 const char *dd_l2dev_path(const dd_l2dev *d);

@@ -55,7 +55,8 @@ struct dd_l2dev {
 	char *d_path;
 	uint64_t d_conf_size;
 	uint8_t d_store_id[16];
-	uint32_t d_block_size;
+	uint32_t d_block_size;      /* typical: one index slot per */
+	uint32_t d_block_max;       /* the longest block */
 	int d_fd;
 
 	pthread_mutex_t d_lock;    /* everything below */
@@ -387,7 +388,8 @@ static int dd_l2dev_attach(dd_l2dev *d, dd_err *err)
 static void *dd_l2dev_rebuild(void *arg);
 
 int dd_l2dev_open(dd_l2dev **out, dd_err *err, const char *path,
-		  uint64_t size, const uint8_t store_id[16], uint32_t block_size)
+		  uint64_t size, const uint8_t store_id[16], uint32_t block_size,
+		  uint32_t block_max)
 {
 	dd_l2dev *d = dd_calloc(1, sizeof(*d));
 	dd_err e = {0};
@@ -400,6 +402,7 @@ int dd_l2dev_open(dd_l2dev **out, dd_err *err, const char *path,
 	d->d_fd = -1;
 	d->d_conf_size = size;
 	d->d_block_size = block_size;
+	d->d_block_max = block_max > block_size ? block_max : block_size;
 	memcpy(d->d_store_id, store_id, 16);
 	pthread_mutex_init(&d->d_lock, NULL);
 	pthread_cond_init(&d->d_cond, NULL);
@@ -595,8 +598,8 @@ uint64_t dd_l2dev_batch_max(dd_l2dev *d)
 
 	if (max > DD_L2_BATCH_MAX)
 		max = DD_L2_BATCH_MAX;
-	if (max < d->d_block_size + DD_L2_SECTOR)
-		max = d->d_block_size + DD_L2_SECTOR;
+	if (max < d->d_block_max + DD_L2_SECTOR)
+		max = d->d_block_max + DD_L2_SECTOR;
 	return max;
 }
 
@@ -755,7 +758,7 @@ static void dd_l2_restore(dd_l2dev *d, const uint8_t *buf, const dd_l2_log *log,
 		at = (uint64_t)le.le_off * DD_L2_SECTOR;
 		/* A batch's blocks lie just before its log block. */
 		if (at + dd_l2_align(le.le_lsize) > phys ||
-		    le.le_lsize > d->d_block_size)
+		    le.le_lsize > d->d_block_max)
 			continue;
 		lpos = log->ll_lpos - (phys - at);
 		if (lpos + ring < end)

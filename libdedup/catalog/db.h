@@ -11,6 +11,8 @@
  *                                   key order to compact it, §ddt.4)
  *   snap   name -> snapshot record  committed snapshots
  *   bmap   be64 id||be64 idx -> key  block maps; a missing index is a hole
+ *          be64 id||be64 off -> key||len   ... of content-defined blocks,
+ *                                   by offset; a gap is a hole
  *   pend   be64 id -> name           snapshots being written (rolled back
  *                                   by the next writer after a crash)
  *   packs  be32 pack id -> record   committed end of each pack file
@@ -157,32 +159,64 @@ typedef int (*dd_snap_walk_fn)(void *ctx, const char *name,
 			       const dd_snap_rec *rec);
 int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx);
 
-/* Adds block idx of snapshot id: indices must increase within a
- * snapshot (else DD_ECORRUPT), while other snapshots' maps may grow at
- * the same time.  MDB_APPEND when it is the table's last key. */
-int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
-		   const dd_ddt_key *key);
+/*
+ * A block map entry is found by its position: the block's index in a
+ * store of fixed blocks, its byte offset in a store whose blocks have
+ * lengths of their own (content-defined, format/store.md §4.2), whose
+ * entries also hold each block's length.  Which one a catalog has is the
+ * store's (meta's chunker): dd_db_set_varblock says so once it is read.
+ */
 
-/* A cursor over one snapshot's block map from a starting index. */
+/* max_len 0: fixed blocks (the default); else each block is 1..max_len
+ * bytes and its map is keyed by offset. */
+void dd_db_set_varblock(dd_db *db, uint32_t max_len);
+/* 0, or the longest block of a content-defined catalog. */
+uint32_t dd_db_varblock(const dd_db *db);
+
+/* Appends the entry at position pos of snapshot id: positions must
+ * increase within a snapshot (else DD_ECORRUPT), while other snapshots'
+ * maps may grow at the same time (MDB_APPEND when it is the table's last
+ * key, an ordinary put otherwise); len, the
+ * block's length, is kept in a content-defined catalog (1..max_len),
+ * ignored in a fixed one. */
+int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t pos,
+		   uint32_t len, const dd_ddt_key *key);
+/* Appends block number idx of snapshot id, bytes [off, off + len) of the
+ * image, at the position the catalog keys it by. */
+int dd_bmap_append_block(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
+			 uint64_t off, uint32_t len, const dd_ddt_key *key);
+
+/* A cursor over one snapshot's block map from a starting position. */
 typedef struct dd_bmap_cur dd_bmap_cur;
 int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out);
-/* Positions at the first entry with index >= idx.  Returns 1 and fills
- * *idx_out/key when found, 0 at the end of this snapshot's map. */
-int dd_bmap_seek(dd_bmap_cur *cur, dd_err *err, uint64_t idx,
-		 uint64_t *idx_out, dd_ddt_key *key);
-int dd_bmap_next(dd_bmap_cur *cur, dd_err *err, uint64_t *idx_out,
+/* Positions at the first entry with position >= pos.  Returns 1 and
+ * fills *pos_out/key when found, 0 at the end of this snapshot's map. */
+int dd_bmap_seek(dd_bmap_cur *cur, dd_err *err, uint64_t pos,
+		 uint64_t *pos_out, dd_ddt_key *key);
+int dd_bmap_next(dd_bmap_cur *cur, dd_err *err, uint64_t *pos_out,
 		 dd_ddt_key *key);
+/* The length of the entry the last seek, next or find returned: the
+ * block's bytes in a content-defined catalog, 0 in a fixed one. */
+uint32_t dd_bmap_len(const dd_bmap_cur *cur);
+/* Content-defined catalogs: positions at the entry whose block holds
+ * byte off -- or, when off is in a hole, the first entry after it.
+ * Returns 1 with *off_out (<= off when the block holds it) and key, 0
+ * when no entry is left at or after off.  O(log n): a seek to off minus
+ * the longest block, then a few steps (blocks are at least a quarter of
+ * the average, format/chunker.md §3).  DD_EINVAL in a fixed catalog. */
+int dd_bmap_find(dd_bmap_cur *cur, dd_err *err, uint64_t off,
+		 uint64_t *off_out, dd_ddt_key *key);
 void dd_bmap_close(dd_bmap_cur *cur);
 
 /* Deletes a snapshot's whole map, calling fn for each entry first (to drop
  * its reference).  Write transaction only.  fn may write to the DDT. */
-typedef int (*dd_bmap_drop_fn)(void *ctx, uint64_t idx,
+typedef int (*dd_bmap_drop_fn)(void *ctx, uint64_t pos,
 			       const dd_ddt_key *key);
 int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
 		 void *ctx);
 
 /* Walks every entry of every map (scrub maps bad blocks to snapshots). */
-typedef int (*dd_bmap_walk_fn)(void *ctx, uint64_t id, uint64_t idx,
+typedef int (*dd_bmap_walk_fn)(void *ctx, uint64_t id, uint64_t pos,
 			       const dd_ddt_key *key);
 int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx);
 

@@ -51,6 +51,9 @@ struct dd_db {
 	 * pages in use, or that this process's own writer committed on one
 	 * checked: a write txn on it skips the check (guard.c) */
 	_Atomic uint64_t db_free_checked;
+	/* block maps of blocks with lengths of their own, none longer than
+	 * this (maps.c); 0: fixed blocks, keyed by index */
+	_Atomic uint32_t db_var_max;
 };
 
 /* A cursor's guard: where in the committed tree the cursor is, so that

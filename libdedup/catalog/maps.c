@@ -5,6 +5,16 @@
  * big-endian so that LMDB's byte order is numeric order (block maps are
  * then appended with MDB_APPEND and read with one cursor sweep); every
  * value is little-endian, encoded field by field.
+ *
+ * Block maps come in two kinds, one per catalog (format/store.md §4):
+ * fixed blocks keyed by index, each covering index * block size on; and
+ * content-defined blocks keyed by their byte offset, each entry holding
+ * its length too, a gap between two entries a hole.  Finding the block
+ * that holds a byte of the second kind is a seek to the byte minus the
+ * longest block and a few steps forward: no block that starts before
+ * that can reach the byte.  Every step is one the guard checks first
+ * (guard.c: a seek, then nexts), where stepping back would need a move
+ * it does not check.
  */
 #include <string.h>
 
@@ -15,7 +25,9 @@
 
 #define DD_SNAP_VAL_SIZE 80
 #define DD_SNAP_VAL_VERSION 1
+#define DD_SNAP_VARBLOCK 0x01     /* byte 1: blocks of their own lengths */
 #define DD_BMAP_KEY_SIZE 16
+#define DD_BMAP_VAR_VAL_SIZE (DD_DDT_KEY_SIZE + 4)  /* key, le32 length */
 #define DD_PACKS_VAL_SIZE 16
 #define DD_PACKS_VAL_VERSION 1
 
@@ -23,10 +35,12 @@
 
 /* ---- snapshots (format/store.md §3) -------------------------------------*/
 
-static void dd_snap_encode(uint8_t out[DD_SNAP_VAL_SIZE], const dd_snap_rec *r)
+static void dd_snap_encode(uint8_t out[DD_SNAP_VAL_SIZE], const dd_snap_rec *r,
+			   bool var)
 {
 	memset(out, 0, DD_SNAP_VAL_SIZE);
 	out[0] = DD_SNAP_VAL_VERSION;
+	out[1] = var ? DD_SNAP_VARBLOCK : 0;
 	dd_put_le32(out + 4, r->sr_block_size);
 	dd_put_le64(out + 8, r->sr_id);
 	dd_put_le64(out + 16, r->sr_size);
@@ -36,11 +50,15 @@ static void dd_snap_encode(uint8_t out[DD_SNAP_VAL_SIZE], const dd_snap_rec *r)
 	memcpy(out + 48, r->sr_digest, DD_HASH_SIZE);
 }
 
-static int dd_snap_decode(dd_err *err, const MDB_val *v, dd_snap_rec *r)
+/* A record of a content-defined catalog (var) has byte 1 set, and any
+ * number of blocks its size allows (a run of holes is one). */
+static int dd_snap_decode(dd_err *err, const MDB_val *v, bool var,
+			  dd_snap_rec *r)
 {
 	const uint8_t *p = v->mv_data;
 
-	if (v->mv_size != DD_SNAP_VAL_SIZE || p[0] != DD_SNAP_VAL_VERSION)
+	if (v->mv_size != DD_SNAP_VAL_SIZE || p[0] != DD_SNAP_VAL_VERSION ||
+	    p[1] != (var ? DD_SNAP_VARBLOCK : 0))
 		return dd_db_damage(err,
 				    "snapshot record of %zu bytes, version %u",
 				    v->mv_size, v->mv_size ? p[0] : 0);
@@ -52,8 +70,9 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, dd_snap_rec *r)
 	r->sr_ctime = (int64_t)dd_get_le64(p + 40);
 	memcpy(r->sr_digest, p + 48, DD_HASH_SIZE);
 	if (r->sr_block_size == 0 || r->sr_zero_blocks > r->sr_blocks ||
-	    r->sr_blocks != r->sr_size / r->sr_block_size +
-				    (r->sr_size % r->sr_block_size != 0))
+	    (var ? r->sr_blocks > r->sr_size || (r->sr_size && !r->sr_blocks)
+		 : r->sr_blocks != r->sr_size / r->sr_block_size +
+				   (r->sr_size % r->sr_block_size != 0)))
 		return dd_db_damage(err,
 				    "snapshot record sizes disagree");
 	return 0;
@@ -64,7 +83,8 @@ int dd_snap_get(dd_txn *txn, dd_err *err, const char *name, dd_snap_rec *out)
 	MDB_val k = {strlen(name), (void *)name}, v;
 	int rc = dd_table_get(txn, err, DD_DBI_SNAP, &k, &v, "snapshot get");
 
-	return rc ? rc : dd_snap_decode(err, &v, out);
+	return rc ? rc : dd_snap_decode(err, &v, dd_db_varblock(txn->tx_db) != 0,
+					out);
 }
 
 int dd_snap_put(dd_txn *txn, dd_err *err, const char *name,
@@ -73,7 +93,7 @@ int dd_snap_put(dd_txn *txn, dd_err *err, const char *name,
 	uint8_t buf[DD_SNAP_VAL_SIZE];
 	MDB_val k = {strlen(name), (void *)name}, v = {sizeof(buf), buf};
 
-	dd_snap_encode(buf, rec);
+	dd_snap_encode(buf, rec, dd_db_varblock(txn->tx_db) != 0);
 	return dd_table_put(txn, err, DD_DBI_SNAP, &k, &v, 0, "snapshot put");
 }
 
@@ -87,6 +107,7 @@ int dd_snap_del(dd_txn *txn, dd_err *err, const char *name)
 struct dd_snap_walk_ctx {
 	dd_snap_walk_fn sw_fn;
 	void *sw_ctx;
+	bool sw_var;
 };
 
 static int dd_snap_walk_one(void *arg, dd_err *err, const MDB_val *k,
@@ -103,13 +124,13 @@ static int dd_snap_walk_one(void *arg, dd_err *err, const MDB_val *k,
 				    k->mv_size);
 	memcpy(name, k->mv_data, k->mv_size);
 	name[k->mv_size] = 0;
-	rc = dd_snap_decode(err, v, &rec);
+	rc = dd_snap_decode(err, v, sw->sw_var, &rec);
 	return rc ? rc : sw->sw_fn(sw->sw_ctx, name, &rec);
 }
 
 int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx)
 {
-	struct dd_snap_walk_ctx sw = {fn, ctx};
+	struct dd_snap_walk_ctx sw = {fn, ctx, dd_db_varblock(txn->tx_db) != 0};
 
 	return dd_table_walk(txn, err, DD_DBI_SNAP, dd_snap_walk_one, &sw,
 			     "snapshot walk");
@@ -121,10 +142,22 @@ struct dd_bmap_cur {
 	dd_txn *bc_txn;
 	MDB_cursor *bc_cur;
 	uint64_t bc_id;
+	uint32_t bc_var_max;         /* the catalog's, at open */
 	bool bc_at;                  /* bc_key is where the cursor is */
 	uint8_t bc_key[DD_BMAP_KEY_SIZE];
+	uint32_t bc_len;             /* of the entry last returned */
 	struct dd_guard_cur bc_guard;
 };
+
+void dd_db_set_varblock(dd_db *db, uint32_t max_len)
+{
+	atomic_store(&db->db_var_max, max_len);
+}
+
+uint32_t dd_db_varblock(const dd_db *db)
+{
+	return atomic_load(&db->db_var_max);
+}
 
 static void dd_bmap_key(uint8_t out[DD_BMAP_KEY_SIZE], uint64_t id,
 			uint64_t idx)
@@ -133,35 +166,51 @@ static void dd_bmap_key(uint8_t out[DD_BMAP_KEY_SIZE], uint64_t id,
 	dd_put_be64(out + 8, idx);
 }
 
-/* Decodes one bmap pair; returns 1 if it belongs to id, 0 if not. */
+/* Decodes one bmap pair of a catalog whose blocks are at most var_max
+ * bytes (0: fixed, no length); returns 1 if it belongs to id, 0 if not. */
 static int dd_bmap_decode(dd_err *err, const MDB_val *k, const MDB_val *v,
-			  uint64_t id, uint64_t *idx, dd_ddt_key *key)
+			  uint32_t var_max, uint64_t id, uint64_t *pos,
+			  uint32_t *len, dd_ddt_key *key)
 {
-	if (k->mv_size != DD_BMAP_KEY_SIZE || v->mv_size != DD_DDT_KEY_SIZE)
+	const uint8_t *vp = v->mv_data;
+
+	if (k->mv_size != DD_BMAP_KEY_SIZE ||
+	    v->mv_size != (var_max ? DD_BMAP_VAR_VAL_SIZE : DD_DDT_KEY_SIZE))
 		return dd_db_damage(err,
 				    "block map entry of %zu/%zu bytes",
 				    k->mv_size, v->mv_size);
 	if (dd_get_be64(k->mv_data) != id)
 		return 0;
-	*idx = dd_get_be64((const uint8_t *)k->mv_data + 8);
-	memcpy(key->dk_hash, v->mv_data, DD_HASH_SIZE);
-	key->dk_variant = ((const uint8_t *)v->mv_data)[DD_HASH_SIZE];
+	*pos = dd_get_be64((const uint8_t *)k->mv_data + 8);
+	*len = var_max ? dd_get_le32(vp + DD_DDT_KEY_SIZE) : 0;
+	if (var_max && (*len == 0 || *len > var_max ||
+			*pos > UINT64_MAX - *len))
+		return dd_db_damage(err, "block map entry at byte %llu of "
+				    "%u bytes", (unsigned long long)*pos, *len);
+	memcpy(key->dk_hash, vp, DD_HASH_SIZE);
+	key->dk_variant = vp[DD_HASH_SIZE];
 	return 1;
 }
 
-int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
-		   const dd_ddt_key *key)
+int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t pos,
+		   uint32_t len, const dd_ddt_key *key)
 {
-	uint8_t kb[DD_BMAP_KEY_SIZE], vb[DD_DDT_KEY_SIZE];
-	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	uint32_t var_max = dd_db_varblock(txn->tx_db);
+	uint8_t kb[DD_BMAP_KEY_SIZE], vb[DD_BMAP_VAR_VAL_SIZE];
+	MDB_val k = {sizeof(kb), kb};
+	MDB_val v = {var_max ? DD_BMAP_VAR_VAL_SIZE : DD_DDT_KEY_SIZE, vb};
 	dd_bmap_cur *cur = NULL;
 	dd_ddt_key found;
 	uint64_t at = 0;
 	int rc;
 
-	dd_bmap_key(kb, id, idx);
+	if (var_max && (len == 0 || len > var_max))
+		return dd_err_set(err, DD_EINVAL, "block map entry of %u "
+				  "bytes (blocks are 1 to %u)", len, var_max);
+	dd_bmap_key(kb, id, pos);
 	memcpy(vb, key->dk_hash, DD_HASH_SIZE);
 	vb[DD_HASH_SIZE] = key->dk_variant;
+	dd_put_le32(vb + DD_DDT_KEY_SIZE, len);
 	/* the last key of the table: one cheap append (a lone writer's
 	 * case, and the newest snapshot's) */
 	rc = dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, MDB_APPEND,
@@ -169,22 +218,30 @@ int dd_bmap_append(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
 	if (rc != DD_EEXIST)
 		return rc;
 	/* other snapshots' maps grew past this one (writers side by side):
-	 * an ordinary put, once no entry of this snapshot is at idx or
-	 * above -- within one map the indices only increase */
+	 * an ordinary put, once no entry of this snapshot is at pos or
+	 * above -- within one map the positions only increase */
 	rc = dd_bmap_open(txn, err, id, &cur);
 	if (!rc)
-		rc = dd_bmap_seek(cur, err, idx, &at, &found);
+		rc = dd_bmap_seek(cur, err, pos, &at, &found);
 	dd_bmap_close(cur);
 	if (rc == 1)
 		return dd_db_damage(err,
 				    "block map append out of order (id %llu, "
-				    "block %llu after block %llu)",
+				    "%s %llu after %llu)",
 				    (unsigned long long)id,
-				    (unsigned long long)idx,
+				    var_max ? "byte" : "block",
+				    (unsigned long long)pos,
 				    (unsigned long long)at);
 	if (rc < 0)
 		return rc;
 	return dd_table_put(txn, err, DD_DBI_BMAP, &k, &v, 0, "block map put");
+}
+
+int dd_bmap_append_block(dd_txn *txn, dd_err *err, uint64_t id, uint64_t idx,
+			 uint64_t off, uint32_t len, const dd_ddt_key *key)
+{
+	return dd_bmap_append(txn, err, id,
+			      dd_db_varblock(txn->tx_db) ? off : idx, len, key);
 }
 
 int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
@@ -201,6 +258,7 @@ int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
 	}
 	bc->bc_txn = txn;
 	bc->bc_id = id;
+	bc->bc_var_max = dd_db_varblock(txn->tx_db);
 	dd_guard_cur_init(&bc->bc_guard, DD_DBI_BMAP);
 	*out = bc;
 	return 0;
@@ -220,7 +278,8 @@ static int dd_bmap_get(dd_bmap_cur *bc, dd_err *err, MDB_val *k,
 		return 0;
 	if (rc)
 		return dd_mdb_error(err, rc, "block map read");
-	return dd_bmap_decode(err, k, &v, bc->bc_id, idx_out, key);
+	return dd_bmap_decode(err, k, &v, bc->bc_var_max, bc->bc_id, idx_out,
+			      &bc->bc_len, key);
 }
 
 int dd_bmap_seek(dd_bmap_cur *bc, dd_err *err, uint64_t idx,
@@ -253,6 +312,29 @@ int dd_bmap_next(dd_bmap_cur *bc, dd_err *err, uint64_t *idx_out,
 	if (rc)
 		return rc;
 	return dd_bmap_get(bc, err, &k, MDB_NEXT, idx_out, key);
+}
+
+uint32_t dd_bmap_len(const dd_bmap_cur *bc)
+{
+	return bc->bc_len;
+}
+
+int dd_bmap_find(dd_bmap_cur *bc, dd_err *err, uint64_t off,
+		 uint64_t *off_out, dd_ddt_key *key)
+{
+	uint64_t from = off >= bc->bc_var_max ? off - bc->bc_var_max + 1 : 0;
+	int rc;
+
+	if (!bc->bc_var_max)
+		return dd_err_set(err, DD_EINVAL, "dd_bmap_find: a map of "
+				  "fixed blocks");
+	/* no block that starts before `from` reaches off; of those after
+	 * it, each step passes one that ends before off */
+	for (rc = dd_bmap_seek(bc, err, from, off_out, key);
+	     rc == 1 && *off_out + bc->bc_len <= off;
+	     rc = dd_bmap_next(bc, err, off_out, key))
+		;
+	return rc;
 }
 
 void dd_bmap_close(dd_bmap_cur *bc)
@@ -294,6 +376,7 @@ int dd_bmap_drop(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_drop_fn fn,
 struct dd_bmap_walk_ctx {
 	dd_bmap_walk_fn bw_fn;
 	void *bw_ctx;
+	uint32_t bw_var_max;
 };
 
 static int dd_bmap_walk_one(void *arg, dd_err *err, const MDB_val *k,
@@ -302,15 +385,17 @@ static int dd_bmap_walk_one(void *arg, dd_err *err, const MDB_val *k,
 	struct dd_bmap_walk_ctx *bw = arg;
 	uint64_t id = k->mv_size == DD_BMAP_KEY_SIZE ? dd_get_be64(k->mv_data)
 						     : 0, idx = 0;
+	uint32_t len;
 	dd_ddt_key key;
-	int rc = dd_bmap_decode(err, k, v, id, &idx, &key);
+	int rc = dd_bmap_decode(err, k, v, bw->bw_var_max, id, &idx, &len,
+				&key);
 
 	return rc == 1 ? bw->bw_fn(bw->bw_ctx, id, idx, &key) : rc;
 }
 
 int dd_bmap_walk_all(dd_txn *txn, dd_err *err, dd_bmap_walk_fn fn, void *ctx)
 {
-	struct dd_bmap_walk_ctx bw = {fn, ctx};
+	struct dd_bmap_walk_ctx bw = {fn, ctx, dd_db_varblock(txn->tx_db)};
 
 	return dd_table_walk(txn, err, DD_DBI_BMAP, dd_bmap_walk_one, &bw,
 			     "block map walk");

@@ -7,7 +7,10 @@
  *
  *   chunk.c     block rules: sizes, counts, the length of an image's last
  *               block, zero blocks (holes: never hashed, never stored);
- *   cut.c       the cutter interface and the fixed-size cutter;
+ *   cut.c       the cutter interface, the fixed-size cutter and the
+ *               chunkers' rules (sizes, the longest block);
+ *   fastcdc.c   the content-defined cutter (format/chunker.md): a gear
+ *               hash with normalized chunking, two bytes a step;
  *   digest.c    the content digest of an image (format/store.md §6), the
  *               one hash over that stream;
  *   pipeline.c  the pipeline itself (pipeline.h): batches read from a
@@ -59,8 +62,8 @@ static inline uint32_t dd_block_lsize(uint64_t size, uint32_t bs, uint64_t idx)
  * come (!final).  When `final`, the bytes are the image's last and it
  * must cut (a last block may be short).  The fixed cutter cuts every
  * cu_max bytes and never looks at the bytes (cu_reads false: data may be
- * NULL); a content-defined cutter (FastCDC) would set cu_reads, and then
- * the pipeline reads a batch's bytes before cutting it.  Blocks of a
+ * NULL); the content-defined one (FastCDC) sets cu_reads, and then the
+ * pipeline reads a batch's bytes before cutting it.  Blocks of a
  * content-defined cutter have any length up to cu_max; cu_min is the
  * shortest it cuts before an image's end (it bounds a batch's block
  * count).  Cutters keep no state between calls: a block's end depends on
@@ -75,22 +78,51 @@ struct dd_cutter {
 	uint32_t cu_min;
 	uint32_t cu_max;
 	bool cu_reads;
+	/* a content-defined cutter's own: the size where the mask changes,
+	 * and the masks before and after it (format/chunker.md §3) */
+	uint32_t cu_avg;
+	uint64_t cu_mask_s, cu_mask_l;
 };
 
 /* A cutter of fixed-size blocks of bs bytes (dd_block_size_valid, or any
  * size from 1 in tests). */
 void dd_cutter_fixed(dd_cutter *c, uint32_t bs);
 
+/* The FastCDC cutter of average avg (dd_chunker_valid). */
+void dd_cutter_fastcdc(dd_cutter *c, uint32_t avg);
+
+/* Is bs a valid size for chunker (enum dd_chunker): a fixed block size
+ * (dd_block_size_valid) or a FastCDC average (a power of two in
+ * [DD_FASTCDC_AVG_MIN, DD_FASTCDC_AVG_MAX])? */
+bool dd_chunker_valid(int chunker, uint64_t bs);
+/* Its longest block: bs, or 4 * bs for FastCDC (at most 1 MiB). */
+uint32_t dd_chunker_max(int chunker, uint32_t bs);
+/* "fixed", "fastcdc", or "?" */
+const char *dd_chunker_name(int chunker);
+/* The cutter of a valid (chunker, bs). */
+void dd_cutter_init(dd_cutter *c, int chunker, uint32_t bs);
+
+/* The gear table of format/chunker.md §2 (256 entries), for tests. */
+const uint64_t *dd_fastcdc_gear(void);
+
 /* ---- the content digest (digest.c; format/store.md §6) --------------------*/
 
 /* SHA-256 over each block's hash in order (32 zero bytes for a hole),
- * then the image size (le64) and block size (le32). */
+ * then the image size (le64) and block size (le32).  Of an image cut by
+ * content (chunker fastcdc): each hash followed by the block's length
+ * (le64), a run of holes once with its total length, then size, block
+ * size and the chunker (u8). */
 typedef struct dd_digest dd_digest;
 
-int dd_digest_new(dd_digest **out, dd_err *err);
-void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null);
-/* count holes at once */
+int dd_digest_new(dd_digest **out, dd_err *err, int chunker);
+/* The next block: its hash, or NULL for a hole, and its length (only a
+ * content-defined image's digest takes it in; fixed: any). */
+void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null, uint64_t len);
+/* count holes at once (fixed) */
 void dd_digest_zeros(dd_digest *d, uint64_t count);
+/* Blocks and holes so far, as the formats count them: a run of holes is
+ * one hole in a content-defined image (format/chunker.md §5). */
+void dd_digest_counts(const dd_digest *d, uint64_t *blocks, uint64_t *zero);
 /* Writes the digest; d is then ready for another image. */
 void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
 		     uint8_t out[DD_HASH_SIZE]);

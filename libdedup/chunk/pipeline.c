@@ -11,7 +11,11 @@
  * crosses a region; a cutter that reads the bytes has them read before it
  * cuts, so for it crossing does not matter.  Bytes after the last cut of
  * a full batch (a content-defined cutter waiting for its next cut point)
- * move to the next batch.
+ * move to the next batch.  Beside a reading cutter (dedup scan of both
+ * chunkers) fixed ones cut the batch's bytes too, each from its own
+ * position: once bytes moved on, their blocks no longer start on region
+ * bounds, which is fine, as every byte of such a batch is in pb_data
+ * before stage 1 (a reading cutter needs them there).
  *
  * Stage 1, one pool item per region.  A file range is not read by the
  * caller: the worker that hashes a region reads the range's part of it,
@@ -64,7 +68,8 @@ struct dd_pipe {
 	bool pp_pool_held;
 	bool pp_solo;             /* running a job alone (pc_pool_lock busy) */
 	size_t pp_pos[DD_PIPE_MAX_CUT];   /* the next block's first byte */
-	uint64_t pp_idx[DD_PIPE_MAX_CUT]; /* ... and its index in the image */
+	uint64_t pp_idx[DD_PIPE_MAX_CUT]; /* ... its index in the image */
+	uint64_t pp_ioff[DD_PIPE_MAX_CUT];/* ... and its offset there */
 	uint64_t pp_image;        /* images ended */
 	unsigned pp_width;
 	dd_hasher **pp_hasher;    /* per pool worker */
@@ -101,16 +106,18 @@ void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 			continue;
 		}
 		bk->bk_kind = DD_BLK_DATA;
-		if (*w && (*w)->bk_len == bk->bk_len) {
-			dd_hasher_sum2(h, buf + ((*w)->bk_off - buf_off), data,
-				       bk->bk_len, (*w)->bk_hash, bk->bk_hash);
-			*w = NULL;
+		if (!*w) {
+			*w = bk;
 			continue;
 		}
-		if (*w) /* a short block meets no partner */
-			dd_hasher_sum(h, buf + ((*w)->bk_off - buf_off),
-				      (*w)->bk_len, (*w)->bk_hash);
-		*w = bk;
+		if ((*w)->bk_len == bk->bk_len)
+			dd_hasher_sum2(h, buf + ((*w)->bk_off - buf_off), data,
+				       bk->bk_len, (*w)->bk_hash, bk->bk_hash);
+		else
+			dd_hasher_sum2v(h, buf + ((*w)->bk_off - buf_off),
+					(*w)->bk_len, data, bk->bk_len,
+					(*w)->bk_hash, bk->bk_hash);
+		*w = NULL;
 	}
 	for (size_t c = 0; c < DD_PIPE_MAX_CUT; c++)
 		if (wait[c])
@@ -399,6 +406,8 @@ static int dd_pipe_cut(dd_pipe *p, dd_pbatch *b, bool final)
 				bk->bk_off = (uint32_t)*pos;
 				bk->bk_len = (uint32_t)n;
 				bk->bk_idx = p->pp_idx[c]++;
+				bk->bk_ioff = p->pp_ioff[c];
+				p->pp_ioff[c] += n;
 				bk->bk_cut = (uint8_t)c;
 				bk->bk_kind = DD_BLK_ZERO;
 				bk->bk_nodata = false;
@@ -436,6 +445,7 @@ int dd_pipe_end_image(dd_pipe *p)
 	for (size_t c = 0; c < p->pp_cfg.pc_ncut; c++) {
 		p->pp_pos[c] = b->pb_fill;
 		p->pp_idx[c] = 0;
+		p->pp_ioff[c] = 0;
 	}
 	p->pp_image++;
 	return b->pb_fill == p->pp_cap ? dd_pipe_step(p) : 0;
@@ -705,8 +715,7 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 		const dd_cutter *cu = &c->pc_cut[i];
 		size_t a = cu->cu_reads ? cu->cu_min : cu->cu_max;
 
-		if (!cu->cu_next || cu->cu_min == 0 ||
-		    cu->cu_min > cu->cu_max || (cu->cu_reads && c->pc_ncut > 1))
+		if (!cu->cu_next || cu->cu_min == 0 || cu->cu_min > cu->cu_max)
 			return dd_err_set(c->pc_err, DD_EINVAL, "bad cutter");
 		p->pp_cut[i] = *cu;
 		p->pp_reads |= cu->cu_reads;

@@ -43,7 +43,8 @@
 #include "common/pool.h"
 
 #define DD_PIPE_RING 3
-#define DD_PIPE_MAX_CUT 9     /* cutters of one pipeline (scan's sizes) */
+/* cutters of one pipeline: scan's 9 fixed sizes and 7 FastCDC averages */
+#define DD_PIPE_MAX_CUT 16
 
 /* bk_kind after stage 1; sinks may use their own values from DD_BLK_SINK */
 enum { DD_BLK_ZERO, DD_BLK_DATA, DD_BLK_SINK };
@@ -53,6 +54,7 @@ typedef struct dd_blk {
 	uint32_t bk_off;          /* first byte, in the batch's bytes */
 	uint32_t bk_len;          /* 1 .. its cutter's cu_max */
 	uint64_t bk_idx;          /* index in its image, of its cutter */
+	uint64_t bk_ioff;         /* first byte, in its image */
 	uint8_t bk_hash[DD_HASH_SIZE]; /* after stage 1, unless zero */
 	uint8_t bk_cut;           /* its cutter */
 	uint8_t bk_kind;
@@ -67,10 +69,11 @@ typedef struct dd_blk {
 
 /* Zero test and SHA-256 (or the test hash) of blk[0..n), whose bytes
  * are at buf + (bk_off - buf_off): each is marked DD_BLK_ZERO (not
- * hashed) or DD_BLK_DATA.  Blocks of one cutter and one length are
- * hashed two at a time (dd_hasher_sum2: 1.8 times the speed of one at a
- * time on SHA-NI), in order of the list; the zero test first, since most
- * blocks that are not zero differ from it in their first bytes. */
+ * hashed) or DD_BLK_DATA.  Blocks of one cutter are hashed two at a time
+ * in order of the list (dd_hasher_sum2: 1.8 times the speed of one at a
+ * time on SHA-NI; dd_hasher_sum2v for two lengths, content-defined
+ * blocks); the zero test first, since most blocks that are not zero
+ * differ from it in their first bytes. */
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 		 size_t buf_off);
 
@@ -159,7 +162,7 @@ typedef struct dd_pipe_cfg {
 				     runs its job alone on the caller's
 				     thread, compressing with pc_zctx_solo */
 	int pc_hash_kind;         /* hash/hash.h */
-	const dd_cutter *pc_cut;  /* copied; several only if none reads */
+	const dd_cutter *pc_cut;  /* copied */
 	size_t pc_ncut;
 	/* stage 3: NULL for none (then po_lookup lists nothing) */
 	dd_compress_fn pc_compress;

@@ -31,6 +31,11 @@ void dd_hasher_sum(dd_hasher *h, const void *buf, size_t len,
  * second of two dd_hasher_sum calls (sha256x2.c). */
 void dd_hasher_sum2(dd_hasher *h, const void *a, const void *b, size_t len,
 		    uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
+/* Two buffers of any lengths (content-defined blocks): two lanes for the
+ * shorter one's length, one for the rest of the longer. */
+void dd_hasher_sum2v(dd_hasher *h, const void *a, size_t la, const void *b,
+		     size_t lb, uint8_t out_a[DD_HASH_SIZE],
+		     uint8_t out_b[DD_HASH_SIZE]);
 
 /* Incremental SHA-256 (always the real one): digests of whole images. */
 typedef struct dd_sha256_ctx dd_sha256_ctx;
@@ -52,6 +57,9 @@ void dd_sha256_sw(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE]);
 bool dd_sha256_x2_ok(void);
 void dd_sha256_x2(const void *a, const void *b, size_t len,
 		  uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
+/* The same for two buffers of different lengths. */
+void dd_sha256_x2v(const void *a, size_t la, const void *b, size_t lb,
+		   uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
 
 /* Lower-case hex of a hash into buf (>= 65 bytes). */
 void dd_hash_hex(const uint8_t hash[DD_HASH_SIZE], char *buf);

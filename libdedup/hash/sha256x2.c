@@ -139,23 +139,85 @@ DD_SHANI static void dd_x2_digest(__m128i abef, __m128i cdgh,
 			 _mm_shuffle_epi8(hgfe, bswap32));
 }
 
-DD_SHANI static void dd_sha256_x2_shani(const void *a, const void *b,
-					size_t len, uint8_t out_a[DD_HASH_SIZE],
-					uint8_t out_b[DD_HASH_SIZE])
+/* One message as 64-byte blocks: its whole blocks in place, then its
+ * padded tail (one or two blocks). */
+struct dd_x2_msg {
+	const uint8_t *m_p;
+	size_t m_full;            /* whole blocks at m_p */
+	size_t m_total;           /* and the tail's */
+	uint8_t m_tail[128];
+};
+
+static void dd_x2_msg_init(struct dd_x2_msg *m, const void *p, size_t len)
 {
-	struct dd_x2_state st;
-	uint8_t tail_a[128], tail_b[128];
-	size_t nblk;
+	m->m_p = p;
+	m->m_full = len / 64;
+	m->m_total = m->m_full + dd_sha256_pad(p, len, m->m_tail);
+}
+
+/* Block j of m, and how many blocks from it on lie one after the other. */
+static const uint8_t *dd_x2_msg_at(const struct dd_x2_msg *m, size_t j,
+				   size_t *run)
+{
+	if (j < m->m_full) {
+		*run = m->m_full - j;
+		return m->m_p + 64 * j;
+	}
+	*run = m->m_total - j;
+	return m->m_tail + 64 * (j - m->m_full);
+}
+
+/* Two messages of any lengths: both lanes while both have blocks, then
+ * the longer alone -- in both lanes, the second copy's result dropped
+ * (one lane of two costs about what single-lane code does). */
+DD_SHANI static void dd_sha256_x2v_shani(const void *a, size_t la,
+					 const void *b, size_t lb,
+					 uint8_t out_a[DD_HASH_SIZE],
+					 uint8_t out_b[DD_HASH_SIZE])
+{
+	struct dd_x2_state st, one;
+	struct dd_x2_msg ma, mb, *longer;
+	size_t j = 0, both, ra, rb;
 
 	dd_x2_init(&st.a_abef, &st.a_cdgh);
 	st.b_abef = st.a_abef;
 	st.b_cdgh = st.a_cdgh;
-	dd_x2_blocks(&st, a, b, len / 64);
-	nblk = dd_sha256_pad(a, len, tail_a);
-	dd_sha256_pad(b, len, tail_b);
-	dd_x2_blocks(&st, tail_a, tail_b, nblk);
+	dd_x2_msg_init(&ma, a, la);
+	dd_x2_msg_init(&mb, b, lb);
+	both = ma.m_total < mb.m_total ? ma.m_total : mb.m_total;
+	while (j < both) {
+		const uint8_t *pa = dd_x2_msg_at(&ma, j, &ra);
+		const uint8_t *pb = dd_x2_msg_at(&mb, j, &rb);
+		size_t n = ra < rb ? ra : rb;
+
+		dd_x2_blocks(&st, pa, pb, n);
+		j += n;
+	}
+	longer = ma.m_total > both ? &ma : &mb;
+	one.a_abef = one.b_abef = longer == &ma ? st.a_abef : st.b_abef;
+	one.a_cdgh = one.b_cdgh = longer == &ma ? st.a_cdgh : st.b_cdgh;
+	while (j < longer->m_total) {
+		const uint8_t *p = dd_x2_msg_at(longer, j, &ra);
+
+		dd_x2_blocks(&one, p, p, ra);
+		j += ra;
+	}
+	if (longer == &ma) {
+		st.a_abef = one.a_abef;
+		st.a_cdgh = one.a_cdgh;
+	} else if (mb.m_total > both) {
+		st.b_abef = one.a_abef;
+		st.b_cdgh = one.a_cdgh;
+	}
 	dd_x2_digest(st.a_abef, st.a_cdgh, out_a);
 	dd_x2_digest(st.b_abef, st.b_cdgh, out_b);
+}
+
+DD_SHANI static void dd_sha256_x2_shani(const void *a, const void *b,
+					size_t len, uint8_t out_a[DD_HASH_SIZE],
+					uint8_t out_b[DD_HASH_SIZE])
+{
+	dd_sha256_x2v_shani(a, len, b, len, out_a, out_b);
 }
 
 static bool dd_cpu_has_shani(void)
@@ -174,25 +236,34 @@ static bool dd_cpu_has_shani(void)
 #endif /* DD_HAVE_SHANI_CODE */
 
 /* Known answers against the portable code: lengths around every padding
- * boundary and a few whole blocks, the two lanes differing. */
+ * boundary and a few whole blocks, the two lanes differing in content,
+ * and in length too (each length against the next, both ways). */
 static bool dd_sha256_x2_selftest(void)
 {
 #ifdef DD_HAVE_SHANI_CODE
 	static const size_t lens[] = { 0, 1, 55, 56, 63, 64, 65, 119, 120,
 				       127, 128, 1000, 4096 };
+	const size_t nlens = sizeof(lens) / sizeof(lens[0]);
 	uint8_t *buf = malloc(2 * 4096);
 	bool ok = buf != NULL;
 
 	for (size_t i = 0; buf && i < 2 * 4096; i++)
 		buf[i] = (uint8_t)(i * 131 + (i >> 8));
-	for (size_t i = 0; ok && i < sizeof(lens) / sizeof(lens[0]); i++) {
+	for (size_t i = 0; ok && i < 2 * nlens; i++) {
+		size_t la = lens[i % nlens];
+		size_t lb = i < nlens ? la : lens[(i + 1) % nlens];
 		uint8_t xa[DD_HASH_SIZE], xb[DD_HASH_SIZE];
 		uint8_t ra[DD_HASH_SIZE], rb[DD_HASH_SIZE];
 
-		dd_sha256_x2_shani(buf, buf + 4096, lens[i], xa, xb);
-		dd_sha256_sw(buf, lens[i], ra);
-		dd_sha256_sw(buf + 4096, lens[i], rb);
+		dd_sha256_x2v_shani(buf, la, buf + 4096, lb, xa, xb);
+		dd_sha256_sw(buf, la, ra);
+		dd_sha256_sw(buf + 4096, lb, rb);
 		ok = !memcmp(xa, ra, DD_HASH_SIZE) &&
+		     !memcmp(xb, rb, DD_HASH_SIZE);
+		dd_sha256_x2v_shani(buf, lb, buf + 4096, la, xa, xb);
+		dd_sha256_sw(buf, lb, ra);
+		dd_sha256_sw(buf + 4096, la, rb);
+		ok = ok && !memcmp(xa, ra, DD_HASH_SIZE) &&
 		     !memcmp(xb, rb, DD_HASH_SIZE);
 	}
 	free(buf);
@@ -229,4 +300,17 @@ void dd_sha256_x2(const void *a, const void *b, size_t len,
 #endif
 	dd_sha256(a, len, out_a);
 	dd_sha256(b, len, out_b);
+}
+
+void dd_sha256_x2v(const void *a, size_t la, const void *b, size_t lb,
+		   uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE])
+{
+#ifdef DD_HAVE_SHANI_CODE
+	if (dd_sha256_x2_ok()) {
+		dd_sha256_x2v_shani(a, la, b, lb, out_a, out_b);
+		return;
+	}
+#endif
+	dd_sha256(a, la, out_a);
+	dd_sha256(b, lb, out_b);
 }

@@ -126,7 +126,7 @@ static void dd_scan_ratios(dd_scan_result *r, const dd_scan_bsz *bz)
 
 		r->sample_shift = bz->bz_shift;
 		dd_scan_scale(r, bz->bz_shift);
-		dd_scan_bounds(r, sb, ss, bz->bz_bs);
+		dd_scan_bounds(r, sb, ss, bz->bz_max);
 		/* There are never more distinct blocks than blocks: an
 		 * estimate past that is known to be high. */
 		if (r->unique_blocks > r->referenced_blocks)
@@ -160,6 +160,7 @@ int dd_scan_result_one(dd_scan_bsz *bz, dd_err *err, size_t budget, int mode)
 	}
 	r->version = DD_SCAN_RESULT_VERSION;
 	r->block_size = bz->bz_bs;
+	r->chunker = bz->bz_chunker;
 	r->mode = mode;
 	r->logical_bytes = bz->bz_logical;
 	r->blocks = bz->bz_blocks;

@@ -2,11 +2,12 @@
  * scan.c -- dedup scan: what deduplication would save, in one read pass.
  *
  * A scan is a sink of the block pipeline (chunk/pipeline.h), the same
- * pipeline `dedup put` writes through, with one fixed-size cutter per
- * block size: images are read in batches, every block size cuts each
- * image from its own start, as `dedup put` would, and the pipeline's
- * stage 1 finds zero blocks and hashes the rest on the pool.  This file
- * is the other stages:
+ * pipeline `dedup put` writes through, with one cutter per chunker and
+ * block size (fixed sizes, FastCDC averages): images are read in batches,
+ * every cutter cuts each image from its own start, as `dedup put` into a
+ * store of that chunker would, and the pipeline's stage 1 finds zero
+ * blocks and hashes the rest on the pool.  This file is the other
+ * stages:
  *
  *   2. lookup   serial: each block's hash is counted in its block size's
  *               table; a block seen for the first time is "new";
@@ -33,14 +34,19 @@
  * the full SHA-256, refcount the number of non-zero blocks with those
  * bytes, lsize and psize from the same codec and level (pack/codec.c) --
  * and zero blocks (short tails included) are counted apart exactly as
- * writer.c does.  So, with verify off, the figures equal dd_store_stat's
- * for a new store that holds the same images.
+ * writer.c does -- a run of FastCDC zero blocks as one, as the store's
+ * snapshot records count it.  So, with verify off, the figures equal
+ * dd_store_stat's for a new store that holds the same images.
+ *
+ * FastCDC's cut points depend on every byte, so with it the holes of a
+ * sparse file are read, not skipped: skipping is for fixed sizes alone.
  *
  * Sample mode and its bound: see dd_scan_bounds() below.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,9 +74,12 @@ struct dd_scan {
 	int s_state;
 	dd_scan_opts s_opts;
 	char *s_tmpdir;
-	dd_scan_bsz s_bz[DD_SCAN_MAX_BLOCK_SIZES];
+	dd_scan_bsz s_bz[DD_SCAN_MAX_RESULTS];
 	size_t s_nbz;
-	uint32_t s_maxbs;
+	size_t s_nsizes;          /* block sizes: s_nbz / chunkers */
+	uint32_t s_maxbs;         /* the longest block of any cutter */
+	uint32_t s_skipbs;        /* hole skipping: the largest block size,
+				     0 when a cutter reads the bytes */
 	size_t s_table_budget;    /* bytes for all tables */
 	dd_pipe *s_pipe;
 	dd_pool *s_pool;
@@ -167,8 +176,17 @@ static void dd_lookup_blk(dd_scan *s, dd_pbatch *b, size_t i)
 	size_t slot;
 	bool found;
 
-	bz->bz_blocks++;
 	bz->bz_logical += bk->bk_len;
+	if (bz->bz_chunker != DD_CHUNKER_FIXED) {
+		/* a run of zero blocks is one hole (format/chunker.md §5) */
+		bool joined = bk->bk_kind == DD_BLK_ZERO && bk->bk_idx > 0 &&
+			      bz->bz_prev_zero;
+
+		bz->bz_prev_zero = bk->bk_kind == DD_BLK_ZERO;
+		if (joined)
+			return;
+	}
+	bz->bz_blocks++;
 	if (bk->bk_kind == DD_BLK_ZERO) {
 		bz->bz_zero++;
 		return;
@@ -197,7 +215,7 @@ static void dd_lookup_blk(dd_scan *s, dd_pbatch *b, size_t i)
 static int dd_scan_lookup(void *ctx, dd_pbatch *b)
 {
 	dd_scan *s = ctx;
-	size_t nper[DD_SCAN_MAX_BLOCK_SIZES] = {0};
+	size_t nper[DD_SCAN_MAX_RESULTS] = {0};
 	int rc;
 
 	for (size_t i = 0; i < b->pb_nblk; i++)
@@ -232,7 +250,8 @@ static const dd_pipe_ops dd_scan_ops = {
 /* ---- reading images ----------------------------------------------------*/
 
 /* Counts len bytes of holes at an offset aligned to the largest block size:
- * zero blocks of every size, without reading them. */
+ * zero blocks of every size, without reading them (fixed sizes only:
+ * s_skipbs is 0 with FastCDC). */
 static void dd_scan_count_hole(dd_scan *s, uint64_t len)
 {
 	for (size_t i = 0; i < s->s_nbz; i++) {
@@ -263,7 +282,7 @@ static void dd_scan_skip_hole(dd_scan *s, int fd, uint64_t *pos)
 	} else {
 		if ((uint64_t)data <= *pos)
 			return;
-		len = ((uint64_t)data - *pos) / s->s_maxbs * s->s_maxbs;
+		len = ((uint64_t)data - *pos) / s->s_skipbs * s->s_skipbs;
 	}
 	if (len == 0 || lseek(fd, (off_t)(*pos + len), SEEK_SET) < 0) {
 		(void)lseek(fd, (off_t)*pos, SEEK_SET);
@@ -322,7 +341,7 @@ static int dd_scan_read_image(dd_scan *s, int fd, const char *label,
 		bool handed = false;
 		int rc = 0;
 
-		if (regular) {
+		if (regular && s->s_skipbs) {
 			dd_scan_skip_hole(s, fd, pos);
 			got = dd_scan_hand_over(s, fd, label, *pos);
 			handed = got > 0;
@@ -385,6 +404,19 @@ static int dd_scan_check_sizes(dd_err *err, const dd_scan_opts *o)
 				  o->nblock_sizes);
 	if (o->nblock_sizes && !o->block_sizes)
 		return dd_err_set(err, DD_EINVAL, "block_sizes is NULL");
+	if (o->nchunkers > 2 || (o->nchunkers && !o->chunkers))
+		return dd_err_set(err, DD_EINVAL, "chunkers: at most the two "
+				  "there are");
+	for (size_t c = 0; c < o->nchunkers; c++) {
+		if (o->chunkers[c] != DD_CHUNKER_FIXED &&
+		    o->chunkers[c] != DD_CHUNKER_FASTCDC)
+			return dd_err_set(err, DD_EINVAL, "unknown chunker %d",
+					  o->chunkers[c]);
+		if (c && o->chunkers[c] == o->chunkers[0])
+			return dd_err_set(err, DD_EINVAL, "chunker %s listed "
+					  "twice",
+					  dd_chunker_name(o->chunkers[c]));
+	}
 	for (size_t i = 0; i < o->nblock_sizes; i++) {
 		uint32_t bs = o->block_sizes[i];
 
@@ -392,6 +424,11 @@ static int dd_scan_check_sizes(dd_err *err, const dd_scan_opts *o)
 			return dd_err_set(err, DD_EINVAL, "block size %u is "
 					  "not a power of two from 4 KiB to "
 					  "1 MiB", bs);
+		for (size_t c = 0; c < o->nchunkers; c++)
+			if (!dd_chunker_valid(o->chunkers[c], bs))
+				return dd_err_set(err, DD_EINVAL, "a FastCDC "
+						  "average is 4 KiB to 256 "
+						  "KiB, not %u", bs);
 		for (size_t j = 0; j < i; j++)
 			if (o->block_sizes[j] == bs)
 				return dd_err_set(err, DD_EINVAL, "block size "
@@ -450,7 +487,7 @@ static int dd_scan_workers(dd_scan *s)
  * least. */
 static int dd_scan_pipe(dd_scan *s, uint64_t mem)
 {
-	dd_cutter cut[DD_SCAN_MAX_BLOCK_SIZES];
+	dd_cutter cut[DD_SCAN_MAX_RESULTS];
 	size_t cap = DD_SCAN_BATCH_MAX;
 	dd_pipe_cfg cfg = {
 		.pc_pool = s->s_pool,
@@ -476,7 +513,7 @@ static int dd_scan_pipe(dd_scan *s, uint64_t mem)
 		cap = 4 * (size_t)s->s_maxbs;
 	cfg.pc_batch = cap;
 	for (size_t i = 0; i < s->s_nbz; i++)
-		dd_cutter_fixed(&cut[i], s->s_bz[i].bz_bs);
+		dd_cutter_init(&cut[i], s->s_bz[i].bz_chunker, s->s_bz[i].bz_bs);
 	return dd_pipe_new(&s->s_pipe, &cfg);
 }
 
@@ -515,7 +552,11 @@ static int dd_scan_alloc(dd_scan *s)
 	for (size_t i = 0; i < s->s_nbz; i++) {
 		dd_scan_bsz *bz = &s->s_bz[i];
 		double share = (1.0 / bz->bz_bs) / wsum;
-		size_t minent = cap / bz->bz_bs + cap / s->s_maxbs;
+		/* a batch's blocks: FastCDC cuts down to a quarter of its
+		 * average */
+		size_t shortest = bz->bz_chunker == DD_CHUNKER_FIXED
+					  ? bz->bz_bs : bz->bz_bs / 4;
+		size_t minent = cap / shortest + cap / s->s_maxbs;
 
 		if (dd_scan_table_init(&bz->bz_tab,
 				       (size_t)(share * (double)s->s_table_budget),
@@ -528,20 +569,36 @@ static int dd_scan_alloc(dd_scan *s)
 	return 0;
 }
 
+/* One cutter per chunker and block size, chunker after chunker (the
+ * results' order, dd_scan_result_get). */
 static int dd_scan_setup(dd_scan *s, const dd_scan_opts *o)
 {
 	static const uint32_t dflt = DD_BLOCK_SIZE_DEFAULT;
+	static const int dflt_chunker = DD_CHUNKER_FIXED;
 	const uint32_t *sizes = o->nblock_sizes ? o->block_sizes : &dflt;
+	const int *chunkers = o->nchunkers ? o->chunkers : &dflt_chunker;
+	size_t nchunkers = o->nchunkers ? o->nchunkers : 1;
 	const char *dir = o->tmpdir ? o->tmpdir : getenv("TMPDIR");
 
 	s->s_opts = *o;
 	s->s_opts.block_sizes = NULL;
-	s->s_nbz = o->nblock_sizes ? o->nblock_sizes : 1;
+	s->s_opts.chunkers = NULL;
+	s->s_nsizes = o->nblock_sizes ? o->nblock_sizes : 1;
+	s->s_nbz = nchunkers * s->s_nsizes;
 	for (size_t i = 0; i < s->s_nbz; i++) {
-		s->s_bz[i].bz_bs = sizes[i];
-		if (sizes[i] > s->s_maxbs)
-			s->s_maxbs = sizes[i];
+		dd_scan_bsz *bz = &s->s_bz[i];
+
+		bz->bz_chunker = chunkers[i / s->s_nsizes];
+		bz->bz_bs = sizes[i % s->s_nsizes];
+		bz->bz_max = dd_chunker_max(bz->bz_chunker, bz->bz_bs);
+		if (bz->bz_max > s->s_maxbs)
+			s->s_maxbs = bz->bz_max;
+		if (bz->bz_chunker == DD_CHUNKER_FIXED && bz->bz_bs > s->s_skipbs)
+			s->s_skipbs = bz->bz_bs;
 	}
+	for (size_t i = 0; i < s->s_nbz; i++)
+		if (s->s_bz[i].bz_chunker != DD_CHUNKER_FIXED)
+			s->s_skipbs = 0;   /* every byte must be cut */
 	s->s_tmpdir = dd_strdup(dir && *dir ? dir : "/tmp");
 	if (!s->s_tmpdir)
 		return dd_err_set(&s->s_err, DD_ENOMEM, "out of memory");
@@ -555,6 +612,7 @@ int dd_scan_new(dd_scan **out, const dd_scan_opts *opts)
 {
 	static const dd_scan_opts dflt = DD_SCAN_OPTS_INIT;
 	dd_err *terr = dd_thread_err();
+	dd_scan_opts v2;
 	dd_scan *s;
 	int rc;
 
@@ -562,6 +620,12 @@ int dd_scan_new(dd_scan **out, const dd_scan_opts *opts)
 		return dd_err_set(terr, DD_EINVAL, "dd_scan_new: NULL out");
 	if (!opts)
 		opts = &dflt;
+	/* a version-1 struct ends before `chunkers`: fixed blocks */
+	if (opts->version == 1) {
+		v2 = dflt;
+		memcpy(&v2, opts, offsetof(dd_scan_opts, chunkers));
+		opts = &v2;
+	}
 	rc = dd_scan_check_opts(terr, opts);
 	if (rc)
 		return rc;
@@ -570,7 +634,7 @@ int dd_scan_new(dd_scan **out, const dd_scan_opts *opts)
 		return dd_err_set(terr, DD_ENOMEM, "out of memory");
 	/* dd_scan_free closes what these name, even after a failure half-way
 	 * here: from calloc they would name descriptor 0 */
-	for (size_t i = 0; i < DD_SCAN_MAX_BLOCK_SIZES; i++)
+	for (size_t i = 0; i < DD_SCAN_MAX_RESULTS; i++)
 		s->s_bz[i].bz_spill.sp_fd = -1;
 	rc = dd_scan_setup(s, opts);
 	if (!rc)
@@ -700,7 +764,9 @@ int dd_scan_result_get(const dd_scan *s, size_t index, dd_scan_result *out)
 	    out->version > DD_SCAN_RESULT_VERSION)
 		return DD_EINVAL;
 	version = out->version;
-	*out = s->s_bz[index].bz_res;
+	/* a version-1 struct ends before `chunker` */
+	memcpy(out, &s->s_bz[index].bz_res, version >= 2 ? sizeof(*out)
+		       : offsetof(dd_scan_result, chunker));
 	out->version = version;
 	return 0;
 }
@@ -714,7 +780,9 @@ int dd_scan_info_get(const dd_scan *s, dd_scan_info *out)
 	out->bytes = s->s_bytes;
 	out->skipped = s->s_skipped;
 	out->special = s->s_special;
-	out->nblock_sizes = s->s_nbz;
+	out->nblock_sizes = s->s_nsizes;
+	if (out->version >= 2)
+		out->nresults = s->s_nbz;
 	return 0;
 }
 

@@ -125,9 +125,13 @@ void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
 
 /* ---- results (result.c) ------------------------------------------------*/
 
-/* Everything about one block size. */
+/* Everything about one chunker and block size. */
 typedef struct dd_scan_bsz {
-	uint32_t bz_bs;
+	int bz_chunker;           /* enum dd_chunker */
+	uint32_t bz_bs;           /* FastCDC: the average */
+	uint32_t bz_max;          /* the longest block */
+	bool bz_prev_zero;        /* FastCDC: the image's last block was a
+				     zero block (a run of them counts once) */
 	dd_scan_table bz_tab;
 	dd_scan_spill bz_spill;
 	unsigned bz_shift;        /* sample mode: 1 in 2^shift */

@@ -36,7 +36,7 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 				  "pack holds it (a put or receive of data "
 				  "holding it stores it again)", hex);
 	}
-	if (ent->de_lsize > s->st_block_size ||
+	if (ent->de_lsize > s->st_block_max ||
 	    (size_t)ent->de_psize + DD_PACK_REC_HDR_SIZE > sc->sc_rbuf_len)
 		return dd_err_set(err, DD_ECORRUPT,
 				  "ddt entry sizes out of range (lsize %u, "
@@ -86,7 +86,7 @@ int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 	uint8_t ck[DD_CACHE_KEY_SIZE];
 	int rc;
 
-	if (ent->de_lsize > s->st_block_size)
+	if (ent->de_lsize > s->st_block_max)
 		return dd_block_read(s, err, sc, key, ent, dst); /* the error */
 	dd_block_cache_key(key, ck);
 	/* L1, then L2: an L2 block is checked against the hash in there,

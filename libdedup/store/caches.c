@@ -114,6 +114,7 @@ int dd_store_cache_open(dd_store *s, dd_err *err)
 		dd_store_fail(s, &e);
 	dd_cache_tunables(s, &conf, &p);
 	p.cp_block_size = s->st_block_size;
+	p.cp_block_max = s->st_block_max;
 	p.cp_warn = dd_store_cache_warn;
 	p.cp_warn_ctx = s;
 	if (s->st_hash_kind != DD_HASH_SHA256) {

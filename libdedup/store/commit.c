@@ -87,12 +87,16 @@ static int dd_mf_write_from_map(dd_store *s, dd_err *err, dd_txn *txn,
 				dd_manifest_writer **mwp)
 {
 	dd_manifest_hdr h = {
+		.mh_chunker = s->st_chunker,
 		.mh_id = rec->sr_id, .mh_ctime = rec->sr_ctime,
 		.mh_size = rec->sr_size, .mh_blocks = rec->sr_blocks,
 		.mh_zero_blocks = rec->sr_zero_blocks,
 		.mh_block_size = rec->sr_block_size,
 		.mh_hash_kind = (uint32_t)s->st_hash_kind,
 	};
+	bool var = s->st_chunker != DD_CHUNKER_FIXED;
+	/* a map of content-defined blocks counts bytes: a gap is a hole */
+	uint64_t end = var ? rec->sr_size : rec->sr_blocks;
 	dd_bmap_cur *cur = NULL;
 	dd_ddt_key key;
 	uint64_t idx, at = 0;
@@ -100,29 +104,31 @@ static int dd_mf_write_from_map(dd_store *s, dd_err *err, dd_txn *txn,
 
 	memcpy(h.mh_digest, rec->sr_digest, DD_HASH_SIZE);
 	snprintf(h.mh_name, sizeof(h.mh_name), "%s", name);
-	rc = dd_manifest_write_begin(mwp, err, s->st_mfdir, rec->sr_id, name);
+	rc = dd_manifest_write_begin(mwp, err, s->st_mfdir, rec->sr_id, name,
+				     s->st_chunker);
 	if (!rc)
 		rc = dd_bmap_open(txn, err, rec->sr_id, &cur);
 	for (rc = rc ? rc : dd_bmap_seek(cur, err, 0, &idx, &key); rc == 1;
 	     rc = dd_bmap_next(cur, err, &idx, &key)) {
-		if (idx >= rec->sr_blocks) {
+		uint32_t len = dd_bmap_len(cur);
+
+		if (idx >= end || (var && len > end - idx)) {
 			rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': block "
-					"map entry %llu past its %llu blocks",
-					name, (unsigned long long)idx,
-					(unsigned long long)rec->sr_blocks);
+					"map entry %llu past its end", name,
+					(unsigned long long)idx);
 			break;
 		}
 		rc = dd_manifest_write_holes(*mwp, err, idx - at);
 		if (!rc)
 			rc = dd_manifest_write_block(*mwp, err, key.dk_hash,
-						     key.dk_variant);
+						     key.dk_variant, len);
 		if (rc)
 			break;
-		at = idx + 1;
+		at = idx + (var ? len : 1);
 	}
 	dd_bmap_close(cur);
 	if (!rc)
-		rc = dd_manifest_write_holes(*mwp, err, rec->sr_blocks - at);
+		rc = dd_manifest_write_holes(*mwp, err, end - at);
 	if (!rc)
 		rc = dd_manifest_write_finish(*mwp, err, &h);
 	return rc;
@@ -228,17 +234,31 @@ int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
 				"names '%s'", name, h.mh_name);
 		goto out;
 	}
+	if (h.mh_chunker != s->st_chunker) {
+		rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its manifest "
+				"is of another chunker", name);
+		goto out;
+	}
 	rc = dd_bmap_open(txn, err, id, &cur);
 	if (rc)
 		goto out;
+	/* positions: block indices, or bytes for content-defined blocks,
+	 * whose lengths must agree too */
 	have = dd_bmap_seek(cur, err, 0, &idx, &key);
 	while (have >= 0 && (rc = dd_manifest_read_next(mr, err, &e)) == 1) {
+		uint64_t at = h.mh_chunker == DD_CHUNKER_FIXED ? e.me_index
+							       : e.me_off;
+		uint64_t n = h.mh_chunker == DD_CHUNKER_FIXED ? e.me_count
+							      : e.me_len;
+
 		if (e.me_hole) {
-			if (have == 1 && idx < e.me_index + e.me_count)
+			if (have == 1 && idx < at + n)
 				break;   /* a map entry where a hole is */
 			continue;
 		}
-		if (have != 1 || idx != e.me_index ||
+		if (have != 1 || idx != at ||
+		    (h.mh_chunker != DD_CHUNKER_FIXED &&
+		     dd_bmap_len(cur) != e.me_len) ||
 		    memcmp(key.dk_hash, e.me_hash, DD_HASH_SIZE) ||
 		    key.dk_variant != e.me_variant)
 			break;
@@ -248,9 +268,12 @@ int dd_commit_compare_map(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id,
 		rc = have;
 	else if (rc == 1 || (rc == 0 && have == 1))
 		rc = dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its block "
-				"map differs from its manifest at block %llu",
-				name, (unsigned long long)(rc == 1 ? e.me_index
-								  : idx));
+				"map differs from its manifest at %s %llu",
+				name, h.mh_chunker == DD_CHUNKER_FIXED
+				? "block" : "byte",
+				(unsigned long long)(rc == 1
+				? (h.mh_chunker == DD_CHUNKER_FIXED
+				   ? e.me_index : e.me_off) : idx));
 out:
 	dd_bmap_close(cur);
 	dd_manifest_read_close(mr);

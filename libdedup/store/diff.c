@@ -19,6 +19,12 @@
  * snapshot's content digest (format/store.md §6), holes as zeros; at the
  * end each must equal the snapshot's own, or the map is damaged
  * (DD_ECORRUPT), as a reader reading in order finds (reader.c).
+ *
+ * Content-defined blocks (format/store.md §4.2) fall where their bytes
+ * say, so the two maps' blocks need not line up: the sweep goes by
+ * bytes, from one block end (of either side) to the next.  A stretch is
+ * the same when both sides are holes there, or the same block -- key,
+ * first byte and length -- covers it on both; otherwise it differs.
  */
 #include <string.h>
 
@@ -29,10 +35,12 @@ typedef struct dd_diff_side {
 	dd_snap_rec ds_rec;
 	dd_bmap_cur *ds_cur;
 	bool ds_have;             /* ds_idx / ds_key: its next entry */
-	uint64_t ds_idx;
+	uint64_t ds_idx;          /* var: the block's first byte */
+	uint32_t ds_len;          /* var: its length */
 	dd_ddt_key ds_key;
 	dd_digest *ds_digest;
-	uint64_t ds_dig_next;     /* the next block index the digest wants */
+	uint64_t ds_dig_next;     /* the next block index the digest wants
+				     (var: byte) */
 } dd_diff_side;
 
 struct dd_diff {
@@ -49,6 +57,8 @@ struct dd_diff {
 	uint64_t df_ready_off, df_ready_end;
 	bool df_eof;              /* both maps walked and checked */
 	int df_rc;                /* a failure, returned by every later call */
+	bool df_var;              /* content-defined blocks, by offset */
+	uint64_t df_at;           /* var: the first byte not yet compared */
 };
 
 /* Adds the changed bytes [off, end): grows the pending range, or makes it
@@ -75,10 +85,37 @@ static void dd_diff_add(dd_diff *d, uint64_t off, uint64_t end)
 static void dd_diff_digest(dd_diff_side *sd, uint64_t idx,
 			   const dd_ddt_key *key)
 {
+	if (sd->ds_len) {   /* var: the hole before, then the block */
+		if (idx > sd->ds_dig_next)
+			dd_digest_block(sd->ds_digest, NULL,
+					idx - sd->ds_dig_next);
+		dd_digest_block(sd->ds_digest, key->dk_hash, sd->ds_len);
+		sd->ds_dig_next = idx + sd->ds_len;
+		return;
+	}
 	for (; sd->ds_dig_next < idx; sd->ds_dig_next++)
-		dd_digest_block(sd->ds_digest, NULL);
-	dd_digest_block(sd->ds_digest, key ? key->dk_hash : NULL);
+		dd_digest_block(sd->ds_digest, NULL, 0);
+	dd_digest_block(sd->ds_digest, key ? key->dk_hash : NULL, 0);
 	sd->ds_dig_next = idx + 1;
+}
+
+/* The entry the cursor gave: in order and inside the image. */
+static int dd_diff_check_entry(dd_diff *d, dd_diff_side *sd)
+{
+	const dd_snap_rec *r = &sd->ds_rec;
+
+	sd->ds_len = dd_bmap_len(sd->ds_cur);
+	if (!sd->ds_have || (d->df_var
+			     ? sd->ds_idx >= sd->ds_dig_next &&
+			       sd->ds_idx < r->sr_size &&
+			       sd->ds_len <= r->sr_size - sd->ds_idx
+			     : sd->ds_idx < r->sr_blocks &&
+			       sd->ds_idx >= sd->ds_dig_next))
+		return 0;
+	return dd_err_set(&d->df_err, DD_ECORRUPT,
+			  "block map entry %llu out of order or past the "
+			  "snapshot's end (damaged metadata; run scrub)",
+			  (unsigned long long)sd->ds_idx);
 }
 
 /* Moves side past its current entry (fed to the digest) to the next. */
@@ -91,15 +128,7 @@ static int dd_diff_advance(dd_diff *d, dd_diff_side *sd)
 	if (rc < 0)
 		return rc;
 	sd->ds_have = rc == 1;
-	if (sd->ds_have && (sd->ds_idx >= sd->ds_rec.sr_blocks ||
-			    sd->ds_idx < sd->ds_dig_next))
-		return dd_err_set(&d->df_err, DD_ECORRUPT,
-				  "block map entry %llu out of order or past "
-				  "the snapshot's %llu blocks (damaged "
-				  "metadata; run scrub)",
-				  (unsigned long long)sd->ds_idx,
-				  (unsigned long long)sd->ds_rec.sr_blocks);
-	return 0;
+	return dd_diff_check_entry(d, sd);
 }
 
 /* Both maps walked: each digest against its snapshot's, then the tail
@@ -112,8 +141,12 @@ static int dd_diff_finish(dd_diff *d)
 	for (int i = 0; i < 2; i++) {
 		dd_diff_side *sd = &d->df_side[i];
 
-		for (; sd->ds_dig_next < sd->ds_rec.sr_blocks; sd->ds_dig_next++)
-			dd_digest_block(sd->ds_digest, NULL);
+		if (d->df_var && sd->ds_rec.sr_size > sd->ds_dig_next)
+			dd_digest_block(sd->ds_digest, NULL,
+					sd->ds_rec.sr_size - sd->ds_dig_next);
+		for (; !d->df_var && sd->ds_dig_next < sd->ds_rec.sr_blocks;
+		     sd->ds_dig_next++)
+			dd_digest_block(sd->ds_digest, NULL, 0);
 		dd_digest_final(sd->ds_digest, sd->ds_rec.sr_size,
 				sd->ds_rec.sr_block_size, got);
 		if (memcmp(got, sd->ds_rec.sr_digest, DD_HASH_SIZE) != 0)
@@ -128,6 +161,58 @@ static int dd_diff_finish(dd_diff *d)
 		    ? d->df_side[0].ds_rec.sr_size
 		    : d->df_side[1].ds_rec.sr_size);
 	d->df_eof = true;
+	return 0;
+}
+
+/* var: side's stretch that holds byte x -- its block [ds_idx, end), or
+ * a hole up to its next block or its end. */
+static uint64_t dd_diff_stretch(const dd_diff_side *sd, uint64_t x,
+				bool *hole)
+{
+	*hole = !sd->ds_have || sd->ds_idx > x;
+	if (!sd->ds_have)
+		return sd->ds_rec.sr_size;
+	return *hole ? sd->ds_idx : sd->ds_idx + sd->ds_len;
+}
+
+/* Walks content-defined maps by bytes until a range is ready or both
+ * maps end; past the shorter snapshot's end, the maps are only walked
+ * for their digests. */
+static int dd_diff_step_var(dd_diff *d)
+{
+	dd_diff_side *a = &d->df_side[0], *b = &d->df_side[1];
+	int rc = 0;
+
+	while (!d->df_have_ready && !d->df_eof) {
+		uint64_t x = d->df_at, ea, eb, end;
+		bool ha, hb, same;
+
+		if (x >= d->df_common) {
+			while (!rc && a->ds_have)
+				rc = dd_diff_advance(d, a);
+			while (!rc && b->ds_have)
+				rc = dd_diff_advance(d, b);
+			return rc ? rc : dd_diff_finish(d);
+		}
+		ea = dd_diff_stretch(a, x, &ha);
+		eb = dd_diff_stretch(b, x, &hb);
+		same = ha && hb;
+		if (!ha && !hb)
+			same = a->ds_idx == b->ds_idx && ea == eb &&
+			       !memcmp(&a->ds_key.dk_hash, &b->ds_key.dk_hash,
+				       DD_HASH_SIZE) &&
+			       a->ds_key.dk_variant == b->ds_key.dk_variant;
+		end = ea < eb ? ea : eb;
+		if (end > d->df_common)
+			end = d->df_common;
+		if (!same)
+			dd_diff_add(d, x, end);
+		d->df_at = end;
+		if (!ha && ea <= end && (rc = dd_diff_advance(d, a)) != 0)
+			return rc;
+		if (!hb && eb <= end && (rc = dd_diff_advance(d, b)) != 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -176,7 +261,7 @@ static int dd_diff_side_open(dd_diff *d, dd_diff_side *sd, const char *name)
 				name, sd->ds_rec.sr_block_size,
 				s->st_block_size);
 	if (!rc)
-		rc = dd_digest_new(&sd->ds_digest, &d->df_err);
+		rc = dd_digest_new(&sd->ds_digest, &d->df_err, s->st_chunker);
 	if (!rc)
 		rc = dd_bmap_open(d->df_txn, &d->df_err, sd->ds_rec.sr_id,
 				  &sd->ds_cur);
@@ -186,13 +271,10 @@ static int dd_diff_side_open(dd_diff *d, dd_diff_side *sd, const char *name)
 	if (rc < 0)
 		return rc;
 	sd->ds_have = rc == 1;
-	if (sd->ds_have && sd->ds_idx >= sd->ds_rec.sr_blocks)
-		return dd_err_set(&d->df_err, DD_ECORRUPT,
-				  "block map of '%s' names block %llu past its "
-				  "%llu blocks (damaged metadata; run scrub)",
-				  name, (unsigned long long)sd->ds_idx,
-				  (unsigned long long)sd->ds_rec.sr_blocks);
-	return 0;
+	rc = dd_diff_check_entry(d, sd);
+	if (rc)
+		dd_err_wrap(&d->df_err, 0, name, NULL);
+	return rc;
 }
 
 int dd_diff_open(dd_diff **out, dd_store *s, const char *from, const char *to)
@@ -210,6 +292,7 @@ int dd_diff_open(dd_diff **out, dd_store *s, const char *from, const char *to)
 		return dd_store_failf(s, DD_ENOMEM, "out of memory");
 	d->df_store = s;
 	d->df_bs = s->st_block_size;
+	d->df_var = s->st_chunker != DD_CHUNKER_FIXED;
 	rc = dd_txn_begin(s->st_db, &d->df_err, false, &d->df_txn);
 	if (!rc)
 		rc = dd_diff_side_open(d, &d->df_side[0], from);
@@ -242,7 +325,7 @@ int dd_diff_next(dd_diff *d, dd_diff_range *out)
 	out->length = 0;
 	if (d->df_rc)
 		return d->df_rc;
-	d->df_rc = dd_diff_step(d);
+	d->df_rc = d->df_var ? dd_diff_step_var(d) : dd_diff_step(d);
 	if (d->df_rc)
 		return d->df_rc;
 	if (!d->df_have_ready && d->df_eof && d->df_have_pend) {

@@ -23,18 +23,25 @@
 #include "common/io.h"
 #include "store/store_internal.h"
 
-/* The option keys, in meta and in DEDUP alike (format/store.md §2). */
+/* The option keys, in meta and in DEDUP alike (format/store.md §2);
+ * the last, the chunker, only in stores of format 3. */
 static const char *const dd_opt_keys[DD_STORE_NOPTS] = {
 	"block_size", "verify", "compress", "compress_level", "hash",
+	"chunker",
 };
+
+/* meta's feature bit of a store whose blocks have lengths of their own
+ * (format/store.md §2, §4.2). */
+#define DD_META_FEATURE_VARBLOCK 0x1u
 
 int dd_store_conf_check(dd_err *err, const char *path, const dd_store_conf *c)
 {
 	const uint64_t *v = c->sc_opt;
 
-	if (v[0] < DD_BLOCK_SIZE_MIN || v[0] > DD_BLOCK_SIZE_MAX ||
-	    (v[0] & (v[0] - 1)) || v[1] > 1 || v[2] > DD_COMPRESS_ZSTD ||
-	    v[3] > 22 || (v[4] != DD_HASH_SHA256 && v[4] != DD_HASH_TEST_WEAK16))
+	if (v[DD_STORE_OPT_CHUNKER] > DD_CHUNKER_FASTCDC ||
+	    !dd_chunker_valid((int)v[DD_STORE_OPT_CHUNKER], v[0]) ||
+	    v[1] > 1 || v[2] > DD_COMPRESS_ZSTD || v[3] > 22 ||
+	    (v[4] != DD_HASH_SHA256 && v[4] != DD_HASH_TEST_WEAK16))
 		return dd_err_set(err, DD_ECORRUPT,
 				  "%s: store options out of range", path);
 	return 0;
@@ -129,7 +136,9 @@ int dd_store_conf_read(dd_err *err, const char *path, dd_store_conf *c)
 				  "build reads (format %d); upgrade libdedup",
 				  path, fmt, DD_STORE_FORMAT);
 	c->sc_format = (int)fmt;
-	if (fmt >= 2 && (c->sc_have != (1u << DD_STORE_NOPTS) - 1 ||
+	/* format 2 has no chunker (fixed blocks), format 3 must name one */
+	if (fmt >= 2 && (c->sc_have != (1u << DD_STORE_NOPTS) - 1 -
+			 (fmt == 2 ? 1u << DD_STORE_OPT_CHUNKER : 0) ||
 			 !c->sc_have_uuid))
 		return dd_err_set(err, DD_ECORRUPT, "%s: DEDUP file lacks the "
 				  "store's options", path);
@@ -146,8 +155,10 @@ int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c)
 	n = snprintf(body, sizeof(body), "%s\nformat %d\n", DD_STORE_MAGIC_LINE,
 		     c->sc_format);
 	for (int i = 0; c->sc_format >= 2 && i < DD_STORE_NOPTS; i++)
-		n += snprintf(body + n, sizeof(body) - (size_t)n,
-			      "%s %" PRIu64 "\n", dd_opt_keys[i], c->sc_opt[i]);
+		if (i != DD_STORE_OPT_CHUNKER || c->sc_format >= 3)
+			n += snprintf(body + n, sizeof(body) - (size_t)n,
+				      "%s %" PRIu64 "\n", dd_opt_keys[i],
+				      c->sc_opt[i]);
 	if (c->sc_format >= 2) {
 		n += snprintf(body + n, sizeof(body) - (size_t)n, "uuid ");
 		for (int i = 0; i < 16; i++)
@@ -183,12 +194,17 @@ int dd_store_conf_new_uuid(dd_err *err, dd_store_conf *c)
 int dd_store_meta_init(dd_txn *txn, dd_err *err, const dd_store_conf *c,
 		       uint64_t pack_next, uint64_t snap_next)
 {
+	bool fixed = c->sc_opt[DD_STORE_OPT_CHUNKER] == DD_CHUNKER_FIXED;
 	int rc = dd_meta_put_u64(txn, err, "format", 1);
 
+	/* a store of fixed blocks has the meta of format 2, no chunker */
 	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "features", 0);
+		rc = dd_meta_put_u64(txn, err, "features",
+				     fixed ? 0 : DD_META_FEATURE_VARBLOCK);
 	for (int i = 0; !rc && i < DD_STORE_NOPTS; i++)
-		rc = dd_meta_put_u64(txn, err, dd_opt_keys[i], c->sc_opt[i]);
+		if (i != DD_STORE_OPT_CHUNKER || !fixed)
+			rc = dd_meta_put_u64(txn, err, dd_opt_keys[i],
+					     c->sc_opt[i]);
 	if (!rc)
 		rc = dd_meta_put_u64(txn, err, "pack.next", pack_next);
 	if (!rc)
@@ -212,8 +228,13 @@ int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
 
 	if (!rc)
 		rc = dd_meta_get_u64(txn, err, "features", &features);
-	for (int i = 0; !rc && i < DD_STORE_NOPTS; i++)
+	for (int i = 0; !rc && i < DD_STORE_NOPTS; i++) {
 		rc = dd_meta_get_u64(txn, err, dd_opt_keys[i], &out->sc_opt[i]);
+		if (rc == DD_ENOENT && i == DD_STORE_OPT_CHUNKER) {
+			out->sc_opt[i] = DD_CHUNKER_FIXED;
+			rc = 0;
+		}
+	}
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ECORRUPT, "%s: store metadata is "
 				  "incomplete: the catalog is damaged: run "
@@ -224,11 +245,16 @@ int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
 		return dd_err_set(err, DD_EVERSION, "%s: catalog format %llu "
 				  "is newer than this build reads (1)", path,
 				  (unsigned long long)fmt);
-	if (features != 0)
+	if (features & ~(uint64_t)DD_META_FEATURE_VARBLOCK)
 		return dd_err_set(err, DD_ENOTSUP,
 				  "%s: store uses features %#llx this build "
 				  "does not know", path,
 				  (unsigned long long)features);
+	if (!(features & DD_META_FEATURE_VARBLOCK) !=
+	    (out->sc_opt[DD_STORE_OPT_CHUNKER] == DD_CHUNKER_FIXED))
+		return dd_err_set(err, DD_ECORRUPT, "%s: the catalog's "
+				  "features and chunker disagree: the catalog "
+				  "is damaged: run dedup repair", path);
 	rc = dd_meta_get_u64(txn, err, "store.uuid0", &u[0]);
 	if (!rc)
 		rc = dd_meta_get_u64(txn, err, "store.uuid1", &u[1]);

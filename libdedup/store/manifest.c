@@ -13,6 +13,11 @@
  * then rewinds for dd_manifest_read_next.  The CRC is checked before the
  * digest walks the runs of holes, so a damaged count is refused before it
  * costs anything (§6).
+ *
+ * A snapshot of content-defined blocks has a manifest with feature bit 0
+ * set and the chunker in header byte 104 (§3.1); its list has tags of its
+ * own, each block with its length and each run of holes as bytes (§4.1),
+ * and a reader that knows no such feature refuses it whole (DD_ENOTSUP).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +38,14 @@
 #define DD_MF_TAG_VBLOCK 0x02
 #define DD_MF_TAG_HOLES 0x03
 #define DD_MF_ENT_MAX 34          /* the longest entry */
+/* content-defined blocks (§4.1): a block with its length, the same of
+ * variant v, a hole of n bytes */
+#define DD_MF_TAG_LBLOCK 0x04
+#define DD_MF_TAG_LVBLOCK 0x05
+#define DD_MF_TAG_LHOLE 0x06
+#define DD_MF_LENT_MAX 38
+#define DD_MF_FEATURE_VARBLOCK 0x1u
+#define DD_MF_CHUNKER_OFF 104     /* header byte: the chunker (§3.1) */
 #define DD_MF_BUF (64u * 1024)
 
 static const char *const dd_mf_suffix[] = {
@@ -89,6 +102,10 @@ static void dd_mf_hdr_encode(uint8_t p[DD_MANIFEST_HDR_SIZE],
 	dd_put_le16(p + 62, (uint16_t)namelen);
 	memcpy(p + 64, h->mh_digest, DD_HASH_SIZE);
 	dd_put_le64(p + 96, h->mh_list_bytes);
+	if (h->mh_chunker != DD_CHUNKER_FIXED) {
+		dd_put_le32(p + 12, DD_MF_FEATURE_VARBLOCK);
+		p[DD_MF_CHUNKER_OFF] = (uint8_t)h->mh_chunker;
+	}
 	dd_put_le32(p + 124, dd_crc32c(0, p, 124));
 }
 
@@ -111,16 +128,21 @@ static int dd_mf_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 	if (dd_get_le32(p + 124) != dd_crc32c(0, p, 124))
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest header "
 				  "checksum mismatch", label);
-	if (features)
+	if (features & ~DD_MF_FEATURE_VARBLOCK)
 		return dd_err_set(err, DD_ENOTSUP, "%s: manifest uses features "
 				  "%#x this build does not know", label,
 				  features);
-	for (size_t i = 104; i < 124; i++)
+	for (size_t i = features ? DD_MF_CHUNKER_OFF + 1 : DD_MF_CHUNKER_OFF;
+	     i < 124; i++)
 		if (p[i])
 			return dd_err_set(err, DD_ECORRUPT, "%s: reserved "
 					  "manifest header bytes are not zero",
 					  label);
 	memset(h, 0, sizeof(*h));
+	if (features && p[DD_MF_CHUNKER_OFF] != DD_CHUNKER_FASTCDC)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest chunker %u",
+				  label, p[DD_MF_CHUNKER_OFF]);
+	h->mh_chunker = features ? p[DD_MF_CHUNKER_OFF] : DD_CHUNKER_FIXED;
 	h->mh_id = dd_get_le64(p + 16);
 	h->mh_ctime = (int64_t)dd_get_le64(p + 24);
 	h->mh_size = dd_get_le64(p + 32);
@@ -132,21 +154,27 @@ static int dd_mf_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 	memcpy(h->mh_digest, p + 64, DD_HASH_SIZE);
 	h->mh_list_bytes = dd_get_le64(p + 96);
 	bs = h->mh_block_size;
-	if (bs < DD_BLOCK_SIZE_MIN || bs > DD_BLOCK_SIZE_MAX || (bs & (bs - 1)))
+	if (!dd_chunker_valid(h->mh_chunker, bs))
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest block size "
 				  "%llu", label, (unsigned long long)bs);
 	if (h->mh_hash_kind != DD_HASH_SHA256 &&
 	    h->mh_hash_kind != DD_HASH_TEST_WEAK16)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest hash kind "
 				  "%#x", label, h->mh_hash_kind);
-	if (h->mh_blocks != h->mh_size / bs + (h->mh_size % bs != 0) ||
+	/* content-defined: a block has a byte at least, the image one block
+	 * at least (a run of holes is one) */
+	if ((h->mh_chunker == DD_CHUNKER_FIXED
+	     ? h->mh_blocks != h->mh_size / bs + (h->mh_size % bs != 0)
+	     : h->mh_blocks > h->mh_size || (h->mh_size && !h->mh_blocks)) ||
 	    h->mh_zero_blocks > h->mh_blocks)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest sizes "
 				  "disagree", label);
 	if (*namelen == 0 || *namelen > DD_NAME_MAX)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest name of %zu "
 				  "bytes", label, *namelen);
-	if (h->mh_list_bytes / DD_MF_ENT_MAX > h->mh_blocks)
+	if (h->mh_list_bytes / (h->mh_chunker == DD_CHUNKER_FIXED
+				? DD_MF_ENT_MAX : DD_MF_LENT_MAX) >
+	    h->mh_blocks)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list of "
 				  "%llu bytes for %llu blocks", label,
 				  (unsigned long long)h->mh_list_bytes,
@@ -159,6 +187,7 @@ static int dd_mf_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 struct dd_manifest_writer {
 	int mw_dirfd;
 	int mw_fd;
+	int mw_chunker;
 	uint64_t mw_id;
 	char mw_name[DD_NAME_MAX + 1];
 	size_t mw_namelen;
@@ -168,12 +197,13 @@ struct dd_manifest_writer {
 	uint64_t mw_list_off;      /* list bytes handed to the file */
 	uint32_t mw_crc;           /* over the name and the list so far */
 	uint64_t mw_blocks, mw_holes;
-	uint64_t mw_pending_holes; /* a run not yet written */
+	uint64_t mw_pending_holes; /* a run not yet written (var: bytes) */
+	uint64_t mw_bytes;         /* var: bytes the entries cover */
 	dd_digest *mw_digest;
 };
 
 int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
-			    uint64_t id, const char *name)
+			    uint64_t id, const char *name, int chunker)
 {
 	dd_manifest_writer *mw;
 	int rc;
@@ -189,9 +219,10 @@ int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
 	mw->mw_dirfd = dirfd;
 	mw->mw_fd = -1;
 	mw->mw_id = id;
+	mw->mw_chunker = chunker;
 	dd_manifest_name(mw->mw_tmp, id, DD_MANIFEST_TMP);
 	mw->mw_buf = dd_malloc(DD_MF_BUF);
-	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err)
+	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err, chunker)
 			: dd_err_set(err, DD_ENOMEM, "out of memory");
 	if (!rc) {
 		mw->mw_fd = dd_io_openat(err, dirfd, mw->mw_tmp,
@@ -244,29 +275,39 @@ static int dd_mf_put_holes(dd_manifest_writer *mw, dd_err *err)
 
 	if (!mw->mw_pending_holes)
 		return 0;
-	e[0] = DD_MF_TAG_HOLES;
+	e[0] = mw->mw_chunker == DD_CHUNKER_FIXED ? DD_MF_TAG_HOLES
+						  : DD_MF_TAG_LHOLE;
 	dd_put_le64(e + 1, mw->mw_pending_holes);
 	mw->mw_pending_holes = 0;
 	return dd_mf_put(mw, err, e, sizeof(e));
 }
 
 int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,
-			    const uint8_t hash[DD_HASH_SIZE], uint8_t variant)
+			    const uint8_t hash[DD_HASH_SIZE], uint8_t variant,
+			    uint32_t len)
 {
-	uint8_t e[DD_MF_ENT_MAX];
+	uint8_t e[DD_MF_LENT_MAX];
+	bool var = mw->mw_chunker != DD_CHUNKER_FIXED;
 	size_t n = 0;
 	int rc = dd_mf_put_holes(mw, err);
 
 	if (rc)
 		return rc;
+	if (var && len == 0)
+		return dd_err_set(err, DD_EINVAL, "a manifest block of 0 bytes");
 	if (variant) {
-		e[n++] = DD_MF_TAG_VBLOCK;
+		e[n++] = var ? DD_MF_TAG_LVBLOCK : DD_MF_TAG_VBLOCK;
 		e[n++] = variant;
 	} else {
-		e[n++] = DD_MF_TAG_BLOCK;
+		e[n++] = var ? DD_MF_TAG_LBLOCK : DD_MF_TAG_BLOCK;
+	}
+	if (var) {
+		dd_put_le32(e + n, len);
+		n += 4;
+		mw->mw_bytes += len;
 	}
 	memcpy(e + n, hash, DD_HASH_SIZE);
-	dd_digest_block(mw->mw_digest, hash);
+	dd_digest_block(mw->mw_digest, hash, len);
 	mw->mw_blocks++;
 	return dd_mf_put(mw, err, e, n + DD_HASH_SIZE);
 }
@@ -274,8 +315,20 @@ int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,
 int dd_manifest_write_holes(dd_manifest_writer *mw, dd_err *err, uint64_t n)
 {
 	(void)err;
+	if (mw->mw_chunker != DD_CHUNKER_FIXED) {
+		if (!n)
+			return 0;
+		if (!mw->mw_pending_holes) {  /* a run starts: one hole */
+			mw->mw_blocks++;
+			mw->mw_holes++;
+		}
+		dd_digest_block(mw->mw_digest, NULL, n);
+		mw->mw_pending_holes += n;
+		mw->mw_bytes += n;
+		return 0;
+	}
 	for (uint64_t i = 0; i < n; i++)
-		dd_digest_block(mw->mw_digest, NULL);
+		dd_digest_block(mw->mw_digest, NULL, 0);
 	mw->mw_pending_holes += n;
 	mw->mw_blocks += n;
 	mw->mw_holes += n;
@@ -295,9 +348,14 @@ int dd_manifest_write_finish(dd_manifest_writer *mw, dd_err *err,
 		rc = dd_mf_flush(mw, err);
 	if (rc)
 		return rc;
+	if (hdr->mh_chunker != mw->mw_chunker)
+		return dd_err_set(err, DD_EINVAL, "manifest header of another "
+				  "chunker");
 	if (hdr->mh_id != mw->mw_id || strcmp(hdr->mh_name, mw->mw_name) ||
 	    mw->mw_blocks != hdr->mh_blocks ||
-	    mw->mw_holes != hdr->mh_zero_blocks)
+	    mw->mw_holes != hdr->mh_zero_blocks ||
+	    (mw->mw_chunker != DD_CHUNKER_FIXED &&
+	     mw->mw_bytes != hdr->mh_size))
 		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s': its block "
 				  "map covers %llu blocks (%llu holes), the "
 				  "snapshot %llu (%llu)", mw->mw_name,
@@ -384,6 +442,7 @@ struct dd_manifest_reader {
 	uint64_t mr_list_start;    /* file offset of the list */
 	uint64_t mr_pos;           /* list bytes consumed */
 	uint64_t mr_index;         /* next block */
+	uint64_t mr_off;           /* var: its first byte */
 	uint8_t *mr_buf;
 	size_t mr_beg, mr_end;     /* unparsed bytes in mr_buf */
 	uint64_t mr_buf_pos;       /* list offset of mr_buf[mr_end] */
@@ -417,8 +476,84 @@ static void dd_mf_rewind(dd_manifest_reader *mr)
 {
 	mr->mr_pos = 0;
 	mr->mr_index = 0;
+	mr->mr_off = 0;
 	mr->mr_beg = mr->mr_end = 0;
 	mr->mr_buf_pos = 0;
+}
+
+/* The same for a list of content-defined blocks (§4.1): each entry one
+ * block or one hole, with its bytes; they must fit the image's size. */
+static int dd_mf_parse_var(dd_manifest_reader *mr, dd_err *err,
+			   dd_manifest_ent *e, bool prev_hole)
+{
+	const dd_manifest_hdr *h = &mr->mr_hdr;
+	const uint8_t *p;
+	size_t len, at;
+	int rc = dd_mf_fill(mr, err, DD_MF_LENT_MAX);
+
+	if (rc)
+		return rc;
+	p = mr->mr_buf + mr->mr_beg;
+	memset(e, 0, sizeof(*e));
+	e->me_index = mr->mr_index;
+	e->me_count = 1;
+	e->me_off = mr->mr_off;
+	switch (p[0]) {
+	case DD_MF_TAG_LBLOCK:
+		len = 5 + DD_HASH_SIZE;
+		at = 1;
+		break;
+	case DD_MF_TAG_LVBLOCK:
+		len = 6 + DD_HASH_SIZE;
+		at = 2;
+		break;
+	case DD_MF_TAG_LHOLE:
+		len = 9;
+		at = 1;
+		break;
+	default:
+		return dd_err_set(err, DD_ECORRUPT, "%s: unknown manifest "
+				  "entry tag %#x at list offset %llu",
+				  mr->mr_label, p[0],
+				  (unsigned long long)mr->mr_pos);
+	}
+	if (len > mr->mr_end - mr->mr_beg)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list ends "
+				  "inside an entry", mr->mr_label);
+	if (p[0] == DD_MF_TAG_LHOLE) {
+		e->me_hole = true;
+		e->me_len = dd_get_le64(p + 1);
+		if (e->me_len == 0 || prev_hole)
+			return dd_err_set(err, DD_ECORRUPT, "%s: manifest hole "
+					  "not canonical at byte %llu",
+					  mr->mr_label,
+					  (unsigned long long)mr->mr_off);
+	} else {
+		e->me_variant = p[0] == DD_MF_TAG_LVBLOCK ? p[1] : 0;
+		if (p[0] == DD_MF_TAG_LVBLOCK && e->me_variant == 0)
+			return dd_err_set(err, DD_ECORRUPT, "%s: manifest "
+					  "variant 0 in a variant entry",
+					  mr->mr_label);
+		e->me_len = dd_get_le32(p + at);
+		memcpy(e->me_hash, p + at + 4, DD_HASH_SIZE);
+		if (e->me_len == 0 ||
+		    e->me_len > dd_chunker_max(h->mh_chunker, h->mh_block_size))
+			return dd_err_set(err, DD_ECORRUPT, "%s: manifest block "
+					  "of %llu bytes at byte %llu",
+					  mr->mr_label,
+					  (unsigned long long)e->me_len,
+					  (unsigned long long)mr->mr_off);
+	}
+	if (e->me_len > h->mh_size - mr->mr_off || mr->mr_index >= h->mh_blocks)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list covers "
+				  "more than its %llu bytes, %llu blocks",
+				  mr->mr_label, (unsigned long long)h->mh_size,
+				  (unsigned long long)h->mh_blocks);
+	mr->mr_beg += len;
+	mr->mr_pos += len;
+	mr->mr_index++;
+	mr->mr_off += e->me_len;
+	return 1;
 }
 
 /* Decodes the next entry of the list, checking its tag, its fit in the
@@ -429,8 +564,11 @@ static int dd_mf_parse(dd_manifest_reader *mr, dd_err *err,
 	const dd_manifest_hdr *h = &mr->mr_hdr;
 	const uint8_t *p;
 	size_t len;
-	int rc = dd_mf_fill(mr, err, DD_MF_ENT_MAX);
+	int rc;
 
+	if (h->mh_chunker != DD_CHUNKER_FIXED)
+		return dd_mf_parse_var(mr, err, e, prev_hole);
+	rc = dd_mf_fill(mr, err, DD_MF_ENT_MAX);
 	if (rc)
 		return rc;
 	p = mr->mr_buf + mr->mr_beg;
@@ -516,7 +654,7 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list "
 				  "checksum mismatch", mr->mr_label);
 	/* pass 2: entries, totals and the content digest */
-	rc = dd_digest_new(&dg, err);
+	rc = dd_digest_new(&dg, err, h->mh_chunker);
 	dd_mf_rewind(mr);
 	while (!rc && mr->mr_pos < h->mh_list_bytes) {
 		rc = dd_mf_parse(mr, err, &e, prev_hole);
@@ -524,14 +662,22 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 			break;
 		rc = 0;
 		prev_hole = e.me_hole;
-		if (e.me_hole) {
+		if (e.me_hole && h->mh_chunker != DD_CHUNKER_FIXED) {
+			holes++;
+			dd_digest_block(dg, NULL, e.me_len);
+		} else if (e.me_hole) {
 			holes += e.me_count;
-			for (uint64_t i = 0; i < e.me_count; i++)
-				dd_digest_block(dg, NULL);
+			dd_digest_zeros(dg, e.me_count);
 		} else {
-			dd_digest_block(dg, e.me_hash);
+			dd_digest_block(dg, e.me_hash, e.me_len);
 		}
 	}
+	if (!rc && h->mh_chunker != DD_CHUNKER_FIXED &&
+	    mr->mr_off != h->mh_size)
+		rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest list covers "
+				"%llu bytes, its header %llu", mr->mr_label,
+				(unsigned long long)mr->mr_off,
+				(unsigned long long)h->mh_size);
 	if (!rc && (mr->mr_index != h->mh_blocks || holes != h->mh_zero_blocks))
 		rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest list covers "
 				"%llu blocks (%llu holes), its header %llu "

@@ -37,6 +37,8 @@ enum dd_manifest_state {
 };
 
 typedef struct dd_manifest_hdr {
+	int mh_chunker;             /* enum dd_chunker (format/manifest.md
+				       §3.1: a feature bit and a byte) */
 	uint64_t mh_id;
 	int64_t mh_ctime;
 	uint64_t mh_size;
@@ -60,12 +62,17 @@ int dd_manifest_parse_name(const char *name, uint64_t *id, int *state);
 typedef struct dd_manifest_writer dd_manifest_writer;
 
 /* Creates manifests/ID.tmp (O_EXCL: a leftover one is removed only by
- * recovery, never here) for snapshot id called name. */
+ * recovery, never here) for snapshot id called name, of an image cut by
+ * chunker (enum dd_chunker). */
 int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
-			    uint64_t id, const char *name);
-/* Appends block entries in image order. */
+			    uint64_t id, const char *name, int chunker);
+/* Appends block entries in image order; len, the block's length, is
+ * written for content-defined blocks (and ignored for fixed ones). */
 int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,
-			    const uint8_t hash[DD_HASH_SIZE], uint8_t variant);
+			    const uint8_t hash[DD_HASH_SIZE], uint8_t variant,
+			    uint32_t len);
+/* n holes (fixed blocks), or n bytes of holes (content-defined: holes
+ * that follow each other are one, format/manifest.md §4.1). */
 int dd_manifest_write_holes(dd_manifest_writer *mw, dd_err *err, uint64_t n);
 /* Checks the entries against hdr (block and hole totals; the content
  * digest they produce must equal hdr->mh_digest: DD_ECORRUPT otherwise),
@@ -91,7 +98,10 @@ typedef struct dd_manifest_reader dd_manifest_reader;
 typedef struct dd_manifest_ent {
 	bool me_hole;              /* a run of me_count holes */
 	uint64_t me_index;         /* first block it covers */
-	uint64_t me_count;         /* 1 for a block */
+	uint64_t me_count;         /* 1 for a block (and for any hole of
+				      content-defined blocks) */
+	uint64_t me_off;           /* its first byte (content-defined) */
+	uint64_t me_len;           /* its bytes (content-defined) */
 	uint8_t me_variant;
 	uint8_t me_hash[DD_HASH_SIZE];
 } dd_manifest_ent;

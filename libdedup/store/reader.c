@@ -25,6 +25,14 @@
  * them when it is in a long sequential run -- contiguous preads adding up
  * to DD_READER_SEQ_BYTES -- so that a restore or a copy is not fed to L2
  * by default (ZFS: l2arc_noprefetch).
+ *
+ * Content-defined blocks (format/store.md §4.2) are found by offset: the
+ * map's entry holding the first byte (dd_bmap_find: a seek and a few
+ * steps, O(log n)), then entries in order until the range ends; each
+ * entry's length must be its DDT entry's, exactly.  Gaps are holes.  The
+ * digest then follows bytes, not indices: r_dig_next is the first byte
+ * it has not taken in, and a hole is fed as far as a read reaches (the
+ * digest joins the pieces of a run of holes).
  */
 #include <string.h>
 
@@ -62,7 +70,9 @@ struct dd_reader {
 	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
 	uint64_t r_touched;    /* blocks looked up, for dd_db_trim_map */
 	dd_digest *r_digest;   /* the content digest of blocks read in order */
-	uint64_t r_dig_next;   /* the next block it wants; DD_DIG_OFF: none */
+	uint64_t r_dig_next;   /* the next block it wants (var: byte);
+				  DD_DIG_OFF: none */
+	bool r_var;            /* content-defined blocks, keyed by offset */
 };
 
 #define DD_DIG_OFF UINT64_MAX
@@ -97,12 +107,13 @@ int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
 	if (!rc)
 		rc = dd_bmap_open(r->r_txn, &r->r_err, r->r_snap.sr_id, &r->r_cur);
 	if (!rc)
-		rc = dd_digest_new(&r->r_digest, &r->r_err);
+		rc = dd_digest_new(&r->r_digest, &r->r_err, s->st_chunker);
 	if (rc) {
 		dd_store_fail(s, &r->r_err);
 		dd_reader_close(r);
 		return rc;
 	}
+	r->r_var = s->st_chunker != DD_CHUNKER_FIXED;
 	*out = r;
 	return 0;
 }
@@ -142,24 +153,30 @@ static void dd_reader_digest(dd_reader *r, uint64_t idx, const dd_ddt_key *key)
 	if (r->r_dig_next == DD_DIG_OFF || idx < r->r_dig_next)
 		return;
 	for (; r->r_dig_next < idx; r->r_dig_next++)
-		dd_digest_block(r->r_digest, NULL);
-	dd_digest_block(r->r_digest, key ? key->dk_hash : NULL);
+		dd_digest_block(r->r_digest, NULL, 0);
+	dd_digest_block(r->r_digest, key ? key->dk_hash : NULL, 0);
 	r->r_dig_next = idx + 1;
 }
 
-/* After a read of blocks up to last: at the image's end, the digest of
- * what the map named must be the snapshot's (a damaged map otherwise
- * reads as holes or other blocks, never as an error). */
-static int dd_reader_digest_check(dd_reader *r, uint64_t last)
+/* The same with content-defined blocks: the hole up to the block at
+ * byte pos, then the block, when pos is the byte it wants next or later
+ * (a block that began before it was taken in by an earlier read). */
+static void dd_reader_digest_var(dd_reader *r, uint64_t pos, uint32_t len,
+				 const dd_ddt_key *key)
+{
+	if (r->r_dig_next == DD_DIG_OFF || pos < r->r_dig_next)
+		return;
+	if (pos > r->r_dig_next)
+		dd_digest_block(r->r_digest, NULL, pos - r->r_dig_next);
+	dd_digest_block(r->r_digest, key->dk_hash, len);
+	r->r_dig_next = pos + len;
+}
+
+/* Compares the digest of what the map named with the snapshot's. */
+static int dd_reader_digest_end(dd_reader *r)
 {
 	uint8_t got[DD_HASH_SIZE];
 
-	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next > last + 1)
-		return 0;
-	for (; r->r_dig_next <= last; r->r_dig_next++)
-		dd_digest_block(r->r_digest, NULL);
-	if (r->r_dig_next < r->r_snap.sr_blocks)
-		return 0;
 	r->r_dig_next = DD_DIG_OFF;
 	dd_digest_final(r->r_digest, r->r_snap.sr_size,
 			r->r_snap.sr_block_size, got);
@@ -169,6 +186,32 @@ static int dd_reader_digest_check(dd_reader *r, uint64_t last)
 				  "its content digest (damaged metadata; run "
 				  "scrub)");
 	return 0;
+}
+
+/* After a read of blocks up to last: at the image's end, the digest of
+ * what the map named must be the snapshot's (a damaged map otherwise
+ * reads as holes or other blocks, never as an error). */
+static int dd_reader_digest_check(dd_reader *r, uint64_t last)
+{
+	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next > last + 1)
+		return 0;
+	for (; r->r_dig_next <= last; r->r_dig_next++)
+		dd_digest_block(r->r_digest, NULL, 0);
+	if (r->r_dig_next < r->r_snap.sr_blocks)
+		return 0;
+	return dd_reader_digest_end(r);
+}
+
+/* The same with content-defined blocks, after a read up to byte end: the
+ * hole up to there, and at the image's end the check. */
+static int dd_reader_digest_check_var(dd_reader *r, uint64_t end)
+{
+	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next > end)
+		return 0;
+	if (end > r->r_dig_next)
+		dd_digest_block(r->r_digest, NULL, end - r->r_dig_next);
+	r->r_dig_next = end;
+	return end < r->r_snap.sr_size ? 0 : dd_reader_digest_end(r);
 }
 
 /* Reads the r_nblk blocks collected for this round. */
@@ -191,11 +234,13 @@ static int dd_reader_round(dd_reader *r)
 	return 0;
 }
 
-/* Queues block idx (found in the map with key) for the round. */
-static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
-			   uint64_t off, uint64_t end, uint8_t *buf)
+/* Queues the block at bstart (found in the map with key; of len bytes,
+ * or var 0: fixed, block size) for the round. */
+static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key,
+			   uint64_t bstart, uint32_t len, uint64_t off,
+			   uint64_t end, uint8_t *buf)
 {
-	uint64_t bs = r->r_snap.sr_block_size, bstart = idx * bs;
+	uint64_t bs = len ? len : r->r_snap.sr_block_size;
 	uint64_t from = off > bstart ? off : bstart;
 	uint64_t to = end < bstart + bs ? end : bstart + bs;
 	dd_rblk *rb = &r->r_blk[r->r_nblk];
@@ -203,15 +248,20 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
 
 	if (rc == DD_ENOENT)
 		return dd_err_set(&r->r_err, DD_ECORRUPT,
-				  "block %llu of the snapshot is missing from "
-				  "the ddt", (unsigned long long)idx);
+				  "the block at byte %llu of the snapshot is "
+				  "missing from the ddt",
+				  (unsigned long long)bstart);
 	if (rc)
 		return rc;
-	if (rb->rb_ent.de_lsize < to - bstart)
+	if (rb->rb_ent.de_lsize < to - bstart ||
+	    (len && rb->rb_ent.de_lsize != len))
 		return dd_err_set(&r->r_err, DD_ECORRUPT,
-				  "block %llu: ddt size %u is shorter than the "
-				  "snapshot needs", (unsigned long long)idx,
-				  rb->rb_ent.de_lsize);
+				  "the block at byte %llu: ddt size %u, the "
+				  "snapshot's block %llu bytes",
+				  (unsigned long long)bstart,
+				  rb->rb_ent.de_lsize,
+				  (unsigned long long)(len ? len
+						       : to - bstart));
 	/* a long read touches the whole DDT: keep RSS bounded (db.h) */
 	if ((++r->r_touched & 511) == 0)
 		dd_db_trim_map(r->r_store->st_db);
@@ -226,11 +276,55 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key, uint64_t idx,
 	return 0;
 }
 
+/* The blocks of [off, end) in a content-defined map, found by offset. */
+static int dd_reader_collect_var(dd_reader *r, uint64_t off, uint64_t end,
+				 uint8_t *buf)
+{
+	uint64_t pos;
+	dd_ddt_key key;
+	int rc;
+
+	for (rc = dd_bmap_find(r->r_cur, &r->r_err, off, &pos, &key);
+	     rc == 1 && pos < end;
+	     rc = dd_bmap_next(r->r_cur, &r->r_err, &pos, &key)) {
+		uint32_t blen = dd_bmap_len(r->r_cur);
+
+		if (blen > r->r_snap.sr_size - pos)
+			return dd_err_set(&r->r_err, DD_ECORRUPT, "a block map "
+					  "entry runs past the snapshot's end "
+					  "(damaged metadata; run scrub)");
+		rc = dd_reader_queue(r, &key, pos, blen, off, end, buf);
+		if (rc)
+			return rc;
+		dd_reader_digest_var(r, pos, blen, &key);
+	}
+	return rc;
+}
+
+/* The blocks of [off, end) in a map of fixed blocks, by index. */
+static int dd_reader_collect(dd_reader *r, uint64_t off, uint64_t end,
+			     uint8_t *buf)
+{
+	uint64_t bs = r->r_snap.sr_block_size, idx;
+	uint64_t first = off / bs, last = (end - 1) / bs;
+	dd_ddt_key key;
+	int rc;
+
+	for (rc = dd_bmap_seek(r->r_cur, &r->r_err, first, &idx, &key);
+	     rc == 1 && idx <= last;
+	     rc = dd_bmap_next(r->r_cur, &r->r_err, &idx, &key)) {
+		rc = dd_reader_queue(r, &key, idx * bs, 0, off, end, buf);
+		if (rc)
+			return rc;
+		dd_reader_digest(r, idx, &key);
+	}
+	return rc;
+}
+
 int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 		    size_t *nread)
 {
-	uint64_t size, end, bs, idx, first, last;
-	dd_ddt_key key;
+	uint64_t size, end, bs, first, last;
 	int rc;
 
 	if (!r)
@@ -247,7 +341,7 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 	r->r_run = off == r->r_next_off ? r->r_run + (end - off) : end - off;
 	r->r_next_off = end;
 	r->r_flags = r->r_run >= DD_READER_SEQ_BYTES ? DD_CACHE_SEQ : 0;
-	first = off / bs;
+	first = r->r_var ? off : off / bs;
 	last = (end - 1) / bs;
 	/* the digest follows reads that go on where the last one ended */
 	if (r->r_dig_next != DD_DIG_OFF && first > r->r_dig_next)
@@ -256,16 +350,11 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 	 * overwrite with the blocks it does name. */
 	memset(buf, 0, (size_t)(end - off));
 	r->r_nblk = 0;
-	for (rc = dd_bmap_seek(r->r_cur, &r->r_err, first, &idx, &key);
-	     rc == 1 && idx <= last;
-	     rc = dd_bmap_next(r->r_cur, &r->r_err, &idx, &key)) {
-		rc = dd_reader_queue(r, &key, idx, off, end, buf);
-		if (rc)
-			break;
-		dd_reader_digest(r, idx, &key);
-	}
+	rc = r->r_var ? dd_reader_collect_var(r, off, end, buf)
+		      : dd_reader_collect(r, off, end, buf);
 	if (rc < 0 || (rc = dd_reader_round(r)) != 0 ||
-	    (rc = dd_reader_digest_check(r, last)) != 0) {
+	    (rc = r->r_var ? dd_reader_digest_check_var(r, end)
+			   : dd_reader_digest_check(r, last)) != 0) {
 		r->r_nblk = 0;
 		r->r_dig_next = DD_DIG_OFF;
 		memset(buf, 0, (size_t)(end - off)); /* no partial data */

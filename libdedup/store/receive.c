@@ -21,6 +21,13 @@
  * alone, and dd_replica_resume continues it from its next block.  The
  * resume token that names it is written and parsed here, and nowhere
  * else.
+ *
+ * Blocks come by position: a block index in a store of fixed blocks, a
+ * byte offset in one of content-defined blocks (format/stream.md §12),
+ * where the bytes between one block's end and the next block are a hole
+ * and each block has the length the stream gives it (up to the store's
+ * longest).  The content digest counts blocks and holes as the formats
+ * do, so the snapshot's record takes its counts from it (writer.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +40,7 @@
 
 struct dd_replica_writer {
 	dd_writer *rpw_w;
+	bool rpw_var;             /* content-defined: positions are bytes */
 	bool rpw_resumable;       /* keep what arrived on failure */
 	uint64_t rpw_final_size;  /* the size the stream announced */
 	uint8_t rpw_final_digest[DD_HASH_SIZE];
@@ -47,12 +55,43 @@ static int dd_replica_new(dd_replica_writer **out, dd_writer *w)
 	if (!rw)
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	rw->rpw_w = w;
+	rw->rpw_var = w->w_store->st_chunker != DD_CHUNKER_FIXED;
 	*out = rw;
 	return 0;
 }
 
+/* A stream is received into a store that cuts the same way only: the
+ * blocks of one would not deduplicate against the other's, and a store's
+ * snapshots all have its block geometry (format/stream.md §12). */
+static int dd_replica_geometry(dd_err *err, const dd_store *s, int chunker,
+			       uint32_t block_size)
+{
+	if (chunker == s->st_chunker && block_size == s->st_block_size)
+		return 0;
+	if (chunker == s->st_chunker)
+		return dd_err_set(err, DD_EBLOCKSIZE,
+				  "stream block size %u differs from the "
+				  "store's %u", block_size, s->st_block_size);
+	return dd_err_set(err, DD_EBLOCKSIZE, "the stream's blocks are cut by "
+			  "%s (%s %u), the store's by %s (%s %u): receive it "
+			  "into a store created with the same chunker and "
+			  "block size", dd_chunker_name(chunker),
+			  chunker == DD_CHUNKER_FIXED ? "block size"
+						      : "average",
+			  block_size, dd_chunker_name(s->st_chunker),
+			  s->st_chunker == DD_CHUNKER_FIXED ? "block size"
+							    : "average",
+			  s->st_block_size);
+}
+
+/* The position the next block may have: a block index, or a byte. */
+static uint64_t dd_replica_next(const dd_replica_writer *rw)
+{
+	return rw->rpw_var ? rw->rpw_w->w_size : rw->rpw_w->w_blocks;
+}
+
 int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
-		     const char *name, uint32_t block_size)
+		     const char *name, int chunker, uint32_t block_size)
 {
 	dd_writer *w;
 	int rc;
@@ -60,10 +99,9 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
 	if (s->st_hash_kind != DD_HASH_SHA256)
 		return dd_err_set(err, DD_ENOTSUP,
 				  "store is not keyed by SHA-256");
-	if (block_size != s->st_block_size)
-		return dd_err_set(err, DD_EBLOCKSIZE,
-				  "stream block size %u differs from the "
-				  "store's %u", block_size, s->st_block_size);
+	rc = dd_replica_geometry(err, s, chunker, block_size);
+	if (rc)
+		return rc;
 	rc = dd_writer_open(&w, s, name, 0);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
@@ -79,18 +117,28 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
  * checks of a block before anything is stored, a failure here leaves the
  * writer open: the receive can still be suspended (resumable) or
  * aborted. */
-static int dd_replica_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
+static int dd_replica_advance(dd_replica_writer *rw, uint64_t idx,
+			      uint32_t lsize)
 {
+	dd_writer *w = rw->rpw_w;
+
 	if (w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE, "writer is not open");
-	if (idx < w->w_blocks)
+	if (idx < dd_replica_next(rw))
 		return dd_err_set(&w->w_err, DD_EFORMAT,
 				"block %llu out of order",
 				(unsigned long long)idx);
-	if (lsize == 0 || lsize > w->w_bs)
+	if (lsize == 0 || lsize > w->w_store->st_block_max)
 		return dd_err_set(&w->w_err, DD_EFORMAT,
 				"block %llu: size %u out of range",
 				(unsigned long long)idx, lsize);
+	if (rw->rpw_var) {
+		/* the bytes up to the block are a hole */
+		if (idx > w->w_size)
+			dd_digest_block(w->w_digest, NULL, idx - w->w_size);
+		w->w_size = idx;
+		return 0;
+	}
 	/* a short block must be the image's last: nothing may follow it */
 	if (w->w_size != w->w_blocks * (uint64_t)w->w_bs)
 		return dd_err_set(&w->w_err, DD_EFORMAT,
@@ -105,19 +153,25 @@ static int dd_replica_advance(dd_writer *w, uint64_t idx, uint32_t lsize)
 /* Lookups read the catalog as of at most this many blocks ago. */
 #define DD_REPLICA_RENEW_BLOCKS 1024u
 
-/* Block w_blocks is op: accounted, and the interval committed when due. */
-static int dd_replica_account(dd_writer *w, dd_wop *op, uint32_t lsize)
+/* The next block is op: accounted, and the interval committed when due. */
+static int dd_replica_account(dd_replica_writer *rw, dd_wop *op,
+			      uint32_t lsize)
 {
+	dd_writer *w = rw->rpw_w;
 	int rc;
 
 	op->op_idx = w->w_blocks;
+	op->op_ioff = w->w_size;
 	op->op_lsize = lsize;
 	rc = dd_wops_add(&w->w_ops, &w->w_err, op, NULL);
 	if (rc)
 		return rc;
-	dd_digest_block(w->w_digest, op->op_key.dk_hash);
+	dd_digest_block(w->w_digest, op->op_key.dk_hash, lsize);
 	w->w_blocks++;
-	w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
+	if (rw->rpw_var)
+		w->w_size += lsize;
+	else
+		w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
 	w->w_uncommitted += lsize;
 	/* lookups touch random DDT pages: keep RSS bounded (replica.h) */
 	dd_replica_trim_map(w->w_store, ++w->w_uncommitted_blocks);
@@ -193,11 +247,12 @@ int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 			   .pr_psize = psize};
 	dd_wop op = {0};
 	uint8_t got[DD_HASH_SIZE];
-	int rc = dd_replica_advance(w, idx, lsize);
+	int rc = dd_replica_advance(rw, idx, lsize);
 
 	if (rc)
 		return rc;
-	if (psize == 0 || (size_t)psize > dd_codec_bound(w->w_bs))
+	if (psize == 0 ||
+	    (size_t)psize > dd_codec_bound(w->w_store->st_block_max))
 		return dd_err_set(&w->w_err, DD_EFORMAT,
 				  "block %llu: payload size %u out of range",
 				  (unsigned long long)idx, psize);
@@ -228,7 +283,7 @@ int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 		op.op_psize = psize;
 	}
 	if (!rc)
-		rc = dd_replica_account(w, &op, lsize);
+		rc = dd_replica_account(rw, &op, lsize);
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -240,7 +295,7 @@ int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
 	const dd_wop *mine;
 	dd_ddt_ent ent;
 	uint32_t at;
-	int rc = dd_replica_advance(w, idx, lsize);
+	int rc = dd_replica_advance(rw, idx, lsize);
 
 	if (rc)
 		return rc;
@@ -277,7 +332,7 @@ int dd_replica_put_ref(dd_replica_writer *rw, uint64_t idx,
 				  "lost (no pack holds it): send it as data "
 				  "(a full stream)", (unsigned long long)idx);
 	if (!rc)
-		rc = dd_replica_account(w, &op, lsize);
+		rc = dd_replica_account(rw, &op, lsize);
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -290,6 +345,17 @@ int dd_replica_finish(dd_replica_writer *rw, uint64_t size,
 
 	if (w->w_state != DD_W_OPEN)
 		return dd_err_set(&w->w_err, DD_ESTATE, "writer is not open");
+	if (rw->rpw_var) {
+		if (w->w_size > size)
+			return dd_writer_fail(w, dd_err_set(&w->w_err,
+				DD_EFORMAT, "blocks received run past the image "
+				"size %llu", (unsigned long long)size));
+		if (size > w->w_size)
+			dd_digest_block(w->w_digest, NULL, size - w->w_size);
+		w->w_size = size;
+		rc = dd_writer_finish(w, digest);
+		return rc ? dd_writer_fail(w, rc) : 0;
+	}
 	if (blocks < w->w_blocks || (w->w_blocks == blocks && blocks &&
 				     w->w_size != size))
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EFORMAT,
@@ -357,7 +423,7 @@ static int dd_replica_save_state(void *ctx)
 	dd_replica_state st = {
 		.rcs_block_size = w->w_bs,
 		.rcs_final_size = rw->rpw_final_size,
-		.rcs_next = w->w_blocks,
+		.rcs_next = dd_replica_next(rw),
 		.rcs_zero = w->w_zero,
 		.rcs_size = w->w_size,
 	};
@@ -436,9 +502,12 @@ static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
 	return 0;
 }
 
-/* Feeds the digest with the blocks already received (holes as zeros). */
-static int dd_replica_replay_digest(dd_writer *w, uint64_t next)
+/* Feeds the digest with the blocks already received (holes as zeros),
+ * up to position next; counts them for a content-defined map, whose
+ * blocks are w_blocks too (the position of fixed ones). */
+static int dd_replica_replay_digest(dd_replica_writer *rw, uint64_t next)
 {
+	dd_writer *w = rw->rpw_w;
 	dd_bmap_cur *cur;
 	dd_ddt_key key;
 	uint64_t idx, at = 0;
@@ -450,26 +519,48 @@ static int dd_replica_replay_digest(dd_writer *w, uint64_t next)
 		return rc;
 	for (rc = dd_bmap_seek(cur, &w->w_err, 0, &idx, &key);
 	     rc == 1 && idx < next; rc = dd_bmap_next(cur, &w->w_err, &idx, &key)) {
-		dd_digest_zeros(w->w_digest, idx - at);
-		dd_digest_block(w->w_digest, key.dk_hash);
-		at = idx + 1;
+		uint32_t len = dd_bmap_len(cur);
+
+		if (!rw->rpw_var) {
+			dd_digest_zeros(w->w_digest, idx - at);
+			dd_digest_block(w->w_digest, key.dk_hash, 0);
+			at = idx + 1;
+			continue;
+		}
+		if (idx < at || len > next - idx)
+			rc = dd_err_set(&w->w_err, DD_ECORRUPT, "the kept "
+					"receive's block map runs past its "
+					"state: run dedup repair");
+		if (rc < 0)
+			break;
+		if (idx > at)
+			dd_digest_block(w->w_digest, NULL, idx - at);
+		dd_digest_block(w->w_digest, key.dk_hash, len);
+		w->w_blocks++;
+		at = idx + len;
 	}
 	dd_bmap_close(cur);
 	dd_txn_reset(w->w_rtxn);
 	if (rc < 0)
 		return rc;
-	dd_digest_zeros(w->w_digest, next - at);
+	if (rw->rpw_var && next > at)
+		dd_digest_block(w->w_digest, NULL, next - at);
+	else if (!rw->rpw_var)
+		dd_digest_zeros(w->w_digest, next - at);
 	return 0;
 }
 
 int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
-		      const uint8_t digest[32], uint64_t from,
+		      const uint8_t digest[32], uint64_t from, int chunker,
 		      uint32_t block_size)
 {
 	struct dd_partial pa = {.pa_digest = digest};
 	dd_replica_writer *rw = NULL;
 	dd_writer *w;
-	int rc = dd_partial_find(s, err, &pa);
+	int rc = dd_replica_geometry(err, s, chunker, block_size);
+
+	if (!rc)
+		rc = dd_partial_find(s, err, &pa);
 
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ENOENT,
@@ -490,14 +581,19 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
-	w->w_blocks = pa.pa_state.rcs_next;
 	w->w_zero = pa.pa_state.rcs_zero;
 	w->w_size = pa.pa_state.rcs_size;
 	rc = dd_replica_new(&rw, w);
+	if (!rc && rw->rpw_var && w->w_size != pa.pa_state.rcs_next)
+		rc = dd_err_set(&w->w_err, DD_ECORRUPT, "the kept receive's "
+				"state is damaged: discard it (ddrecv -A)");
 	if (!rc) {
+		/* fixed: blocks are positions; content-defined: counted */
+		if (!rw->rpw_var)
+			w->w_blocks = pa.pa_state.rcs_next;
 		dd_replica_set_resumable(rw, pa.pa_state.rcs_final_size,
 					 digest);
-		rc = dd_replica_replay_digest(w, pa.pa_state.rcs_next);
+		rc = dd_replica_replay_digest(rw, pa.pa_state.rcs_next);
 	}
 	if (rc) {
 		dd_err_copy(err, &w->w_err);
@@ -569,7 +665,7 @@ int dd_replica_writer_token(const dd_replica_writer *rw, char *buf, size_t len)
 	if (rw->rpw_w->w_state != DD_W_SUSPENDED)
 		return DD_ESTATE;
 	return dd_token_format(buf, len, rw->rpw_final_digest,
-			       rw->rpw_w->w_blocks);
+			       dd_replica_next(rw));
 }
 
 const char *dd_replica_errmsg(const dd_replica_writer *rw)

@@ -96,6 +96,14 @@ static void dd_repair_note(dd_repair *rp, int kind, const char *name,
 		rp->rp_opts.report(rp->rp_opts.report_ctx, &ev);
 }
 
+/* The store's longest block: its block size, or four times the average
+ * for content-defined blocks. */
+static uint32_t dd_repair_block_max(const dd_repair *rp)
+{
+	return dd_chunker_max((int)rp->rp_conf.sc_opt[DD_STORE_OPT_CHUNKER],
+			      (uint32_t)rp->rp_conf.sc_opt[0]);
+}
+
 /* Commits and begins again every DD_REPAIR_BATCH changes. */
 static int dd_repair_tick(dd_repair *rp)
 {
@@ -273,7 +281,7 @@ static int dd_repair_rec_add(dd_repair *rp, uint64_t offset,
 				 rp->rp_total))
 		return dd_err_set(rp->rp_err, DD_ECANCELED,
 				  "repair stopped by its progress callback");
-	if (rec->pr_lsize > rp->rp_conf.sc_opt[0])
+	if (rec->pr_lsize > dd_repair_block_max(rp))
 		return 0;  /* not a block of this store: never referenced */
 	if (payload) {
 		dd_err why;
@@ -406,9 +414,13 @@ static int dd_repair_block(dd_repair *rp, const dd_manifest_hdr *h,
 	dd_ddt_key key;
 	dd_ddt_ent ent;
 	uint64_t bs = h->mh_block_size;
-	uint32_t lsize = e->me_index + 1 == h->mh_blocks
+	bool var = h->mh_chunker != DD_CHUNKER_FIXED;
+	/* content-defined blocks have their length and offset in the list */
+	uint32_t lsize = var ? (uint32_t)e->me_len
+			 : e->me_index + 1 == h->mh_blocks
 				 ? (uint32_t)(h->mh_size - e->me_index * bs)
 				 : (uint32_t)bs;
+	uint64_t off = var ? e->me_off : e->me_index * bs;
 	int rc;
 
 	memcpy(key.dk_hash, e->me_hash, DD_HASH_SIZE);
@@ -441,12 +453,12 @@ static int dd_repair_block(dd_repair *rp, const dd_manifest_hdr *h,
 	if (rc)
 		return rc;
 	if ((ent.de_flags & DD_DDE_MISSING) && !rp->rp_nmissing++)
-		rp->rp_first_missing = e->me_index * bs;
+		rp->rp_first_missing = off;
 	ent.de_refcnt++;
 	rc = dd_ddt_put(rp->rp_txn, rp->rp_err, &key, &ent);
 	if (!rc)
-		rc = dd_bmap_append(rp->rp_txn, rp->rp_err, h->mh_id,
-				    e->me_index, &key);
+		rc = dd_bmap_append_block(rp->rp_txn, rp->rp_err, h->mh_id,
+					  e->me_index, off, lsize, &key);
 	return rc ? rc : dd_repair_tick(rp);
 }
 
@@ -475,10 +487,14 @@ static int dd_repair_manifest(dd_repair *rp, uint64_t id)
 	if (rc && !dd_is_damage(rc))
 		return dd_err_copy(rp->rp_err, &why);
 	if (!rc && (h.mh_block_size != rp->rp_conf.sc_opt[0] ||
-		    h.mh_hash_kind != rp->rp_conf.sc_opt[4]))
-		rc = dd_err_set(&why, DD_ECORRUPT, "manifest of '%s': block "
-				"size %u or hash %#x is not the store's",
-				h.mh_name, h.mh_block_size, h.mh_hash_kind);
+		    h.mh_hash_kind != rp->rp_conf.sc_opt[4] ||
+		    (uint64_t)h.mh_chunker !=
+			    rp->rp_conf.sc_opt[DD_STORE_OPT_CHUNKER]))
+		rc = dd_err_set(&why, DD_ECORRUPT, "manifest of '%s': "
+				"chunker %s, block size %u or hash %#x is not "
+				"the store's", h.mh_name,
+				dd_chunker_name(h.mh_chunker), h.mh_block_size,
+				h.mh_hash_kind);
 	/* dd_repair_dup_names kept one manifest a name, if the headers
 	 * read then are the ones read now */
 	if (!rc && dd_snap_get(rp->rp_txn, &why, h.mh_name, &other) == 0)
@@ -596,6 +612,9 @@ static int dd_repair_build(dd_repair *rp, const char *dir)
 {
 	int rc = dd_db_open_unsynced(&rp->rp_db, rp->rp_err, dir);
 
+	/* block maps as the store keys them (format/store.md §4) */
+	if (!rc && rp->rp_conf.sc_opt[DD_STORE_OPT_CHUNKER] != DD_CHUNKER_FIXED)
+		dd_db_set_varblock(rp->rp_db, dd_repair_block_max(rp));
 	if (!rc)
 		rc = dd_txn_begin(rp->rp_db, rp->rp_err, true, &rp->rp_txn);
 	if (!rc)
@@ -688,7 +707,7 @@ static int dd_repair_scratch(dd_repair *rp)
 	const uint64_t *o = rp->rp_conf.sc_opt;
 
 	return dd_scratch_init_for(&rp->rp_sc, rp->rp_err, (int)o[2],
-				   (int)o[3], (int)o[4], (uint32_t)o[0]);
+				   (int)o[3], (int)o[4], dd_repair_block_max(rp));
 }
 
 int dd_store_repair(const char *path, const dd_repair_opts *opts,

@@ -82,6 +82,7 @@ int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
 	info->rps_size = rec.sr_size;
 	info->rps_blocks = rec.sr_blocks;
 	info->rps_block_size = rec.sr_block_size;
+	info->rps_chunker = s->st_chunker;
 	memcpy(info->rps_digest, rec.sr_digest, DD_HASH_SIZE);
 	it->ri_info = *info;
 	*out = it;
@@ -104,18 +105,30 @@ int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
 	/* a long walk touches the whole block map and, through
 	 * dd_replica_iter_load, the DDT: keep RSS bounded */
 	dd_replica_trim_map(it->ri_store, ++it->ri_walked);
-	/* rs_blocks is the size's block count (checked by the record's
-	 * decoder), so a block before it has bytes in the image */
-	if (*idx >= it->ri_info.rps_blocks)
+	memset(blk, 0, sizeof(*blk));
+	if (it->ri_info.rps_chunker != DD_CHUNKER_FIXED) {
+		/* a content-defined map: offsets, and lengths of its own */
+		blk->rpb_lsize = dd_bmap_len(it->ri_cur);
+		if (*idx >= it->ri_info.rps_size ||
+		    blk->rpb_lsize > it->ri_info.rps_size - *idx)
+			return dd_err_set(err, DD_ECORRUPT, "the block at byte "
+					  "%llu runs past the snapshot's end",
+					  (unsigned long long)*idx);
+	} else if (*idx >= it->ri_info.rps_blocks) {
+		/* rs_blocks is the size's block count (checked by the
+		 * record's decoder), so a block before it has bytes in the
+		 * image */
 		return dd_err_set(err, DD_ECORRUPT, "block %llu is past the "
 				  "snapshot's %llu blocks",
 				  (unsigned long long)*idx,
 				  (unsigned long long)it->ri_info.rps_blocks);
+	} else {
+		blk->rpb_lsize = dd_block_lsize(it->ri_info.rps_size,
+						it->ri_info.rps_block_size,
+						*idx);
+	}
 	it->ri_idx = *idx;
-	memset(blk, 0, sizeof(*blk));
 	memcpy(blk->rpb_hash, it->ri_key.dk_hash, DD_HASH_SIZE);
-	blk->rpb_lsize = dd_block_lsize(it->ri_info.rps_size,
-					it->ri_info.rps_block_size, *idx);
 	return 1;
 }
 

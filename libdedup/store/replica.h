@@ -22,6 +22,7 @@ typedef struct dd_replica_snap {
 	uint64_t rps_size;
 	uint64_t rps_blocks;
 	uint32_t rps_block_size;
+	int rps_chunker;             /* enum dd_chunker: the store's */
 	uint8_t rps_digest[32];
 } dd_replica_snap;
 
@@ -59,9 +60,11 @@ typedef struct dd_replica_iter dd_replica_iter;
  * with DD_ENOTSUP for a store whose block hash is not SHA-256. */
 int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
 			 const char *name, dd_replica_snap *info);
-/* The next stored (non-hole) block at index >= from (first call) or after
- * the last one: 1 with *idx, and blk's hash and lsize (from the block map
- * and the snapshot's size: no DDT lookup), 0 at the end. */
+/* The next stored (non-hole) block at position >= from (first call) or
+ * after the last one: 1 with *idx, and blk's hash and lsize (from the
+ * block map and the snapshot's size: no DDT lookup), 0 at the end.  A
+ * position is a block index, or a byte offset for content-defined blocks
+ * (rps_chunker not fixed), whose holes are the gaps between blocks. */
 int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
 			 uint64_t *idx, dd_replica_blk *blk);
 /* Completes blk for the block dd_replica_iter_next gave last: codec, psize
@@ -74,13 +77,14 @@ void dd_replica_iter_close(dd_replica_iter *it);
 
 /* ---- receiving (receive.c) ------------------------------------------------*/
 
-/* A writer of snapshot `name` fed block by block in increasing index
- * order; holes are the indices never given.  DD_EINVAL if block_size is
- * not the store's, DD_ENOTSUP for a store not keyed by SHA-256. */
+/* A writer of snapshot `name` fed block by block in increasing position
+ * order (as dd_replica_iter_next gives them); holes are the positions
+ * never given.  DD_EINVAL if chunker and block_size are not the store's,
+ * DD_ENOTSUP for a store not keyed by SHA-256. */
 typedef struct dd_replica_writer dd_replica_writer;
 
 int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
-		     const char *name, uint32_t block_size);
+		     const char *name, int chunker, uint32_t block_size);
 /* Verifies (decompress, SHA-256) then stores or references the block. */
 int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 			const uint8_t hash[32], uint8_t codec, uint32_t lsize,
@@ -104,11 +108,11 @@ int dd_replica_set_resumable(dd_replica_writer *rw, uint64_t size,
 /* Commits what arrived and keeps it for a resume; then free the writer. */
 int dd_replica_suspend(dd_replica_writer *rw);
 /* Continues the kept receive of the snapshot with this content digest,
- * whose next block must be `from`.  DD_ENOENT if there is none. */
+ * whose next position must be `from`.  DD_ENOENT if there is none. */
 int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
-		      const uint8_t digest[32], uint64_t from,
+		      const uint8_t digest[32], uint64_t from, int chunker,
 		      uint32_t block_size);
-/* The resume token of the kept receive ("ddr1:<digest>:<next block>",
+/* The resume token of the kept receive ("ddr1:<digest>:<next position>",
  * format/store.md §5) and its name; DD_ENOENT if there is none. */
 int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
 		     char *name, size_t namelen);

@@ -221,20 +221,26 @@ static int dd_scrub_use(void *arg, uint64_t id, uint64_t idx,
 	if (!b)
 		return 0;
 	b->sb_used = true;
+	/* a content-defined map is keyed by the block's offset already */
 	for (size_t i = 0; i < sc->sc_nsnap; i++)
 		if (sc->sc_ids[i] == id)
 			return dd_scrub_report(sc, b, sc->sc_names[i],
-					       idx * sc->sc_bs[i]);
+					       sc->sc_store->st_chunker ==
+					       DD_CHUNKER_FIXED
+					       ? idx * sc->sc_bs[i] : idx);
 	return 0; /* a writer's pending map: not a snapshot yet */
 }
 
 /* Pass 3, for one snapshot: each block its map names is in the DDT,
- * referenced, of the size the image needs there, and the map hashes to
- * the snapshot's content digest (format/store.md §6). */
+ * referenced, of the size the image needs there -- in a content-defined
+ * map, the length its entry gives, the blocks in order and inside the
+ * image --, and the map hashes to the snapshot's content digest
+ * (format/store.md §6). */
 static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 			      const dd_snap_rec *r)
 {
 	uint64_t idx, next = 0, bs = r->sr_block_size;
+	bool var = sc->sc_store->st_chunker != DD_CHUNKER_FIXED;
 	uint8_t got[DD_HASH_SIZE];
 	dd_ddt_key key;
 	dd_ddt_ent ent;
@@ -242,10 +248,17 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 
 	for (rc = dd_bmap_seek(cur, sc->sc_err, 0, &idx, &key); rc == 1;
 	     rc = dd_bmap_next(cur, sc->sc_err, &idx, &key)) {
-		if (idx < next || idx >= r->sr_blocks)
+		uint64_t len = dd_bmap_len(cur);
+
+		if (idx < next || (var ? idx >= r->sr_size ||
+					 len > r->sr_size - idx
+				       : idx >= r->sr_blocks))
 			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block map "
 					  "entry %llu out of order or past the "
 					  "image", (unsigned long long)idx);
+		if (!var)
+			len = idx + 1 < r->sr_blocks ? bs
+						     : r->sr_size - idx * bs;
 		rc = dd_ddt_get(sc->sc_txn, sc->sc_err, &key, &ent);
 		if (rc == DD_ENOENT)
 			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu "
@@ -253,23 +266,30 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 					  (unsigned long long)idx);
 		if (rc)
 			return rc;
-		if (ent.de_refcnt == 0 ||
-		    ent.de_lsize != (idx + 1 < r->sr_blocks ? bs
-				     : r->sr_size - idx * bs))
+		if (ent.de_refcnt == 0 || ent.de_lsize != len)
 			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu: "
 					  "ddt entry of %u bytes, refcount "
 					  "%llu", (unsigned long long)idx,
 					  ent.de_lsize,
 					  (unsigned long long)ent.de_refcnt);
+		if (var) {
+			if (idx > next)
+				dd_digest_block(dg, NULL, idx - next);
+			dd_digest_block(dg, key.dk_hash, len);
+			next = idx + len;
+			continue;
+		}
 		for (; next < idx; next++)
-			dd_digest_block(dg, NULL);
-		dd_digest_block(dg, key.dk_hash);
+			dd_digest_block(dg, NULL, 0);
+		dd_digest_block(dg, key.dk_hash, len);
 		next = idx + 1;
 	}
 	if (rc < 0)
 		return rc;
-	for (; next < r->sr_blocks; next++)
-		dd_digest_block(dg, NULL);
+	if (var && next < r->sr_size)
+		dd_digest_block(dg, NULL, r->sr_size - next);
+	for (; !var && next < r->sr_blocks; next++)
+		dd_digest_block(dg, NULL, 0);
 	dd_digest_final(dg, r->sr_size, r->sr_block_size, got);
 	if (memcmp(got, r->sr_digest, DD_HASH_SIZE) != 0)
 		return dd_err_set(sc->sc_err, DD_ECORRUPT, "its block map does "
@@ -282,7 +302,7 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 	dd_scrub *sc = arg;
 	dd_bmap_cur *cur = NULL;
 	dd_digest *dg = NULL;
-	int rc = dd_digest_new(&dg, sc->sc_err);
+	int rc = dd_digest_new(&dg, sc->sc_err, sc->sc_store->st_chunker);
 
 	if (!rc)
 		rc = dd_bmap_open(sc->sc_txn, sc->sc_err, r->sr_id, &cur);

@@ -87,7 +87,7 @@ int dd_name_check(const char *name)
 int dd_scratch_init(dd_scratch *sc, dd_err *err, const dd_store *s)
 {
 	return dd_scratch_init_for(sc, err, s->st_compress, s->st_level,
-				   s->st_hash_kind, s->st_block_size);
+				   s->st_hash_kind, s->st_block_max);
 }
 
 int dd_scratch_init_for(dd_scratch *sc, dd_err *err, int compress, int level,
@@ -153,6 +153,11 @@ static int dd_store_load_options(dd_store *s, dd_err *err,
 	s->st_compress = (int)meta.sc_opt[2];
 	s->st_level = (int)meta.sc_opt[3];
 	s->st_hash_kind = (int)meta.sc_opt[4];
+	s->st_chunker = (int)meta.sc_opt[DD_STORE_OPT_CHUNKER];
+	s->st_block_max = dd_chunker_max(s->st_chunker, s->st_block_size);
+	/* block maps keyed by offset, with lengths (format/store.md §4.2) */
+	dd_db_set_varblock(s->st_db, s->st_chunker != DD_CHUNKER_FIXED
+				     ? s->st_block_max : 0);
 	return 0;
 }
 
@@ -334,13 +339,23 @@ static int dd_create_opts_check(dd_err *err, const dd_create_opts *in,
 			return dd_err_set(err, DD_EINVAL,
 					  "dd_create_opts version %u not supported",
 					  in->version);
-		*o = *in;
+		/* a version-1 struct ends before `chunker`: fixed blocks */
+		if (in->version == 1)
+			memcpy(o, in, offsetof(dd_create_opts, chunker));
+		else
+			*o = *in;
 	}
 	if (o->block_size == 0)
 		o->block_size = DD_BLOCK_SIZE_DEFAULT;
-	if (o->block_size < DD_BLOCK_SIZE_MIN ||
-	    o->block_size > DD_BLOCK_SIZE_MAX ||
-	    (o->block_size & (o->block_size - 1)))
+	if (o->chunker != DD_CHUNKER_FIXED && o->chunker != DD_CHUNKER_FASTCDC)
+		return dd_err_set(err, DD_EINVAL, "unknown chunker %d",
+				  o->chunker);
+	if (o->chunker == DD_CHUNKER_FASTCDC &&
+	    !dd_chunker_valid(o->chunker, o->block_size))
+		return dd_err_set(err, DD_EINVAL,
+				  "average block size %u: must be a power of "
+				  "two from 4 KiB to 256 KiB", o->block_size);
+	if (!dd_chunker_valid(o->chunker, o->block_size))
 		return dd_err_set(err, DD_EINVAL,
 				  "block size %u: must be a power of two from "
 				  "4 KiB to 1 MiB", o->block_size);
@@ -362,7 +377,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
 {
 	dd_err *err = dd_thread_err();
 	dd_create_opts o;
-	dd_store_conf conf = {.sc_format = DD_STORE_FORMAT};
+	dd_store_conf conf = {.sc_format = DD_STORE_FORMAT_FIXED};
 	dd_store *s = NULL;
 	static const char *const dirs[] = {"db", "packs", DD_MANIFEST_DIR};
 	char p[4096];
@@ -397,6 +412,9 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	conf.sc_opt[2] = (uint64_t)o.compress;
 	conf.sc_opt[3] = (uint64_t)o.compress_level;
 	conf.sc_opt[4] = (uint64_t)hash_kind;
+	conf.sc_opt[DD_STORE_OPT_CHUNKER] = (uint64_t)o.chunker;
+	if (o.chunker != DD_CHUNKER_FIXED)
+		conf.sc_format = DD_STORE_FORMAT;
 	rc = dd_store_alloc(&s, err, path, oopts);
 	if (!rc)
 		rc = dd_store_attach(s, err, true, &conf);
@@ -451,7 +469,18 @@ int dd_store_info_get(dd_store *s, dd_store_info *out)
 	out->verify = s->st_verify;
 	out->compress = s->st_compress;
 	out->compress_level = s->st_level;
-	out->format_version = DD_STORE_FORMAT;
+	out->format_version = s->st_format >= DD_STORE_FORMAT_FIXED
+				      ? (uint32_t)s->st_format
+				      : DD_STORE_FORMAT_FIXED;
+	return 0;
+}
+
+int dd_store_chunker_get(dd_store *s, int *out)
+{
+	if (!s || !out)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_store_chunker_get: "
+					  "NULL argument") : DD_EINVAL;
+	*out = s->st_chunker;
 	return 0;
 }
 

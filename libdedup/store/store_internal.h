@@ -38,8 +38,13 @@
 #include "cache/cache.h"
 
 /* Format 2 added the manifests (format/manifest.md) and the options in
- * DEDUP; this build reads format 1 and upgrades it at the first write. */
-#define DD_STORE_FORMAT 2
+ * DEDUP; this build reads format 1 and upgrades it at the first write.
+ * Format 3 is format 2 with a chunker other than fixed (format/store.md
+ * §1): only such stores are written as format 3, so that builds that know
+ * no chunker refuse them whole, and stores of fixed blocks stay format 2,
+ * readable by those builds. */
+#define DD_STORE_FORMAT 3
+#define DD_STORE_FORMAT_FIXED 2
 #define DD_STORE_MAGIC_LINE "libdedup store"
 /* Packs roll over past this size; small enough that gc rewrites little. */
 #define DD_PACK_MAX_BYTES ((uint64_t)256 << 20)
@@ -62,7 +67,9 @@ struct dd_store {
 	dd_open_opts st_opts;
 
 	/* Store options, read from meta at open (format/store.md §2). */
-	uint32_t st_block_size;
+	uint32_t st_block_size;    /* fixed: the size; fastcdc: the average */
+	int st_chunker;            /* enum dd_chunker */
+	uint32_t st_block_max;     /* its longest block (dd_chunker_max) */
 	int st_verify;
 	int st_compress;
 	int st_level;
@@ -86,9 +93,11 @@ struct dd_store {
 
 /* ---- layout.c: the DEDUP file and meta -----------------------------------*/
 
-#define DD_STORE_NOPTS 5
+#define DD_STORE_NOPTS 6
+#define DD_STORE_OPT_CHUNKER 5
 /* What DEDUP says (format/store.md §1); sc_opt as meta's option keys:
- * block_size, verify, compress, compress_level, hash. */
+ * block_size, verify, compress, compress_level, hash, chunker (format 3;
+ * 0, fixed, when absent). */
 typedef struct dd_store_conf {
 	int sc_format;
 	uint64_t sc_opt[DD_STORE_NOPTS];

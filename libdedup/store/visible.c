@@ -188,7 +188,8 @@ static int dd_snap_matches_manifest(dd_store *s, dd_err *err,
 	if (rc)
 		return rc;
 	dd_snap_rec_from_manifest(&m, &h);
-	if (strcmp(h.mh_name, name) || m.sr_id != rec->sr_id ||
+	if (strcmp(h.mh_name, name) || h.mh_chunker != s->st_chunker ||
+	    m.sr_id != rec->sr_id ||
 	    m.sr_block_size != rec->sr_block_size || m.sr_size != rec->sr_size ||
 	    m.sr_blocks != rec->sr_blocks ||
 	    m.sr_zero_blocks != rec->sr_zero_blocks ||
@@ -227,7 +228,7 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 	rc = dd_manifest_read_header_at(s->st_mfdir, err, pid, &h);
 	if (rc)
 		return rc;
-	if (strcmp(h.mh_name, name))
+	if (strcmp(h.mh_name, name) || h.mh_chunker != s->st_chunker)
 		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s' is being "
 				  "committed under id %llu, whose manifest "
 				  "names '%s': run dedup repair", name,
@@ -270,7 +271,8 @@ static int dd_sw_pend(void *arg, uint64_t id, const dd_pend_rec *prec)
 					id, &h);
 	if (rc)
 		return rc;
-	if (strcmp(h.mh_name, prec->pr_name))
+	if (strcmp(h.mh_name, prec->pr_name) ||
+	    h.mh_chunker != sw->sw_store->st_chunker)
 		return dd_err_set(sw->sw_err, DD_ECORRUPT, "snapshot '%s' is "
 				  "being committed under id %llu, whose "
 				  "manifest names '%s': run dedup repair",

@@ -134,10 +134,11 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	rc = dd_store_enter(s, &w->w_err, &w->w_lockfd);
 	if (!rc)
 		rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
-	if (!rc && s->st_verify && !(w->w_vbuf = dd_malloc(w->w_bs)))
+	if (!rc && s->st_verify &&
+	    !(w->w_vbuf = dd_malloc(s->st_block_max)))
 		rc = dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	if (!rc)
-		rc = dd_digest_new(&w->w_digest, &w->w_err);
+		rc = dd_digest_new(&w->w_digest, &w->w_err, s->st_chunker);
 	if (!rc)
 		rc = dd_writer_reserve(w);
 	if (rc) {
@@ -220,10 +221,11 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 		.sr_id = w->w_id,
 		.sr_block_size = w->w_bs,
 		.sr_size = w->w_size,
-		.sr_blocks = w->w_blocks,
-		.sr_zero_blocks = w->w_zero,
 		.sr_ctime = (int64_t)time(NULL),
 	};
+	/* blocks as the formats count them: a run of holes of a content-
+	 * defined image is one (format/chunker.md §5) */
+	dd_digest_counts(w->w_digest, &rec.sr_blocks, &rec.sr_zero_blocks);
 	dd_digest_final(w->w_digest, w->w_size, w->w_bs, rec.sr_digest);
 	if (expect_digest && memcmp(expect_digest, rec.sr_digest, DD_HASH_SIZE))
 		return dd_err_set(&w->w_err, DD_ECHECKSUM,

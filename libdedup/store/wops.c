@@ -247,8 +247,9 @@ static int dd_apply_op(dd_writer *w, dd_wop *op)
 		break;
 	}
 	if (!rc)
-		rc = dd_bmap_append(w->w_txn, &w->w_err, w->w_id, op->op_idx,
-				    &op->op_key);
+		rc = dd_bmap_append_block(w->w_txn, &w->w_err, w->w_id,
+					  op->op_idx, op->op_ioff,
+					  op->op_lsize, &op->op_key);
 	return rc;
 }
 

@@ -171,7 +171,8 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i)
 {
 	dd_blk *bk = &b->pb_blk[i];
 	const uint8_t *data = b->pb_data + bk->bk_off;
-	dd_wop op = {.op_idx = bk->bk_idx, .op_lsize = bk->bk_len};
+	dd_wop op = {.op_idx = bk->bk_idx, .op_ioff = bk->bk_ioff,
+		     .op_lsize = bk->bk_len};
 	dd_ddt_ent ent;
 	uint32_t at;
 	int rc;
@@ -249,7 +250,7 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 
 		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;
-			dd_digest_block(w->w_digest, NULL);
+			dd_digest_block(w->w_digest, NULL, bk->bk_len);
 			continue;
 		}
 		/* lookups touch random DDT pages: keep RSS bounded
@@ -257,7 +258,7 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 		dd_replica_trim_map(w->w_store, bk->bk_idx + 1);
 		rc = dd_lookup_blk(w, b, i);
 		if (!rc)
-			dd_digest_block(w->w_digest, bk->bk_hash);
+			dd_digest_block(w->w_digest, bk->bk_hash, bk->bk_len);
 	}
 	dd_txn_reset(w->w_rtxn);
 	if (rc)
@@ -343,11 +344,11 @@ static int dd_writer_pipe(dd_writer *w)
 		.pc_cut = &cut,
 		.pc_ncut = 1,
 		.pc_compress = dd_codec_compress,
-		.pc_zbound = dd_codec_bound(w->w_bs),
+		.pc_zbound = dd_codec_bound(s->st_block_max),
 		.pc_zkeep = true,
-		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)w->w_bs
+		.pc_batch = DD_WRITER_BATCH_BYTES > 16 * (size_t)s->st_block_max
 				    ? DD_WRITER_BATCH_BYTES
-				    : 16 * (size_t)w->w_bs,
+				    : 16 * (size_t)s->st_block_max,
 		.pc_bytes = DD_PIPE_BYTES_SOME,
 		.pc_read = DD_PIPE_READ_FAIL,
 		.pc_ops = &dd_writer_ops,
@@ -363,7 +364,7 @@ static int dd_writer_pipe(dd_writer *w)
 		w->w_zctx[i] = s->st_scratch[i].sc_codec;
 	cfg.pc_zctx = w->w_zctx;
 	cfg.pc_zctx_solo = w->w_sc.sc_codec;
-	dd_cutter_fixed(&cut, w->w_bs);
+	dd_cutter_init(&cut, s->st_chunker, w->w_bs);
 	return dd_pipe_new(&w->w_pipe, &cfg);
 }
 

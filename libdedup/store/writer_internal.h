@@ -44,6 +44,7 @@ enum {
 /* One non-hole block of the image. */
 typedef struct dd_wop {
 	uint64_t op_idx;          /* block index in the image */
+	uint64_t op_ioff;         /* its first byte's offset in the image */
 	dd_ddt_key op_key;        /* REF: the entry; NEW: the variant to try
 				     first, and after its commit the one it
 				     got; PREF: copied from its NEW op */

@@ -25,7 +25,7 @@ typedef struct dd_receiver {
 	dd_replica_writer *rv_w;
 	dd_stream_hdr rv_hdr;
 	dd_stream_info rv_info;
-	uint64_t rv_reported;      /* blocks done at the last progress call */
+	uint64_t rv_reported;      /* bytes done at the last progress call */
 } dd_receiver;
 
 /* An incremental stream needs the base, with the same content. */
@@ -52,25 +52,36 @@ static int dd_recv_check_base(dd_receiver *rv)
 	return 0;
 }
 
-/* Blocks [0, next) are done: the callback hears of it every 256 blocks,
- * whatever records carry them (a ZERO run too), and dd_recv_run calls it
- * once more after the commit, so a receive's progress ends at its size. */
+/* The image up to position next (a block index; a byte offset of a
+ * content-defined stream) is done: the callback hears of it every 256
+ * blocks' worth of bytes (average blocks when content-defined), whatever
+ * records carry them (a ZERO run too), and dd_recv_run calls it once more
+ * after the commit, so a receive's progress ends at its size. */
 static int dd_recv_progress(dd_receiver *rv, uint64_t next)
 {
 	const dd_recv_opts *o = rv->rv_opts;
-	uint64_t done = next * rv->rv_hdr.sh_block_size;
+	bool fixed = rv->rv_hdr.sh_chunker == DD_CHUNKER_FIXED;
+	uint64_t done = fixed ? next * rv->rv_hdr.sh_block_size : next;
+	uint64_t step = 256 * (uint64_t)rv->rv_hdr.sh_block_size;
 
 	if (!o || !o->progress)
 		return 0;
-	if (next >> 8 == rv->rv_reported >> 8 && rv->rv_reported)
+	if (rv->rv_reported && done / step == rv->rv_reported / step)
 		return 0;
-	rv->rv_reported = next;
+	rv->rv_reported = done;
 	if (done > rv->rv_hdr.sh_size)
 		done = rv->rv_hdr.sh_size;
 	if (o->progress(o->progress_ctx, done, rv->rv_hdr.sh_size) != 0)
 		return dd_err_set(&rv->rv_err, DD_ECANCELED,
 				  "receive cancelled by the progress callback");
 	return 0;
+}
+
+/* How far a DATA or REF record moves the position: one block, or its
+ * bytes in a content-defined stream. */
+static uint64_t dd_recv_span(const dd_receiver *rv, const dd_srec *r)
+{
+	return rv->rv_hdr.sh_chunker == DD_CHUNKER_FIXED ? 1 : r->sr_lsize;
 }
 
 static int dd_recv_records(dd_receiver *rv)
@@ -113,7 +124,8 @@ static int dd_recv_records(dd_receiver *rv)
 			return dd_err_set_msg(&rv->rv_err, rc,
 					      dd_replica_errmsg(rv->rv_w));
 		rc = dd_recv_progress(rv, r.sr_idx + (r.sr_type == DD_SREC_ZERO
-						       ? r.sr_count : 1));
+						       ? r.sr_count
+						       : dd_recv_span(rv, &r)));
 		if (rc)
 			return rc;
 	}
@@ -124,6 +136,7 @@ static void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
 {
 	in->format_version = h->sh_version;
 	in->block_size = h->sh_block_size;
+	in->chunker = h->sh_chunker;
 	snprintf(in->name, sizeof(in->name), "%s", name);
 	snprintf(in->base, sizeof(in->base), "%s", h->sh_base);
 	in->size = h->sh_size;
@@ -145,9 +158,9 @@ static int dd_recv_open_writer(dd_receiver *rv, const char *name)
 	if (h->sh_resume_from)
 		return dd_replica_resume(&rv->rv_w, &rv->rv_err, rv->rv_store,
 				      h->sh_digest, h->sh_resume_from,
-				      h->sh_block_size);
+				      h->sh_chunker, h->sh_block_size);
 	rc = dd_replica_begin(&rv->rv_w, &rv->rv_err, rv->rv_store, name,
-			   h->sh_block_size);
+			   h->sh_chunker, h->sh_block_size);
 	if (!rc && rv->rv_opts && rv->rv_opts->resumable)
 		rc = dd_replica_set_resumable(rv->rv_w, h->sh_size, h->sh_digest);
 	return rc;

@@ -19,6 +19,12 @@
  * same loop with no output: REFs only have to name a hash seen before
  * (or, in an incremental or resumed stream, one the receiver is expected
  * to hold).
+ *
+ * A stream of content-defined blocks (format/stream.md §12) gives byte
+ * offsets where a fixed one gives block indices, and blocks of any length
+ * up to its chunker's longest: a batch keeps its blocks back to back in
+ * rrb_out (rj_ooff), the seen-table maps a hash to the offset of its
+ * first copy, and a ZERO record is a hole of that many bytes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,8 +89,9 @@ static const char *dd_rrecv_inner(const dd_err *e)
  */
 
 typedef struct dd_rjob {
-	uint64_t rj_idx;
+	uint64_t rj_idx;           /* position: block index, or var byte */
 	uint64_t rj_src;           /* REF: block holding the first copy */
+	size_t rj_ooff;            /* its bytes in rrb_out */
 	uint64_t rj_count;         /* ZERO: blocks in the run */
 	uint8_t rj_hash[32];
 	uint8_t rj_kind;           /* DD_SREC_DATA, _REF, or _ZERO (a zero
@@ -99,7 +106,8 @@ typedef struct dd_rrbatch {
 	size_t rrb_n;
 	uint8_t *rrb_pay;           /* DATA payloads, back to back */
 	size_t rrb_plen;
-	uint8_t *rrb_out;           /* one bs-byte slot per job */
+	uint8_t *rrb_out;           /* the jobs' blocks, back to back */
+	size_t rrb_olen;
 	uint64_t rrb_fail_idx;      /* lowest failing block, or UINT64_MAX */
 	dd_err rrb_err;
 } dd_rrbatch;
@@ -109,6 +117,8 @@ typedef struct dd_rrecv {
 	dd_stream_hdr rr_h;
 	int rr_fd;                 /* -1: check only */
 	bool rr_dev;               /* a block device: write zero runs */
+	bool rr_var;               /* content-defined: positions are bytes */
+	uint32_t rr_max;           /* the longest block */
 	dd_pool *rr_pool;
 	unsigned rr_width;
 	dd_codec_ctx **rr_codec;
@@ -185,7 +195,8 @@ static bool dd_rjob_ref(dd_rrecv *r, dd_rrbatch *b, const dd_rjob *j,
 	dd_err e = {0};
 
 	if (dd_io_pread_full(&e, r->rr_fd, dst, j->rj_lsize,
-			     j->rj_src * r->rr_h.sh_block_size,
+			     r->rr_var ? j->rj_src
+				       : j->rj_src * r->rr_h.sh_block_size,
 			     "output") == 0)
 		return true;
 	dd_rjob_fail(r, b, j, e.de_code, "reading block %llu back: %s",
@@ -202,13 +213,13 @@ static void dd_rrecv_job(void *ctx, size_t p, unsigned worker)
 {
 	dd_rrecv *r = ctx;
 	dd_rrbatch *b = r->rr_fly;
-	size_t bs = r->rr_h.sh_block_size, n = 0;
+	size_t n = 0;
 	const dd_rjob *job[2];
 	dd_blk blk[2];
 
 	for (size_t i = 2 * p; i < 2 * p + 2 && i < b->rrb_n; i++) {
 		const dd_rjob *j = &b->rrb_job[i];
-		uint8_t *dst = b->rrb_out + i * bs;
+		uint8_t *dst = b->rrb_out + j->rj_ooff;
 		bool ok;
 
 		if (j->rj_kind == DD_SREC_ZERO)
@@ -219,7 +230,7 @@ static void dd_rrecv_job(void *ctx, size_t p, unsigned worker)
 			ok = dd_rjob_ref(r, b, j, dst);
 		if (!ok)
 			continue;
-		blk[n] = (dd_blk){.bk_off = (uint32_t)(i * bs),
+		blk[n] = (dd_blk){.bk_off = (uint32_t)j->rj_ooff,
 				  .bk_len = j->rj_lsize};
 		job[n++] = j;
 	}
@@ -241,16 +252,18 @@ static void dd_rrecv_job(void *ctx, size_t p, unsigned worker)
 
 /* ---- the writer thread ----------------------------------------------------*/
 
-/* Zeros over blocks idx .. idx + count - 1 of a device (a regular file
- * has holes there already: it was sized with ftruncate). */
+/* Zeros over blocks idx .. idx + count - 1 of a device (var: bytes idx
+ * .. idx + count - 1; a regular file has holes there already: it was
+ * sized with ftruncate). */
 static int dd_rwrite_zeros(dd_rrecv *r, dd_err *err, uint64_t idx,
 			   uint64_t count)
 {
 	static const uint8_t z[DD_RRECV_ZERO_CHUNK];
 	uint64_t bs = r->rr_h.sh_block_size;
-	uint64_t off = idx * bs;
-	uint64_t end = idx + count >= dd_block_count(r->rr_h.sh_size,
-						     r->rr_h.sh_block_size) ?
+	uint64_t off = r->rr_var ? idx : idx * bs;
+	uint64_t end = r->rr_var ? idx + count :
+		idx + count >= dd_block_count(r->rr_h.sh_size,
+					      r->rr_h.sh_block_size) ?
 		r->rr_h.sh_size : (idx + count) * bs;
 
 	while (off < end) {
@@ -265,12 +278,18 @@ static int dd_rwrite_zeros(dd_rrecv *r, dd_err *err, uint64_t idx,
 	return 0;
 }
 
-/* Does job k continue the run of blocks that job k - 1 ends? */
-static bool dd_rjob_adjacent(const dd_rjob *prev, const dd_rjob *k,
-			     uint32_t bs)
+/* Does job k continue the run of blocks that job k - 1 ends, in the
+ * image and in rrb_out? */
+static bool dd_rjob_adjacent(const dd_rrecv *r, const dd_rjob *prev,
+			     const dd_rjob *k)
 {
-	return k->rj_kind != DD_SREC_ZERO && k->rj_idx == prev->rj_idx + 1 &&
-	       prev->rj_lsize == bs;
+	if (k->rj_kind == DD_SREC_ZERO || prev->rj_kind == DD_SREC_ZERO ||
+	    k->rj_ooff != prev->rj_ooff + prev->rj_lsize)
+		return false;
+	if (r->rr_var)
+		return k->rj_idx == prev->rj_idx + prev->rj_lsize;
+	return k->rj_idx == prev->rj_idx + 1 &&
+	       prev->rj_lsize == r->rr_h.sh_block_size;
 }
 
 /* Writes a checked batch: each run of consecutive blocks, up to
@@ -291,13 +310,16 @@ static int dd_rrbatch_write(dd_rrecv *r, const dd_rrbatch *b, dd_err *err)
 		if (j->rj_kind == DD_SREC_ZERO) {
 			rc = dd_rwrite_zeros(r, err, j->rj_idx, j->rj_count);
 		} else {
-			for (; k < b->rrb_n && len + bs <= DD_RRECV_WRITE_MAX &&
-			       dd_rjob_adjacent(&b->rrb_job[k - 1],
-						&b->rrb_job[k], bs); k++)
+			for (; k < b->rrb_n &&
+			       len + b->rrb_job[k].rj_lsize <= DD_RRECV_WRITE_MAX &&
+			       dd_rjob_adjacent(r, &b->rrb_job[k - 1],
+						&b->rrb_job[k]); k++)
 				len += b->rrb_job[k].rj_lsize;
 			rc = dd_io_pwrite_full(err, r->rr_fd,
-					       b->rrb_out + i * (size_t)bs, len,
-					       j->rj_idx * bs, "output");
+					       b->rrb_out + j->rj_ooff, len,
+					       r->rr_var ? j->rj_idx
+							 : j->rj_idx * bs,
+					       "output");
 		}
 		if (rc)
 			return rc;
@@ -441,6 +463,7 @@ static int dd_rrecv_submit(dd_rrecv *r)
 	rc = dd_rrecv_wait_writer(r, DD_RRECV_RING - 2);
 	r->rr_cur->rrb_n = 0;
 	r->rr_cur->rrb_plen = 0;
+	r->rr_cur->rrb_olen = 0;
 	return rc;
 }
 
@@ -454,12 +477,22 @@ static int dd_rrecv_drain(dd_rrecv *r)
 	return rc ? rc : dd_rrecv_wait_writer(r, 0);
 }
 
-static dd_rjob *dd_rrecv_slot(dd_rrecv *r, int *rc)
+/* The next job of the filling batch, with room for lsize bytes of
+ * output after the others' (each at most rr_max: a batch of rr_cap jobs
+ * fits its rr_cap * rr_max bytes). */
+static dd_rjob *dd_rrecv_slot(dd_rrecv *r, uint32_t lsize, int *rc)
 {
+	dd_rjob *j;
+
 	*rc = 0;
 	if (r->rr_cur->rrb_n == r->rr_cap)
 		*rc = dd_rrecv_submit(r);
-	return *rc ? NULL : &r->rr_cur->rrb_job[r->rr_cur->rrb_n++];
+	if (*rc)
+		return NULL;
+	j = &r->rr_cur->rrb_job[r->rr_cur->rrb_n++];
+	j->rj_ooff = r->rr_cur->rrb_olen;
+	r->rr_cur->rrb_olen += lsize;
+	return j;
 }
 
 static int dd_rrecv_data(dd_rrecv *r, const dd_srec *s)
@@ -473,7 +506,7 @@ static int dd_rrecv_data(dd_rrecv *r, const dd_srec *s)
 	rc = dd_hmap_put(r->rr_seen, r->rr_err, s->sr_hash, s->sr_idx);
 	if (rc)
 		return rc;
-	j = dd_rrecv_slot(r, &rc);
+	j = dd_rrecv_slot(r, s->sr_lsize, &rc);
 	if (!j)
 		return rc;
 	b = r->rr_cur;
@@ -527,7 +560,9 @@ static int dd_rrecv_ref(dd_rrecv *r, const dd_srec *s, uint64_t nrec)
 				  (unsigned long long)s->sr_idx);
 	if (rc)
 		return rc;
-	if (dd_block_lsize(h->sh_size, h->sh_block_size, src) != s->sr_lsize)
+	/* var: a copy of another length fails its hash when read back */
+	if (!r->rr_var &&
+	    dd_block_lsize(h->sh_size, h->sh_block_size, src) != s->sr_lsize)
 		return dd_err_set(r->rr_err, DD_EFORMAT,
 				  "stream record %llu (REF) for block %llu: "
 				  "its hash names block %llu, of another size",
@@ -542,7 +577,7 @@ static int dd_rrecv_ref(dd_rrecv *r, const dd_srec *s, uint64_t nrec)
 		if (rc)
 			return rc;
 	}
-	j = dd_rrecv_slot(r, &rc);
+	j = dd_rrecv_slot(r, s->sr_lsize, &rc);
 	if (!j)
 		return rc;
 	j->rj_idx = s->sr_idx;
@@ -561,12 +596,14 @@ static int dd_rrecv_zero(dd_rrecv *r, const dd_srec *s)
 	int rc;
 
 	r->rr_info.zero_records++;
-	r->rr_info.zero_blocks += s->sr_count;
-	if (r->rr_digest_on)
+	r->rr_info.zero_blocks += r->rr_var ? 1 : s->sr_count;
+	if (r->rr_digest_on && r->rr_var)
+		dd_digest_block(r->rr_digest, NULL, s->sr_count);
+	else if (r->rr_digest_on)
 		dd_digest_zeros(r->rr_digest, s->sr_count);
 	if (!r->rr_dev)
 		return 0;
-	j = dd_rrecv_slot(r, &rc);
+	j = dd_rrecv_slot(r, 0, &rc);
 	if (!j)
 		return rc;
 	j->rj_idx = s->sr_idx;
@@ -599,7 +636,7 @@ static int dd_rrecv_record(dd_rrecv *r, const dd_srec *s, uint64_t nrec)
 {
 	if (r->rr_digest_on && s->sr_type != DD_SREC_ZERO &&
 	    s->sr_type != DD_SREC_END)
-		dd_digest_block(r->rr_digest, s->sr_hash);
+		dd_digest_block(r->rr_digest, s->sr_hash, s->sr_lsize);
 	switch (s->sr_type) {
 	case DD_SREC_DATA:
 		return dd_rrecv_data(r, s);
@@ -627,8 +664,9 @@ static int dd_rrecv_loop(dd_rrecv *r)
 		if (rc)
 			return rc;
 		if (o->progress && s.sr_type != DD_SREC_END) {
-			uint64_t last = s.sr_idx + (s.sr_count ? s.sr_count : 1);
-			uint64_t done = last * bs;
+			uint64_t last = s.sr_idx + (s.sr_count ? s.sr_count :
+						    r->rr_var ? s.sr_lsize : 1);
+			uint64_t done = r->rr_var ? last : last * bs;
 
 			if (o->progress(o->progress_ctx,
 					done > r->rr_h.sh_size ? r->rr_h.sh_size
@@ -644,8 +682,12 @@ static int dd_rrecv_loop(dd_rrecv *r)
 
 static int dd_rrecv_setup(dd_rrecv *r)
 {
-	size_t bs = r->rr_h.sh_block_size;
+	size_t bs;
 	int rc;
+
+	r->rr_var = r->rr_h.sh_chunker != DD_CHUNKER_FIXED;
+	r->rr_max = dd_stream_block_max(&r->rr_h);
+	bs = r->rr_max;   /* a job's room in a batch: the longest block */
 
 	r->rr_cap = DD_RRECV_BATCH / bs;
 	if (r->rr_cap < DD_RRECV_BATCH_MIN)
@@ -676,7 +718,7 @@ static int dd_rrecv_setup(dd_rrecv *r)
 	if (rc)
 		return rc;
 	r->rr_digest_on = r->rr_h.sh_resume_from == 0;
-	rc = dd_digest_new(&r->rr_digest, r->rr_err);
+	rc = dd_digest_new(&r->rr_digest, r->rr_err, r->rr_h.sh_chunker);
 	if (rc)
 		return rc;
 	return dd_hmap_new(&r->rr_seen, r->rr_err, r->rr_opts->mem_limit,

@@ -19,6 +19,10 @@
  * records in order while the pool works on the next one.  Memory: three
  * batches of 1.5 MiB and two of compressed payloads, the encoder's 1 MiB,
  * and the hmap up to mem_limit (it spills beyond).
+ *
+ * With the FastCDC chunker (opts->chunker) the pipeline cuts by content
+ * and records carry byte offsets (format/stream.md §12); zero blocks go
+ * out one by one and the encoder joins them into one hole.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -41,7 +45,9 @@ enum { DD_FS_REF = DD_BLK_SINK, DD_FS_NEW };
 typedef struct dd_fsend {
 	int fs_fd;
 	uint64_t fs_size;
+	int fs_chunker;
 	uint32_t fs_bs;
+	uint32_t fs_max;           /* the longest block */
 	int fs_level;              /* -1: no compression */
 	dd_pool *fs_pool;
 	unsigned fs_width;
@@ -64,7 +70,8 @@ static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
 	for (size_t i = 0; i < b->pb_nblk; i++)
 		dd_digest_block(s->fs_digest,
 				b->pb_blk[i].bk_kind == DD_BLK_ZERO
-					? NULL : b->pb_blk[i].bk_hash);
+					? NULL : b->pb_blk[i].bk_hash,
+				b->pb_blk[i].bk_len);
 	s->fs_done += b->pb_bytes;
 	if (o->progress && o->progress(o->progress_ctx, s->fs_done / 2,
 				       s->fs_size) != 0)
@@ -112,21 +119,25 @@ static int dd_fsend_lookup(void *ctx, dd_pbatch *b)
 static int dd_fsend_emit(void *ctx, dd_pbatch *b)
 {
 	dd_fsend *s = ctx;
+	bool var = s->fs_chunker != DD_CHUNKER_FIXED;
 	int rc = 0;
 
 	for (size_t i = 0; i < b->pb_nblk && !rc; i++) {
 		const dd_blk *bk = &b->pb_blk[i];
+		/* the position: a block index, or a byte (§12) */
+		uint64_t pos = var ? bk->bk_ioff : bk->bk_idx;
 
 		switch (bk->bk_kind) {
 		case DD_BLK_ZERO:
-			rc = dd_senc_zero(s->fs_enc, s->fs_err, bk->bk_idx, 1);
+			rc = dd_senc_zero(s->fs_enc, s->fs_err, pos,
+					  var ? bk->bk_len : 1);
 			break;
 		case DD_FS_REF:
-			rc = dd_senc_ref(s->fs_enc, s->fs_err, bk->bk_idx,
+			rc = dd_senc_ref(s->fs_enc, s->fs_err, pos,
 					 bk->bk_hash, bk->bk_len);
 			break;
 		default:
-			rc = dd_senc_data(s->fs_enc, s->fs_err, bk->bk_idx,
+			rc = dd_senc_data(s->fs_enc, s->fs_err, pos,
 					  bk->bk_hash, bk->bk_codec,
 					  bk->bk_len, bk->bk_psize,
 					  dd_pipe_payload(s->fs_pipe, b,
@@ -168,9 +179,10 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 		.pc_ncut = 1,
 		.pc_compress = second ? dd_codec_compress : NULL,
 		.pc_zctx = s->fs_codec,
-		.pc_zbound = dd_codec_bound(s->fs_bs),
+		.pc_zbound = dd_codec_bound(s->fs_max),
 		.pc_zkeep = true,
-		.pc_batch = DD_FSEND_BATCH,
+		.pc_batch = DD_FSEND_BATCH > 2 * (size_t)s->fs_max
+				    ? DD_FSEND_BATCH : 2 * (size_t)s->fs_max,
 		.pc_bytes = second ? DD_PIPE_BYTES_ALL : DD_PIPE_BYTES_NONE,
 		.pc_read = DD_PIPE_READ_FAIL,
 		.pc_ops = ops,
@@ -179,7 +191,7 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 	};
 	int rc;
 
-	dd_cutter_fixed(&cut, s->fs_bs);
+	dd_cutter_init(&cut, s->fs_chunker, s->fs_bs);
 	rc = dd_pipe_new(&s->fs_pipe, &cfg);
 	if (!rc)
 		rc = dd_pipe_file(s->fs_pipe, s->fs_fd, 0, s->fs_size, "input");
@@ -247,7 +259,7 @@ static int dd_fsend_setup(dd_fsend *s)
 			   s->fs_level < 0 ? DD_CODEC_NONE : DD_CODEC_ZSTD,
 			   s->fs_level <= 0 ? 1 : s->fs_level);
 	if (!rc)
-		rc = dd_digest_new(&s->fs_digest, s->fs_err);
+		rc = dd_digest_new(&s->fs_digest, s->fs_err, s->fs_chunker);
 	if (!rc)
 		rc = dd_hmap_new(&s->fs_sent, s->fs_err, s->fs_opts->mem_limit,
 				 s->fs_opts->tmpdir);
@@ -266,7 +278,7 @@ static void dd_fsend_cleanup(dd_fsend *s)
 
 static int dd_send_fd_args(dd_err *err, int fd, const char *name,
 			   uint32_t bs, int level, const dd_send_opts *opts,
-			   dd_write_fn fn)
+			   int chunker, dd_write_fn fn)
 {
 	if (fd < 0 || !fn)
 		return dd_err_set(err, DD_EINVAL, "dd_send_fd: bad fd or "
@@ -276,9 +288,14 @@ static int dd_send_fd_args(dd_err *err, int fd, const char *name,
 				  "(1-255 bytes; no '/', '@' or control "
 				  "characters; not '.' or '..')",
 				  name ? name : "(null)");
-	if (!dd_block_size_valid(bs))
+	if (chunker != DD_CHUNKER_FIXED && chunker != DD_CHUNKER_FASTCDC)
+		return dd_err_set(err, DD_EINVAL, "unknown chunker %d",
+				  chunker);
+	if (!dd_chunker_valid(chunker, bs))
 		return dd_err_set(err, DD_EINVAL, "block size %u is not a "
-				  "power of two in [4 KiB, 1 MiB]", bs);
+				  "power of two in [4 KiB, %s]", bs,
+				  chunker == DD_CHUNKER_FIXED ? "1 MiB"
+							      : "256 KiB");
 	if (level < -1 || level > 19)
 		return dd_err_set(err, DD_EINVAL, "compression level %d not "
 				  "in -1..19", level);
@@ -299,20 +316,24 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	dd_err *err = dd_thread_err();
 	dd_stream_hdr h;
 	dd_fsend s;
-	int rc;
+	int chunker, rc;
 
 	dd_err_clear(err);
 	if (!block_size)
 		block_size = DD_BLOCK_SIZE_DEFAULT;
 	if (!opts)
 		opts = &defaults;
+	/* a version-1 struct ends before `chunker`: fixed blocks */
+	chunker = opts->version >= 2 ? opts->chunker : DD_CHUNKER_FIXED;
 	rc = dd_send_fd_args(err, fd, name, block_size, compress_level, opts,
-			     fn);
+			     chunker, fn);
 	if (rc)
 		return rc;
 	memset(&s, 0, sizeof(s));
 	s.fs_fd = fd;
+	s.fs_chunker = chunker;
 	s.fs_bs = block_size;
+	s.fs_max = dd_chunker_max(chunker, block_size);
 	s.fs_level = compress_level;
 	s.fs_opts = opts;
 	s.fs_err = err;
@@ -326,6 +347,7 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 		rc = dd_senc_new(&s.fs_enc, err, fn, ctx);
 	if (!rc) {
 		h.sh_version = DD_STREAM_VERSION;
+		h.sh_chunker = s.fs_chunker;
 		h.sh_block_size = s.fs_bs;
 		h.sh_hash_alg = DD_STREAM_HASH_SHA256;
 		h.sh_codec = compress_level < 0 ? DD_CODEC_NONE : DD_CODEC_ZSTD;

@@ -46,7 +46,10 @@ struct dd_sdec {
 	uint64_t sd_roff;          /* offset of the current record */
 	int sd_rtype;              /* type of the current record */
 	uint32_t sd_bs;
-	uint64_t sd_size, sd_nblocks, sd_resume, sd_next;
+	bool sd_var;               /* content-defined: positions are bytes */
+	uint32_t sd_max;           /* the longest block */
+	uint64_t sd_size, sd_nblocks, sd_resume, sd_next; /* var: nblocks is
+							    the size */
 	uint64_t sd_blocks, sd_data, sd_refs, sd_zero_blocks;
 	uint64_t sd_digest_bytes;  /* bytes hashed into sd_sha */
 };
@@ -203,7 +206,7 @@ static bool dd_sdec_len_ok(const dd_sdec *d, int type, uint32_t len)
 	case DD_SREC_HEADER:
 		return len >= DD_SHDR_FIXED + 1 && len <= DD_SHDR_MAX;
 	case DD_SREC_DATA:
-		return len > DD_SDATA_FIXED && len <= DD_SDATA_FIXED + d->sd_bs;
+		return len > DD_SDATA_FIXED && len <= DD_SDATA_FIXED + d->sd_max;
 	case DD_SREC_REF:
 		return len == DD_SREF_LEN;
 	case DD_SREC_ZERO:
@@ -311,10 +314,15 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 	if (h->sh_version == 0)
 		return dd_sdec_fail(d, err, DD_EFORMAT, "stream version 0");
 	h->sh_features = dd_get_le32(p + 12);
-	if (h->sh_features)
+	if (h->sh_features & ~DD_SF_VARBLOCK)
 		return dd_sdec_fail(d, err, DD_ENOTSUP,
 				    "unknown stream feature flags 0x%x",
 				    h->sh_features);
+	/* §12: blocks of varying length, their chunker in byte 26 */
+	h->sh_chunker = h->sh_features ? p[26] : DD_CHUNKER_FIXED;
+	if (h->sh_features && h->sh_chunker != DD_CHUNKER_FASTCDC)
+		return dd_sdec_fail(d, err, DD_ENOTSUP, "unknown chunker %u",
+				    p[26]);
 	h->sh_flags = dd_get_le32(p + 16);
 	h->sh_block_size = dd_get_le32(p + 20);
 	h->sh_hash_alg = p[24];
@@ -333,13 +341,15 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 	if (h->sh_codec != DD_CODEC_NONE && h->sh_codec != DD_CODEC_ZSTD)
 		return dd_sdec_fail(d, err, DD_ENOTSUP, "unknown codec %u",
 				    h->sh_codec);
-	if (dd_get_le16(p + 26))
+	if (p[27] || (!h->sh_features && p[26]))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "reserved header bytes not zero");
-	if (!dd_block_size_valid(h->sh_block_size))
+	if (!dd_chunker_valid(h->sh_chunker, h->sh_block_size))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "block size %u is not a power of two in "
-				    "[4 KiB, 1 MiB]", h->sh_block_size);
+				    "[4 KiB, %s]", h->sh_block_size,
+				    h->sh_chunker == DD_CHUNKER_FIXED
+				    ? "1 MiB" : "256 KiB");
 	if (h->sh_size > DD_STREAM_SIZE_MAX)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "image size %llu over 2^63",
@@ -360,11 +370,12 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 		return dd_sdec_fail(d, err, DD_EFORMAT, "%s",
 				    incr ? "incremental stream without a base" :
 				    "full stream with a base name or digest");
-	d->sd_nblocks = dd_block_count(h->sh_size, h->sh_block_size);
+	d->sd_nblocks = h->sh_chunker == DD_CHUNKER_FIXED
+		? dd_block_count(h->sh_size, h->sh_block_size) : h->sh_size;
 	if (h->sh_resume_from > d->sd_nblocks)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "resume_from %llu past the image's %llu "
-				    "blocks",
+				    "blocks (or bytes)",
 				    (unsigned long long)h->sh_resume_from,
 				    (unsigned long long)d->sd_nblocks);
 	return 0;
@@ -391,13 +402,15 @@ int dd_sdec_header(dd_sdec *d, dd_err *err, dd_stream_hdr *out)
 	}
 	/* Now that the block size is known, the payload buffer can hold the
 	 * largest DATA record (§3); nothing larger is ever read. */
-	nb = dd_realloc(d->sd_pbuf, DD_SDATA_FIXED + (size_t)h.sh_block_size);
+	d->sd_max = dd_stream_block_max(&h);
+	d->sd_var = h.sh_chunker != DD_CHUNKER_FIXED;
+	nb = dd_realloc(d->sd_pbuf, DD_SDATA_FIXED + (size_t)d->sd_max);
 	if (!nb) {
 		d->sd_state = DD_SDEC_FAILED;
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	}
 	d->sd_pbuf = nb;
-	d->sd_pcap = DD_SDATA_FIXED + (size_t)h.sh_block_size;
+	d->sd_pcap = DD_SDATA_FIXED + (size_t)d->sd_max;
 	d->sd_bs = h.sh_block_size;
 	d->sd_size = h.sh_size;
 	d->sd_resume = d->sd_next = h.sh_resume_from;
@@ -413,16 +426,30 @@ static int dd_sdec_block(dd_sdec *d, dd_err *err, uint64_t idx,
 {
 	uint32_t want;
 
-	if (idx < d->sd_next)
+	if (idx < d->sd_next || (d->sd_var && idx != d->sd_next))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
-				    "block %llu out of order (expected >= "
+				    "block %llu out of order (expected %s"
 				    "%llu)", (unsigned long long)idx,
+				    d->sd_var ? "" : ">= ",
 				    (unsigned long long)d->sd_next);
 	if (idx >= d->sd_nblocks)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
-				    "block %llu past the image's %llu blocks",
+				    "block %llu past the image's %llu %s",
 				    (unsigned long long)idx,
-				    (unsigned long long)d->sd_nblocks);
+				    (unsigned long long)d->sd_nblocks,
+				    d->sd_var ? "bytes" : "blocks");
+	if (d->sd_var) {
+		/* §12: any length up to the chunker's longest, in the image */
+		if (lsize == 0 || lsize > d->sd_max ||
+		    lsize > d->sd_size - idx)
+			return dd_sdec_fail(d, err, DD_EFORMAT,
+					    "block at byte %llu: lsize %u out "
+					    "of range", (unsigned long long)idx,
+					    lsize);
+		d->sd_next = idx + lsize;
+		d->sd_blocks++;
+		return 0;
+	}
 	want = dd_block_lsize(d->sd_size, d->sd_bs, idx);
 	if (lsize != want)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
@@ -483,7 +510,7 @@ static int dd_sdec_zero(dd_sdec *d, dd_err *err, dd_srec *r)
 	r->sr_count = dd_get_le64(d->sd_pbuf + 8);
 	if (r->sr_count == 0)
 		return dd_sdec_fail(d, err, DD_EFORMAT, "empty zero run");
-	if (r->sr_idx < d->sd_next)
+	if (r->sr_idx < d->sd_next || (d->sd_var && r->sr_idx != d->sd_next))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "block %llu out of order (expected >= "
 				    "%llu)", (unsigned long long)r->sr_idx,
@@ -497,8 +524,9 @@ static int dd_sdec_zero(dd_sdec *d, dd_err *err, dd_srec *r)
 				    (unsigned long long)r->sr_idx,
 				    (unsigned long long)d->sd_nblocks);
 	d->sd_next = r->sr_idx + r->sr_count;
-	d->sd_blocks += r->sr_count;
-	d->sd_zero_blocks += r->sr_count;
+	/* var: one hole of sr_count bytes (§12) */
+	d->sd_blocks += d->sd_var ? 1 : r->sr_count;
+	d->sd_zero_blocks += d->sd_var ? 1 : r->sr_count;
 	return 0;
 }
 

@@ -36,9 +36,12 @@ struct dd_senc {
 	dd_sha256_ctx *se_sha;     /* stream digest (§8) */
 	int se_state;
 	uint32_t se_bs;
+	bool se_var;               /* content-defined: positions are bytes */
+	uint32_t se_max;           /* the longest block */
 	uint64_t se_size;
-	uint64_t se_nblocks;
-	uint64_t se_next;          /* lowest index the next record may carry */
+	uint64_t se_nblocks;       /* the end of positions: blocks, or bytes */
+	uint64_t se_next;          /* lowest position the next record may
+				      carry (var: the one it must) */
 	uint64_t se_zidx, se_zcount;  /* pending zero run, count 0 = none */
 	uint64_t se_blocks, se_data, se_refs, se_zero_blocks;
 };
@@ -188,6 +191,17 @@ static int dd_senc_fail(dd_senc *e, dd_err *err, const char *fmt, ...)
 	return dd_err_set(err, DD_EINVAL, "stream encoder: %s", msg);
 }
 
+uint32_t dd_stream_block_max(const dd_stream_hdr *h)
+{
+	return dd_chunker_max(h->sh_chunker, h->sh_block_size);
+}
+
+/* The feature bits a header of this chunker has (§12). */
+static uint32_t dd_shdr_features(const dd_stream_hdr *h)
+{
+	return h->sh_chunker == DD_CHUNKER_FIXED ? 0 : DD_SF_VARBLOCK;
+}
+
 static int dd_senc_hdr_check(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 {
 	size_t nl = strnlen(h->sh_name, sizeof(h->sh_name));
@@ -195,15 +209,17 @@ static int dd_senc_hdr_check(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 	bool incr = h->sh_flags & DD_SH_INCREMENTAL;
 	uint64_t nb;
 
-	if (h->sh_version != DD_STREAM_VERSION || h->sh_features != 0 ||
+	if (h->sh_version != DD_STREAM_VERSION ||
+	    (h->sh_features & ~dd_shdr_features(h)) ||
 	    (h->sh_flags & ~DD_SH_INCREMENTAL) ||
 	    h->sh_hash_alg != DD_STREAM_HASH_SHA256 ||
 	    (h->sh_codec != DD_CODEC_NONE && h->sh_codec != DD_CODEC_ZSTD))
 		return dd_senc_fail(e, err, "bad version/features/flags/hash/"
 				    "codec in the header");
-	if (!dd_block_size_valid(h->sh_block_size) ||
+	if (!dd_chunker_valid(h->sh_chunker, h->sh_block_size) ||
 	    h->sh_size > DD_STREAM_SIZE_MAX)
-		return dd_senc_fail(e, err, "bad block size %u or size %llu",
+		return dd_senc_fail(e, err, "bad chunker %d, block size %u or "
+				    "size %llu", h->sh_chunker,
 				    h->sh_block_size,
 				    (unsigned long long)h->sh_size);
 	if (!dd_sname_ok((const uint8_t *)h->sh_name, nl) ||
@@ -211,7 +227,9 @@ static int dd_senc_hdr_check(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 	    (!incr && bl != 0))
 		return dd_senc_fail(e, err, "bad name or base (lengths %zu, "
 				    "%zu)", nl, bl);
-	nb = dd_block_count(h->sh_size, h->sh_block_size);
+	nb = h->sh_chunker == DD_CHUNKER_FIXED
+		     ? dd_block_count(h->sh_size, h->sh_block_size)
+		     : h->sh_size;
 	if (h->sh_resume_from > nb)
 		return dd_senc_fail(e, err, "resume_from %llu past %llu blocks",
 				    (unsigned long long)h->sh_resume_from,
@@ -227,11 +245,13 @@ static size_t dd_shdr_encode(uint8_t *p, const dd_stream_hdr *h)
 	memset(p, 0, DD_SHDR_FIXED);
 	memcpy(p, dd_stream_magic, 8);
 	dd_put_le32(p + 8, h->sh_version);
-	dd_put_le32(p + 12, h->sh_features);
+	dd_put_le32(p + 12, dd_shdr_features(h));
 	dd_put_le32(p + 16, h->sh_flags);
 	dd_put_le32(p + 20, h->sh_block_size);
 	p[24] = h->sh_hash_alg;
 	p[25] = h->sh_codec;
+	if (h->sh_chunker != DD_CHUNKER_FIXED)
+		p[26] = (uint8_t)h->sh_chunker;
 	dd_put_le64(p + 28, h->sh_size);
 	dd_put_le64(p + 36, h->sh_resume_from);
 	memcpy(p + 44, h->sh_digest, 32);
@@ -257,8 +277,11 @@ int dd_senc_header(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 	if (rc)
 		return rc;
 	e->se_bs = h->sh_block_size;
+	e->se_var = h->sh_chunker != DD_CHUNKER_FIXED;
+	e->se_max = dd_stream_block_max(h);
 	e->se_size = h->sh_size;
-	e->se_nblocks = dd_block_count(h->sh_size, h->sh_block_size);
+	e->se_nblocks = e->se_var ? h->sh_size
+				  : dd_block_count(h->sh_size, h->sh_block_size);
 	e->se_next = h->sh_resume_from;
 	rc = dd_senc_record(e, err, DD_SREC_HEADER, p, dd_shdr_encode(p, h),
 			    NULL, 0);
@@ -286,12 +309,15 @@ static int dd_senc_block_check(dd_senc *e, dd_err *err, uint64_t idx,
 	if (!hash)
 		return dd_senc_fail(e, err, "no hash for block %llu",
 				    (unsigned long long)idx);
-	if (idx < e->se_next || idx >= e->se_nblocks)
+	if (idx < e->se_next || idx >= e->se_nblocks ||
+	    (e->se_var && idx != e->se_next))
 		return dd_senc_fail(e, err, "block %llu out of order or past "
 				    "the image (next allowed %llu)",
 				    (unsigned long long)idx,
 				    (unsigned long long)e->se_next);
-	if (lsize != dd_block_lsize(e->se_size, e->se_bs, idx))
+	if (e->se_var ? lsize == 0 || lsize > e->se_max ||
+			lsize > e->se_size - idx
+		      : lsize != dd_block_lsize(e->se_size, e->se_bs, idx))
 		return dd_senc_fail(e, err, "block %llu: lsize %llu is not the "
 				    "block's size", (unsigned long long)idx,
 				    (unsigned long long)lsize);
@@ -302,7 +328,7 @@ static int dd_senc_block_check(dd_senc *e, dd_err *err, uint64_t idx,
  * and each is one block of the image. */
 static int dd_senc_block(dd_senc *e, dd_err *err, int type, uint8_t *p,
 			 size_t len, uint64_t idx, const uint8_t *hash,
-			 const void *payload, uint32_t psize)
+			 uint32_t lsize, const void *payload, uint32_t psize)
 {
 	int rc;
 
@@ -311,7 +337,7 @@ static int dd_senc_block(dd_senc *e, dd_err *err, int type, uint8_t *p,
 	rc = dd_senc_record(e, err, type, p, len, payload, psize);
 	if (rc)
 		return rc;
-	e->se_next = idx + 1;
+	e->se_next = idx + (e->se_var ? lsize : 1);
 	e->se_blocks++;
 	return 0;
 }
@@ -340,7 +366,7 @@ int dd_senc_data(dd_senc *e, dd_err *err, uint64_t idx, const uint8_t *hash,
 	dd_put_le32(p + 44, lsize);
 	dd_put_le32(p + 48, psize);
 	rc = dd_senc_block(e, err, DD_SREC_DATA, p, sizeof(p), idx, hash,
-			   payload, psize);
+			   lsize, payload, psize);
 	if (!rc)
 		e->se_data++;
 	return rc;
@@ -359,8 +385,8 @@ int dd_senc_ref(dd_senc *e, dd_err *err, uint64_t idx, const uint8_t *hash,
 		return rc;
 	memset(p, 0, sizeof(p));
 	dd_put_le32(p + 40, lsize);
-	rc = dd_senc_block(e, err, DD_SREC_REF, p, sizeof(p), idx, hash, NULL,
-			   0);
+	rc = dd_senc_block(e, err, DD_SREC_REF, p, sizeof(p), idx, hash,
+			   lsize, NULL, 0);
 	if (!rc)
 		e->se_refs++;
 	return rc;
@@ -374,7 +400,7 @@ int dd_senc_zero(dd_senc *e, dd_err *err, uint64_t idx, uint64_t count)
 	if (rc)
 		return rc;
 	if (count == 0 || idx < e->se_next || idx >= e->se_nblocks ||
-	    count > e->se_nblocks - idx)
+	    count > e->se_nblocks - idx || (e->se_var && idx != e->se_next))
 		return dd_senc_fail(e, err, "zero run at block %llu of %llu "
 				    "blocks out of order or past the image",
 				    (unsigned long long)idx,
@@ -388,9 +414,15 @@ int dd_senc_zero(dd_senc *e, dd_err *err, uint64_t idx, uint64_t count)
 		e->se_zidx = idx;
 		e->se_zcount = count;
 	}
+	/* var: count is bytes, and a ZERO record is one hole (§12) */
+	if (e->se_var && e->se_zcount == count) {
+		e->se_blocks++;
+		e->se_zero_blocks++;
+	} else if (!e->se_var) {
+		e->se_blocks += count;
+		e->se_zero_blocks += count;
+	}
 	e->se_next = idx + count;
-	e->se_blocks += count;
-	e->se_zero_blocks += count;
 	return 0;
 }
 

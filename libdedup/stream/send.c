@@ -15,6 +15,10 @@
  * block the receiver lacks; the stream then starts there, with REFs for
  * blocks carried before that point resolved by the receiver's store,
  * which holds them.
+ *
+ * A store of content-defined blocks sends its chunker in the header and
+ * positions as bytes (§12): a block's offset, a hole's bytes, the next
+ * position the block's end.
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,7 +58,8 @@ static int dd_send_seed_base(dd_sender *sd, const char *base)
 
 	if (rc)
 		return rc;
-	if (binfo.rps_block_size != sd->sd_hdr.sh_block_size)
+	if (binfo.rps_block_size != sd->sd_hdr.sh_block_size ||
+	    binfo.rps_chunker != sd->sd_hdr.sh_chunker)
 		rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 				"base '%s' has another block size", base);
 	while (!rc && (rc = dd_replica_iter_next(bit, &sd->sd_err, 0, &idx,
@@ -72,7 +77,8 @@ static int dd_send_seed_base(dd_sender *sd, const char *base)
 static int dd_send_progress(dd_sender *sd, uint64_t idx)
 {
 	const dd_send_opts *o = sd->sd_opts;
-	uint64_t done = idx * sd->sd_hdr.sh_block_size;
+	uint64_t done = sd->sd_hdr.sh_chunker == DD_CHUNKER_FIXED
+				? idx * sd->sd_hdr.sh_block_size : idx;
 
 	if (!o || !o->progress)
 		return 0;
@@ -86,8 +92,9 @@ static int dd_send_progress(dd_sender *sd, uint64_t idx)
 
 static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 {
+	bool var = sd->sd_hdr.sh_chunker != DD_CHUNKER_FIXED;
 	dd_replica_blk blk;
-	uint64_t idx, next = from, seen;
+	uint64_t idx, next = from, seen, n = 0;
 	dd_err *err = &sd->sd_err;
 	int rc;
 
@@ -113,11 +120,12 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 				rc = dd_hmap_put(sd->sd_sent, err, blk.rpb_hash,
 						 idx);
 		}
-		if (!rc && (idx & 255) == 0)
+		/* every 256 blocks (var: offsets are bytes) */
+		if (!rc && (var ? n++ & 255 : idx & 255) == 0)
 			rc = dd_send_progress(sd, idx);
 		if (rc)
 			return rc;
-		next = idx + 1;
+		next = idx + (var ? blk.rpb_lsize : 1);
 	}
 	if (rc < 0)
 		return rc;
@@ -141,6 +149,7 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	if (rc)
 		return rc;
 	sd->sd_hdr.sh_version = DD_STREAM_VERSION;
+	sd->sd_hdr.sh_chunker = info.rps_chunker;
 	sd->sd_hdr.sh_block_size = info.rps_block_size;
 	sd->sd_hdr.sh_hash_alg = DD_STREAM_HASH_SHA256;
 	sd->sd_hdr.sh_size = info.rps_size;
@@ -155,7 +164,8 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is for another snapshot "
 					"(content digest differs)");
-		if (!rc && from > info.rps_blocks)
+		if (!rc && from > (info.rps_chunker == DD_CHUNKER_FIXED
+				   ? info.rps_blocks : info.rps_size))
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is past the snapshot's end");
 		if (rc)
@@ -170,8 +180,10 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 		rc = dd_senc_new(&sd->sd_enc, &sd->sd_err, fn, ctx);
 	if (!rc)
 		rc = dd_senc_header(sd->sd_enc, &sd->sd_err, &sd->sd_hdr);
+	/* the end of positions: blocks, or bytes */
 	if (!rc)
-		rc = dd_send_blocks(sd, from, info.rps_blocks);
+		rc = dd_send_blocks(sd, from, info.rps_chunker == DD_CHUNKER_FIXED
+					      ? info.rps_blocks : info.rps_size);
 	if (!rc)
 		rc = dd_senc_end(sd->sd_enc, &sd->sd_err);
 	return rc;

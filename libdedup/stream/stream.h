@@ -50,12 +50,19 @@ enum dd_srec_type {
 
 /* Header flags (sh_flags). */
 #define DD_SH_INCREMENTAL 0x1u
+/* Header feature bits (sh_features, format/stream.md §12): blocks of
+ * varying length, cut by the chunker in header byte 26; positions are
+ * byte offsets. */
+#define DD_SF_VARBLOCK 0x1u
 
 typedef struct dd_stream_hdr {
 	uint32_t sh_version;
-	uint32_t sh_features;        /* must-understand feature bits: 0 */
+	uint32_t sh_features;        /* must-understand feature bits: 0, or
+					DD_SF_VARBLOCK iff sh_chunker is not
+					fixed (the encoder sets it) */
 	uint32_t sh_flags;
-	uint32_t sh_block_size;
+	int sh_chunker;              /* enum dd_chunker */
+	uint32_t sh_block_size;      /* fixed: the size; else the average */
 	uint8_t sh_hash_alg;         /* DD_STREAM_HASH_SHA256 */
 	uint8_t sh_codec;            /* codec of DATA payloads (informative;
 					each DATA record names its own) */
@@ -64,13 +71,19 @@ typedef struct dd_stream_hdr {
 	uint64_t sh_size;            /* logical bytes of the image */
 	uint8_t sh_digest[32];       /* content digest (format/store.md §6) */
 	uint8_t sh_base_digest[32];
-	uint64_t sh_resume_from;     /* first block index the stream carries */
+	uint64_t sh_resume_from;     /* first position the stream carries */
 } dd_stream_hdr;
 
+/*
+ * Positions: a block index in a stream of fixed blocks; a byte offset in
+ * one of content-defined blocks (DD_SF_VARBLOCK), whose ZERO records
+ * count bytes, each one hole, and whose records follow each other byte
+ * for byte (format/stream.md §12).
+ */
 typedef struct dd_srec {
 	int sr_type;
-	uint64_t sr_idx;             /* DATA, REF, ZERO: first block index */
-	uint64_t sr_count;           /* ZERO: blocks in the run */
+	uint64_t sr_idx;             /* DATA, REF, ZERO: first position */
+	uint64_t sr_count;           /* ZERO: blocks in the run (var: bytes) */
 	uint8_t sr_hash[32];         /* DATA, REF */
 	uint8_t sr_codec;            /* DATA */
 	uint32_t sr_lsize;           /* DATA, REF: logical bytes */
@@ -80,8 +93,11 @@ typedef struct dd_srec {
 	uint64_t sr_blocks;          /* data + ref + zero blocks */
 	uint64_t sr_data;
 	uint64_t sr_refs;
-	uint64_t sr_zero_blocks;
+	uint64_t sr_zero_blocks;     /* var: ZERO records */
 } dd_srec;
+
+/* The longest block of a stream's header (chunker, block size). */
+uint32_t dd_stream_block_max(const dd_stream_hdr *h);
 
 /* ---- encoder ------------------------------------------------------------*/
 

@@ -214,7 +214,7 @@ refused "a raw-file stream with a bad name target" "$T/img.dds" "$S2@bad/name"
 note "stores: ddrecv creates a missing target with the stream's block size"
 run_in "$T/4k.dds" "$DDRECV" -v "$T/new4k"
 assert_rc 0 "ddrecv into a new store"
-assert_grep "created store '.*/new4k' \(block size 4096\)" "$T/err" "-v says it created the store"
+assert_grep "created store '.*/new4k' \(fixed, block size 4096\)" "$T/err" "-v says it created the store"
 "$DEDUP" get "$T/new4k@a" "$T/new4k.back" 2>"$T/err" || fail "get new4k@a"
 assert_same "$T/a" "$T/new4k.back" "a created store holds the snapshot"
 "$DDSEND" "$T/new4k@a" 2>"$T/err" | cmp -s - "$T/4k.dds" ||

@@ -835,6 +835,79 @@ static void test_threads_readers_and_writer(void **state)
 	dd_reader_close(r);
 }
 
+/* Snapshots of a fastcdc store travel as streams of content-defined
+ * blocks (format/stream.md §12): full and incremental into another
+ * fastcdc store, never into a fixed one (refused, naming both chunkers);
+ * an interrupted resumable receive keeps what arrived and a stream from
+ * the token's byte offset completes it. */
+static void test_cdc_streams(void **state)
+{
+	struct fixture *f = *state;
+	dd_create_opts co = DD_CREATE_OPTS_INIT;
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	struct mem full = {0}, incr = {0}, rest = {0};
+	dd_store *src, *dst, *fixed;
+	char p1[96], p2[96], p3[96], tok[128];
+	dd_stream_info info;
+	dd_reader *r;
+	int chunker = -1;
+
+	(void)f;
+	snprintf(p1, sizeof(p1), "%s/c1", f->base);
+	snprintf(p2, sizeof(p2), "%s/c2", f->base);
+	snprintf(p3, sizeof(p3), "%s/c3", f->base);
+	co.chunker = DD_CHUNKER_FASTCDC;
+	co.block_size = 8 * KiB;
+	assert_int_equal(dd_store_create(&src, p1, &co, NULL), 0);
+	assert_int_equal(dd_store_create(&dst, p2, &co, NULL), 0);
+	assert_int_equal(dd_store_create(&fixed, p3, NULL, NULL), 0);
+	assert_int_equal(dd_store_chunker_get(fixed, &chunker), 0);
+	assert_int_equal(chunker, DD_CHUNKER_FIXED);
+	write_image(src, "one", 11, 3 * MiB + 5);
+	write_image(src, "two", 11, 3 * MiB + 105);  /* grown at its end */
+	assert_int_equal(dd_send(src, "one", NULL, mem_write, &full), 0);
+	so.base = "one";
+	assert_int_equal(dd_send(src, "two", &so, mem_write, &incr), 0);
+	/* only the blocks at the end changed */
+	assert_true(incr.len < 200 * KiB);
+	/* into a fixed store: refused, nothing written */
+	assert_int_equal(dd_recv(fixed, NULL, mem_read, &full, &info),
+			 DD_EBLOCKSIZE);
+	assert_non_null(strstr(dd_store_errmsg(fixed), "fastcdc"));
+	assert_int_equal(count_snapshots(fixed), 0);
+	/* into the fastcdc store, interrupted half-way but resumable */
+	full.pos = 0;
+	full.code = DD_EIO;
+	full.fail_after = full.len / 2;
+	ro.resumable = 1;
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EIO);
+	assert_int_equal(count_snapshots(dst), 0);
+	assert_int_equal(dd_recv_resume_token(dst, tok, sizeof(tok)), 0);
+	memset(&so, 0, sizeof(so));
+	so.version = DD_SEND_OPTS_VERSION;
+	so.resume_token = tok;
+	assert_int_equal(dd_send(src, "one", &so, mem_write, &rest), 0);
+	assert_true(rest.len < full.len);
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &rest, &info), 0);
+	assert_true(info.resume_from > 0);
+	assert_int_equal(dd_reader_open(&r, dst, "one"), 0);
+	check_image(r, 11, 3 * MiB + 5);
+	dd_reader_close(r);
+	/* and the incremental on top */
+	incr.pos = 0;
+	assert_int_equal(dd_recv(dst, NULL, mem_read, &incr, &info), 0);
+	assert_int_equal(dd_reader_open(&r, dst, "two"), 0);
+	check_image(r, 11, 3 * MiB + 105);
+	dd_reader_close(r);
+	dd_store_close(src);
+	dd_store_close(dst);
+	dd_store_close(fixed);
+	free(full.data);
+	free(incr.data);
+	free(rest.data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -847,6 +920,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pread_overflow, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failing_callbacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_options_versions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cdc_streams, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_readers_and_writer, setup, teardown),
 	};
 

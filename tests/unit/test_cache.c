@@ -701,7 +701,7 @@ static void test_l2_read_fault(void **state)
 	fx_warm_dev(f, 12, &h, e, 2);
 	assert_int_equal(dd_hasher_new(&hs, DD_HASH_SHA256), 0);
 	assert_int_equal(dd_l2dev_open(&d, NULL, f->dev[0], DEV_BYTES,
-				       h.lh_store_id, BS), 0);
+				       h.lh_store_id, BS, BS), 0);
 	dd_l2dev_wait_rebuild(d);
 	assert_int_equal(dd_l2dev_state(d), DD_CACHE_ONLINE);
 

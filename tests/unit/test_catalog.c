@@ -953,11 +953,11 @@ static void fill_two_maps(struct fixture *fx)
 
 	for (size_t i = 0; i < N1; i++) {
 		k = bkey(1, id1_idx[i]);
-		OK(dd_bmap_append(txn, &fx->fx_err, 1, id1_idx[i], &k));
+		OK(dd_bmap_append(txn, &fx->fx_err, 1, id1_idx[i], 0, &k));
 	}
 	for (size_t i = 0; i < N2; i++) {
 		k = bkey(2, id2_idx[i]);
-		OK(dd_bmap_append(txn, &fx->fx_err, 2, id2_idx[i], &k));
+		OK(dd_bmap_append(txn, &fx->fx_err, 2, id2_idx[i], 0, &k));
 	}
 	commit(fx, txn);
 }
@@ -1052,6 +1052,114 @@ static void test_bmap_seek(void **state)
 }
 
 /*
+ * Block maps of content-defined blocks (format/store.md §4.2): keyed by
+ * (id, byte offset), the value the DDT key and the block's le32 length.
+ * Snapshot 1: blocks [0,100) [100,4196) [4196,4197) [8000,12000)
+ * [12000,28384) -- a hole of 3803 bytes between the third and fourth --;
+ * snapshot 2 after it.  Longest block 16384.
+ */
+static const uint64_t var_off[] = {0, 100, 4196, 8000, 12000};
+static const uint32_t var_len[] = {100, 4096, 1, 4000, 16384};
+#define NV (sizeof(var_off) / sizeof(var_off[0]))
+
+static void test_bmap_var(void **state)
+{
+	struct fixture *fx = *state;
+	dd_bmap_cur *cur;
+	dd_ddt_key k;
+	uint64_t off;
+	dd_txn *txn;
+	struct {
+		uint64_t at;       /* byte looked for */
+		uint64_t off;      /* entry found, or UINT64_MAX: none */
+	} finds[] = {
+		{0, 0}, {99, 0}, {100, 100}, {4195, 100}, {4196, 4196},
+		{4197, 8000}, {7999, 8000}, {8000, 8000}, {11999, 8000},
+		{12000, 12000}, {28383, 12000}, {28384, UINT64_MAX},
+		{1u << 30, UINT64_MAX},
+	};
+
+	assert_int_equal(dd_db_varblock(fx->fx_db), 0);
+	dd_db_set_varblock(fx->fx_db, 16384);
+	txn = begin(fx, true);
+	for (size_t i = 0; i < NV; i++) {
+		k = bkey(1, var_off[i]);
+		OK(dd_bmap_append_block(txn, &fx->fx_err, 1, i, var_off[i],
+					var_len[i], &k));
+	}
+	k = bkey(2, 0);
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, 5, &k));
+	/* a length of 0 or past the longest block is refused */
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 10, 0, &k),
+			 DD_EINVAL);
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 10, 16385, &k),
+			 DD_EINVAL);
+	commit(fx, txn);
+	txn = begin(fx, false);
+	/* §4.2 on the stored bytes: key (id, offset), value key + le32 */
+	{
+		static const uint8_t kb[16] = {0, 0, 0, 0, 0, 0, 0, 1,
+					       0, 0, 0, 0, 0, 0, 0x2e, 0xe0};
+		uint8_t want[DD_DDT_KEY_SIZE + 4];
+		dd_ddt_key bk = bkey(1, 12000);
+		MDB_val v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_BMAP], kb, 16);
+
+		key_bytes(want, &bk);
+		dd_put_le32(want + DD_DDT_KEY_SIZE, 16384);
+		assert_int_equal(v.mv_size, DD_DDT_KEY_SIZE + 4);
+		assert_memory_equal(v.mv_data, want, DD_DDT_KEY_SIZE + 4);
+	}
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	/* in order, with lengths */
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &off, &k), 1);
+	for (size_t i = 0; i < NV; i++) {
+		assert_true(off == var_off[i]);
+		assert_int_equal(dd_bmap_len(cur), var_len[i]);
+		assert_bkey(&k, 1, var_off[i]);
+		assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &off, &k),
+				 i + 1 < NV);
+	}
+	/* the block holding a byte, or the next after a hole */
+	for (size_t i = 0; i < sizeof(finds) / sizeof(finds[0]); i++) {
+		int rc = dd_bmap_find(cur, &fx->fx_err, finds[i].at, &off, &k);
+
+		if (finds[i].off == UINT64_MAX) {
+			assert_int_equal(rc, 0);
+			continue;
+		}
+		assert_int_equal(rc, 1);
+		if (off != finds[i].off)
+			fail_msg("byte %llu: entry %llu, not %llu",
+				 (unsigned long long)finds[i].at,
+				 (unsigned long long)off,
+				 (unsigned long long)finds[i].off);
+		assert_bkey(&k, 1, off);
+	}
+	dd_bmap_close(cur);
+	dd_txn_abort(txn);
+	/* a value of the other kind is damage, named as such */
+	dd_db_set_varblock(fx->fx_db, 0);
+	txn = begin(fx, false);
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &off, &k),
+			 DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, "run dedup repair"));
+	assert_int_equal(dd_bmap_find(cur, &fx->fx_err, 0, &off, &k),
+			 DD_EINVAL);
+	dd_bmap_close(cur);
+	dd_txn_abort(txn);
+	/* a length past the longest block the catalog allows: damage */
+	dd_db_set_varblock(fx->fx_db, 4096);
+	txn = begin(fx, false);
+	OK(dd_bmap_open(txn, &fx->fx_err, 1, &cur));
+	assert_int_equal(dd_bmap_find(cur, &fx->fx_err, 13000, &off, &k),
+			 DD_ECORRUPT);
+	dd_bmap_close(cur);
+	dd_txn_abort(txn);
+	dd_db_set_varblock(fx->fx_db, 0);
+}
+
+/*
  * dd_bmap_append writes with MDB_APPEND, which compares the new key with
  * the last key of the whole bmap table (not of the id, and across
  * transactions): a map can only be appended to while its id is the highest
@@ -1071,21 +1179,21 @@ static void test_bmap_append_order(void **state)
 	txn = begin(fx, true);
 	/* id 1 again after id 2's entries: fine past id 1's last index, also
 	 * in a later txn (was refused while one writer held the store) */
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull, 0, &k));
 	/* same id, smaller or equal index: refused */
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull,
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0x100000001ull, 0,
 					&k), DD_ECORRUPT);
 	assert_non_null(strstr(fx->fx_err.de_msg, "out of order"));
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 3, &k),
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 3, 0, &k),
 			 DD_ECORRUPT);
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 2, &k),
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 2, 0, &k),
 			 DD_ECORRUPT);
 	assert_int_equal(fx->fx_err.de_code, DD_ECORRUPT);
 	/* a higher index of any id, or a new id, is fine */
-	OK(dd_bmap_append(txn, &fx->fx_err, 2, 4, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 3, 0, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 2, 5, &k));
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 5, &k),
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 4, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 3, 0, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 5, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 2, 5, 0, &k),
 			 DD_ECORRUPT);
 	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]),
 			 N1 + N2 + 4);
@@ -1095,12 +1203,12 @@ static void test_bmap_append_order(void **state)
 	 * a repeated index of one is refused */
 	txn = begin(fx, true);
 	OK(mdb_drop(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_BMAP], 0));
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, &k));
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 1, &k));
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 1, &k),
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 2, 0, 0, &k));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 1, 0, &k));
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 1, 0, &k),
 			 DD_ECORRUPT);
-	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0, &k),
+	assert_int_equal(dd_bmap_append(txn, &fx->fx_err, 1, 0, 0, &k),
 			 DD_ECORRUPT);
 	assert_int_equal(table_entries(txn, fx->fx_db->db_dbi[DD_DBI_BMAP]), 3);
 	dd_txn_abort(txn);
@@ -1229,7 +1337,7 @@ static void test_bmap_drop_big(void **state)
 		for (uint64_t i = 0; i < NBIG; i++) {
 			dd_ddt_key k = big_key(2 * i);
 
-			OK(dd_bmap_append(txn, &fx->fx_err, id, 2 * i, &k));
+			OK(dd_bmap_append(txn, &fx->fx_err, id, 2 * i, 0, &k));
 		}
 	commit(fx, txn);
 
@@ -1566,7 +1674,7 @@ static void test_txn_abort(void **state)
 		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
 	OK(dd_meta_put_u64(txn, &fx->fx_err, "snap.next", 5));
 	OK(dd_snap_put(txn, &fx->fx_err, "s", &r));
-	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, &e[0].ek_key));
+	OK(dd_bmap_append(txn, &fx->fx_err, 1, 0, 0, &e[0].ek_key));
 	OK(dd_pend_put(txn, &fx->fx_err, 1, "s"));
 	OK(dd_packs_put(txn, &fx->fx_err, 1, 4096));
 	OK(dd_ddt_get(txn, &fx->fx_err, &e[0].ek_key, &ent));
@@ -1946,6 +2054,7 @@ int main(void)
 		T(test_snap),
 		T(test_snap_damaged),
 		T(test_bmap_seek),
+		T(test_bmap_var),
 		T(test_bmap_append_order),
 		T(test_bmap_drop),
 		T(test_bmap_drop_big),

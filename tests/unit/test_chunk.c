@@ -172,11 +172,11 @@ static void test_digest(void **state)
 	(void)state;
 	memset(h1, 0x11, 32);
 	memset(h2, 0x22, 32);
-	assert_int_equal(dd_digest_new(&d, NULL), 0);
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED), 0);
 	for (int round = 0; round < 2; round++) { /* final resets it */
-		dd_digest_block(d, h1);
+		dd_digest_block(d, h1, 0);
 		dd_digest_zeros(d, 1);
-		dd_digest_block(d, h2);
+		dd_digest_block(d, h2, 0);
 		dd_digest_final(d, 0x0102030405, 4096, out);
 		memcpy(msg, h1, 32);
 		memcpy(msg + 64, h2, 32);
@@ -188,7 +188,7 @@ static void test_digest(void **state)
 	}
 	/* 300 holes at once, as 300 single ones */
 	for (int i = 0; i < 300; i++)
-		dd_digest_block(d, NULL);
+		dd_digest_block(d, NULL, 0);
 	dd_digest_final(d, 300 * 4096, 4096, want);
 	dd_digest_zeros(d, 300);
 	dd_digest_final(d, 300 * 4096, 4096, out);
@@ -196,11 +196,278 @@ static void test_digest(void **state)
 	dd_digest_free(d);
 }
 
+/* ---- the FastCDC cutter (format/chunker.md) --------------------------------*/
+
+/* §2: G[i] is the first 8 bytes, little-endian, of SHA-256("libdedup
+ * fastcdc gear" || i); the table's own SHA-256 is the one the format
+ * names. */
+static void test_fastcdc_gear(void **state)
+{
+	static const char want_hex[] =
+		"784ea0124abc094c84ddca49c029c83dad516d971bd04d0860049813102b2c72";
+	const uint64_t *g = dd_fastcdc_gear();
+	uint8_t msg[22], h[32], all[256 * 8];
+	char hex[65];
+
+	(void)state;
+	memcpy(msg, "libdedup fastcdc gear", 21);
+	for (int i = 0; i < 256; i++) {
+		uint64_t v = 0;
+
+		msg[21] = (uint8_t)i;
+		ref_sha256(msg, sizeof(msg), h);
+		for (int b = 7; b >= 0; b--)
+			v = v << 8 | h[b];
+		assert_true(g[i] == v);
+		for (int b = 0; b < 8; b++)
+			all[8 * i + b] = (uint8_t)(g[i] >> (8 * b));
+	}
+	ref_sha256(all, sizeof(all), h);
+	dd_hash_hex(h, hex);
+	assert_string_equal(hex, want_hex);
+	/* §5: a run of zeros matches no mask: bit 62 of -G[0] is set */
+	assert_true(((0 - g[0]) >> 62) & 1);
+}
+
+/* The cut rule of §3, one byte a step, as the format writes it: the
+ * reference the two-bytes cutter must agree with. */
+static size_t ref_fastcdc(uint32_t avg, const uint8_t *p, size_t len,
+			  bool final)
+{
+	const uint64_t *g = dd_fastcdc_gear();
+	size_t min = avg / 4, max = 4 * (size_t)avg;
+	unsigned bits = 0;
+	uint64_t ms, ml, h = 0;
+
+	while ((1u << (bits + 1)) <= avg)
+		bits++;
+	ms = (((uint64_t)1 << (bits + 2)) - 1) << (63 - (bits + 2));
+	ml = (((uint64_t)1 << (bits - 2)) - 1) << (63 - (bits - 2));
+	for (size_t l = min; l <= len && l < max; l++) {
+		/* the 64 bytes ending at byte l - 1 */
+		h = 0;
+		for (size_t j = l - 64; j < l; j++)
+			h = (h << 1) + g[p[j]];
+		if (!(h & (l < avg ? ms : ml)))
+			return l;
+	}
+	if (len >= max)
+		return max;
+	return final ? len : 0;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* The test vector of §6: SHA-256("libdedup fastcdc test" || le64 j) for
+ * j = 0, 1, ..., cut to n bytes, with n/10 zeros from 3n/8 if asked. */
+static uint8_t *fastcdc_vector(size_t n, bool zeros)
+{
+	uint8_t *p = malloc(n + 32), msg[29];
+
+	assert_non_null(p);
+	memcpy(msg, "libdedup fastcdc test", 21);
+	for (uint64_t j = 0; 32 * j < n; j++) {
+		for (int b = 0; b < 8; b++)
+			msg[21 + b] = (uint8_t)(j >> (8 * b));
+		ref_sha256(msg, sizeof(msg), p + 32 * j);
+	}
+	if (zeros)
+		memset(p + n / 8 * 3, 0, n / 10);
+	return p;
+}
+
+/* Cuts p[0..n) to its end: the lengths into out (room for max), their
+ * count returned. */
+static size_t cut_all(const dd_cutter *c, const uint8_t *p, size_t n,
+		      uint32_t *out, size_t max)
+{
+	size_t k = 0;
+
+	for (size_t off = 0; off < n; k++) {
+		size_t l = c->cu_next(c, p + off, n - off, true);
+
+		assert_true(l >= 1 && l <= c->cu_max && k < max);
+		out[k] = (uint32_t)l;
+		off += l;
+	}
+	return k;
+}
+
+/* Golden cut points (§6): the gear table or the cut rule never changes
+ * silently.  The figures are also those of a Python transcription of the
+ * format's rule, byte by byte. */
+static void test_fastcdc_golden(void **state)
+{
+	static const uint32_t want128k[] = {
+		107498, 133582, 158428, 250414, 46450, 131294, 133177,
+		136597, 108115, 165841, 141488, 524288, 126789, 49053,
+		159652, 186890, 145201, 82587, 132598, 149702, 161914,
+		192086, 132886, 159254, 146514, 222198, 109808,
+	};
+	static const struct {
+		uint32_t avg;
+		size_t n;
+		bool zeros;
+		size_t count;
+		const char *digest;   /* SHA-256 of the lengths, le32 each */
+	} vec[] = {
+		{4096, 1 << 20, true, 208, "2295384481267e48380165e75653096a"
+					   "e6d3ad43cfcfaddb75df9a8e5b6eac59"},
+		{16384, 4 << 20, false, 233, "2f860c939fbbc0160a0d009e4f29fc66"
+					     "72bb9d22abd534e350f41cd36b64d6f1"},
+		{131072, 4 << 20, true, 27, "00943e67c2cac18e432a8bf06a68cd1e"
+					    "8cfa833dc488180591ca68a07022689a"},
+	};
+
+	(void)state;
+	for (size_t v = 0; v < sizeof(vec) / sizeof(vec[0]); v++) {
+		uint8_t *p = fastcdc_vector(vec[v].n, vec[v].zeros), h[32];
+		uint32_t *len = malloc(vec[v].n / 1024 * sizeof(*len));
+		uint8_t *le = malloc(vec[v].n / 1024 * 4);
+		char hex[65];
+		dd_cutter c;
+		size_t k;
+
+		assert_non_null(len);
+		assert_non_null(le);
+		dd_cutter_fastcdc(&c, vec[v].avg);
+		k = cut_all(&c, p, vec[v].n, len, vec[v].n / 1024);
+		assert_int_equal(k, vec[v].count);
+		for (size_t i = 0; i < k; i++)
+			for (int b = 0; b < 4; b++)
+				le[4 * i + b] = (uint8_t)(len[i] >> (8 * b));
+		ref_sha256(le, 4 * k, h);
+		dd_hash_hex(h, hex);
+		assert_string_equal(hex, vec[v].digest);
+		if (vec[v].avg == 131072)
+			assert_memory_equal(len, want128k, sizeof(want128k));
+		free(le);
+		free(len);
+		free(p);
+	}
+}
+
+/* The two-bytes cutter against the byte-at-a-time reference, on every
+ * average, for prefixes of every parity and both ends of the min/avg/
+ * max ranges, final or not. */
+static void test_fastcdc_reference(void **state)
+{
+	const size_t n = 1 << 20;
+	uint8_t *p = malloc(n);
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+
+	(void)state;
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(xorshift(&seed) >> 32);
+	/* long low-entropy stretches: cut points at min, avg - 1, avg */
+	memset(p + 100000, 0x41, 30000);
+	for (size_t i = 200000; i < 260000; i++)
+		p[i] = (uint8_t)(i % 3);
+	for (uint32_t avg = DD_FASTCDC_AVG_MIN; avg <= DD_FASTCDC_AVG_MAX;
+	     avg *= 2) {
+		dd_cutter c;
+		size_t off = 0, tries = 0;
+
+		dd_cutter_fastcdc(&c, avg);
+		assert_int_equal(c.cu_min, avg / 4);
+		assert_int_equal(c.cu_max, 4 * avg);
+		assert_true(c.cu_reads);
+		while (off < n && tries < 64) {
+			size_t left = n - off;
+			size_t lens[] = {1, avg / 4 - 1, avg / 4, avg / 4 + 1,
+					 avg - 1, avg, avg + 1, 4 * avg - 1,
+					 4 * avg, 4 * avg + 1, left};
+
+			for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]);
+			     j++) {
+				size_t l = lens[j] < left ? lens[j] : left;
+
+				for (int fin = 0; fin < 2; fin++)
+					assert_int_equal(
+						c.cu_next(&c, p + off, l, fin),
+						ref_fastcdc(avg, p + off, l, fin));
+			}
+			off += c.cu_next(&c, p + off, left, true);
+			tries++;
+		}
+	}
+	free(p);
+}
+
+/* What the format promises of the lengths: min to max, an image's last
+ * block shorter; the mean near 1.13 times the average on random bytes;
+ * zeros cut at max; an insertion moves only the blocks around it. */
+static void test_fastcdc_props(void **state)
+{
+	const size_t n = 16 << 20, ins = 1000, at = 3 << 20;
+	uint8_t *p = malloc(n + ins);
+	uint32_t *a = malloc(n / 1024 * 4), *b = malloc(n / 1024 * 4);
+	uint64_t seed = 42;
+	dd_cutter c;
+	size_t na, nb, pa, pb, ia, ib, same = 0;
+
+	(void)state;
+	assert_true(p && a && b);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(xorshift(&seed) >> 24);
+	dd_cutter_fastcdc(&c, 65536);
+	na = cut_all(&c, p, n, a, n / 1024);
+	for (size_t i = 0; i + 1 < na; i++)
+		assert_true(a[i] >= 16384 && a[i] <= 262144);
+	assert_true((double)n / (double)na > 1.05 * 65536 &&
+		    (double)n / (double)na < 1.25 * 65536);
+	/* zeros: max-long blocks once a block starts inside them */
+	memset(p + n - 3 * 262144, 0, 3 * 262144);
+	nb = cut_all(&c, p, n, b, n / 1024);
+	for (size_t i = pb = 0; i < nb; pb += b[i++])
+		if (pb >= n - 3 * 262144 && i + 1 < nb) {
+			assert_int_equal(b[i], 262144);
+			same++;
+		}
+	assert_true(same >= 1);
+	same = 0;
+	/* 1000 bytes inserted at 3 MiB: the cut points after the next few
+	 * blocks are the same bytes, 1000 further on */
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(xorshift(&seed) >> 24);
+	na = cut_all(&c, p, n, a, n / 1024);
+	memmove(p + at + ins, p + at, n - at);
+	for (size_t i = 0; i < ins; i++)
+		p[at + i] = (uint8_t)(xorshift(&seed) >> 24);
+	nb = cut_all(&c, p, n + ins, b, n / 1024);
+	/* cut positions past at + 2 max: each of a's, 1000 bytes on in b */
+	for (ia = ib = pa = pb = 0; ia < na && ib < nb;) {
+		if (pa + ins == pb) {
+			if (pa >= at + 2 * 262144)
+				same++;
+			pa += a[ia++];
+			pb += b[ib++];
+		} else if (pa + ins < pb) {
+			if (pa >= at + 2 * 262144)
+				fail_msg("cut point %zu lost", pa);
+			pa += a[ia++];
+		} else {
+			pb += b[ib++];
+		}
+	}
+	assert_true(same > 150);
+	free(a);
+	free(b);
+	free(p);
+}
+
 /* ---- a sink that records what it is handed --------------------------------*/
 
 typedef struct rec_blk {
 	size_t image;
-	uint64_t idx;
+	uint64_t idx, ioff;
 	uint32_t len;
 	uint8_t cut, kind;
 	bool nodata;
@@ -246,6 +513,7 @@ static int sink_lookup(void *ctx, dd_pbatch *b)
 		r = &k->blk[k->n++];
 		memset(r, 0, sizeof(*r));
 		r->idx = bk->bk_idx;
+		r->ioff = bk->bk_ioff;
 		r->len = bk->bk_len;
 		r->cut = bk->bk_cut;
 		r->kind = bk->bk_kind;
@@ -404,6 +672,7 @@ static void check_fixed(const sink *k, size_t *at, const uint8_t *img,
 		assert_true(*at < k->n);
 		r = &k->blk[(*at)++];
 		assert_int_equal(r->idx, i);
+		assert_int_equal(r->ioff, i * bs);
 		assert_int_equal(r->len, len);
 		if (dd_is_zero(img + i * bs, len)) {
 			assert_int_equal(r->kind, DD_BLK_ZERO);
@@ -765,6 +1034,99 @@ static void test_pipe_varying(void **state)
 	free(img);
 }
 
+/* FastCDC beside fixed sizes, as dedup scan cuts with both chunkers:
+ * each cutter cuts every image from its own start, whatever the others
+ * do; content-defined blocks come out as the cutter alone cuts the
+ * image, with their offsets, over batches, from a buffer and from a
+ * file, the hashes of pairs of different lengths right. */
+static void test_pipe_mixed(void **state)
+{
+	const uint32_t bs[2] = {4096, 16384};
+	const size_t ns[4] = {300001, 5, 70000, 2 << 20};
+	uint8_t *imgs[4];
+	dd_cutter cut[3];
+	char path[4][256];
+	int fds[4];
+
+	(void)state;
+	dd_cutter_fastcdc(&cut[0], 8192);
+	dd_cutter_fixed(&cut[1], bs[0]);
+	dd_cutter_fixed(&cut[2], bs[1]);
+	for (int im = 0; im < 4; im++) {
+		static const long z[] = {2, 3, 4, 5, 6, 40, -1};
+		char name[8];
+
+		imgs[im] = make_image(ns[im], 4096, im == 3 ? z : NULL);
+		snprintf(name, sizeof(name), "m%d", im);
+		fds[im] = write_tmp(name, imgs[im], ns[im], path[im]);
+	}
+	for (int src = 0; src < 3; src++) {
+		sink k = {.mark_all = true};
+		size_t at[3] = {0, 0, 0};
+		dd_pipe *p = new_pipe(&k, cut, 3, 65536, src == 2 ?
+				      DD_PIPE_BYTES_NONE : DD_PIPE_BYTES_ALL,
+				      DD_PIPE_READ_FAIL);
+
+		for (int im = 0; im < 4; im++) {
+			if (src == 0)
+				assert_int_equal(dd_pipe_write(p, imgs[im],
+							       ns[im]), 0);
+			else
+				assert_int_equal(dd_pipe_file(p, fds[im], 0,
+							      ns[im], "m"), 0);
+			assert_int_equal(dd_pipe_end_image(p), 0);
+		}
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		for (int im = 0; im < 4; im++) {
+			size_t off = 0;
+			uint64_t idx = 0;
+
+			for (int c = 1; c < 3; c++)
+				check_fixed(&k, &at[c], imgs[im], ns[im],
+					    bs[c - 1], (uint8_t)c);
+			while (off < ns[im]) {
+				size_t want = cut[0].cu_next(&cut[0],
+							     imgs[im] + off,
+							     ns[im] - off, true);
+				const rec_blk *r;
+				uint8_t h[32];
+
+				while (at[0] < k.n && k.blk[at[0]].cut != 0)
+					at[0]++;
+				assert_true(at[0] < k.n);
+				r = &k.blk[at[0]++];
+				assert_int_equal(r->idx, idx++);
+				assert_int_equal(r->ioff, off);
+				assert_int_equal(r->len, want);
+				if (dd_is_zero(imgs[im] + off, want)) {
+					assert_int_equal(r->kind, DD_BLK_ZERO);
+				} else {
+					ref_sha256(imgs[im] + off, want, h);
+					assert_memory_equal(r->hash, h, 32);
+					if (!r->nodata)
+						assert_memory_equal(
+							r->bytes, imgs[im] + off,
+							want);
+				}
+				off += want;
+			}
+		}
+		for (int c = 0; c < 3; c++) {
+			while (at[c] < k.n && k.blk[at[c]].cut != c)
+				at[c]++;
+			assert_int_equal(at[c], k.n);
+		}
+		assert_int_equal(k.order_bad, 0);
+		sink_free(&k);
+	}
+	for (int im = 0; im < 4; im++) {
+		close(fds[im]);
+		unlink(path[im]);
+		free(imgs[im]);
+	}
+}
+
 /* A pipeline over file "s" (img, n bytes) that shrinks to 10 blocks and
  * a byte once handed over (or, with `fault`, fails every read). */
 static int run_damaged(sink *k, const dd_cutter *cut, const uint8_t *img,
@@ -828,8 +1190,9 @@ static void test_pipe_short_file(void **state)
 	free(img);
 }
 
-/* Bad setups are refused: no cutter, a reading cutter beside another,
- * sizes that do not divide each other, BYTES_SOME without po_keep. */
+/* Bad setups are refused: no cutter, sizes that do not divide each
+ * other, BYTES_SOME without po_keep.  A reading cutter beside a fixed
+ * one is fine (test_pipe_mixed). */
 static void test_pipe_setup(void **state)
 {
 	dd_cutter c[2];
@@ -850,7 +1213,9 @@ static void test_pipe_setup(void **state)
 	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
 	c[1] = (dd_cutter){.cu_next = cut_star, .cu_min = 16, .cu_max = 3000,
 			   .cu_reads = true};
-	assert_int_equal(dd_pipe_new(&p, &cfg), DD_EINVAL);
+	if (dd_pipe_new(&p, &cfg) != 0)
+		fail_msg("%s", err.de_msg);
+	dd_pipe_free(p);
 	cfg.pc_ncut = 1;
 	cfg.pc_bytes = DD_PIPE_BYTES_SOME;
 	ops.po_keep = NULL;
@@ -881,12 +1246,17 @@ int main(void)
 		cmocka_unit_test(test_block_size),
 		cmocka_unit_test(test_block_lsize),
 		cmocka_unit_test(test_digest),
+		cmocka_unit_test(test_fastcdc_gear),
+		cmocka_unit_test(test_fastcdc_golden),
+		cmocka_unit_test(test_fastcdc_reference),
+		cmocka_unit_test(test_fastcdc_props),
 		cmocka_unit_test(test_pipe_buffer),
 		cmocka_unit_test(test_pipe_file),
 		cmocka_unit_test(test_pipe_early_step),
 		cmocka_unit_test(test_pipe_pipe),
 		cmocka_unit_test(test_pipe_sizes),
 		cmocka_unit_test(test_pipe_varying),
+		cmocka_unit_test(test_pipe_mixed),
 		cmocka_unit_test(test_pipe_short_file),
 		cmocka_unit_test(test_pipe_setup),
 	};

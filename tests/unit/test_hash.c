@@ -231,6 +231,52 @@ static void test_sha256_x2(void **state)
 	free(buf);
 }
 
+/* Two lanes of different lengths: every pair of lengths around the
+ * padding cases, both orders, and lengths of content-defined blocks
+ * (one lane ending whole blocks before the other, or in its tail). */
+static void test_sha256_x2v(void **state)
+{
+	enum { MAX = 300, BIG = (1 << 20) + 77 };
+	uint8_t *buf = malloc(2 * BIG + 2), xa[DD_HASH_SIZE], xb[DD_HASH_SIZE];
+	uint8_t ra[DD_HASH_SIZE], rb[DD_HASH_SIZE];
+	uint64_t rng = 0x2545f4914f6cdd1dull;
+	static const size_t big[][2] = {
+		{131072, 131073}, {107498, 250414}, {1 << 20, 46450},
+		{BIG, 0}, {65536 + 55, 65536 + 56}, {4096, 1 << 20},
+	};
+	dd_hasher *h;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(dd_hasher_new(&h, DD_HASH_SHA256), DD_OK);
+	for (size_t i = 0; i < 2 * BIG + 2; i++) {
+		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+		buf[i] = (uint8_t)rng;
+	}
+	for (size_t la = 0; la <= MAX; la += 1 + la / 64)
+		for (size_t lb = 0; lb <= MAX; lb++) {
+			const uint8_t *a = buf + la % 7, *b = buf + BIG + 1;
+
+			dd_sha256_x2v(a, la, b, lb, xa, xb);
+			dd_sha256(a, la, ra);
+			dd_sha256(b, lb, rb);
+			assert_memory_equal(xa, ra, DD_HASH_SIZE);
+			assert_memory_equal(xb, rb, DD_HASH_SIZE);
+		}
+	for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++)
+		for (int swap = 0; swap < 2; swap++) {
+			size_t la = big[i][swap], lb = big[i][!swap];
+
+			dd_hasher_sum2v(h, buf, la, buf + BIG + 1, lb, xa, xb);
+			dd_sha256(buf, la, ra);
+			dd_sha256(buf + BIG + 1, lb, rb);
+			assert_memory_equal(xa, ra, DD_HASH_SIZE);
+			assert_memory_equal(xb, rb, DD_HASH_SIZE);
+		}
+	dd_hasher_free(h);
+	free(buf);
+}
+
 static void test_hasher_sum2(void **state)
 {
 	uint8_t a[DD_HASH_SIZE], b[DD_HASH_SIZE], z[DD_HASH_SIZE] = {0};
@@ -276,6 +322,7 @@ int main(void)
 		cmocka_unit_test(test_hasher),
 		cmocka_unit_test(test_sha256_incremental),
 		cmocka_unit_test(test_sha256_x2),
+		cmocka_unit_test(test_sha256_x2v),
 		cmocka_unit_test(test_hasher_sum2),
 		cmocka_unit_test(test_hash_hex),
 	};

@@ -412,7 +412,7 @@ static void test_diff_damaged_map(void **state)
 	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
 	assert_int_equal(dd_snap_get(txn, &err, "y", &rec), 0);
 	key.dk_hash[0] = 1;
-	assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, 3, &key), 0);
+	assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, 3, 0, &key), 0);
 	assert_int_equal(dd_txn_commit(txn, &err), 0);
 
 	assert_int_equal(dd_diff_open(&d, s, "x", "y"), 0);

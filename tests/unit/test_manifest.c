@@ -31,6 +31,7 @@
 #define DD_GOLDEN_DIR "tests/golden"
 #endif
 #define GOLDEN DD_GOLDEN_DIR "/manifest_v1.snap"
+#define GOLDEN_CDC DD_GOLDEN_DIR "/manifest_v1_cdc.snap"
 
 struct fx {
 	char dir[64];
@@ -60,14 +61,17 @@ static int fx_teardown(void **state)
 }
 
 /* An image as a manifest sees it: per block a hash and variant, or a
- * hole (hole[i] set). */
+ * hole (hole[i] set); for content-defined blocks (chunker fastcdc) each
+ * block's length too (len[i]), holes that follow each other one. */
 struct img {
+	int chunker;
 	uint64_t nblocks;
 	uint64_t size;
 	uint32_t bs;
 	uint8_t (*hash)[32];
 	uint8_t *variant;
 	uint8_t *hole;
+	uint32_t *len;
 };
 
 static void img_digest(const struct img *m, uint8_t out[32])
@@ -75,9 +79,10 @@ static void img_digest(const struct img *m, uint8_t out[32])
 	dd_digest *d;
 	dd_err err;
 
-	assert_int_equal(dd_digest_new(&d, &err), 0);
+	assert_int_equal(dd_digest_new(&d, &err, m->chunker), 0);
 	for (uint64_t i = 0; i < m->nblocks; i++)
-		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i]);
+		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i],
+				m->len ? m->len[i] : 0);
 	dd_digest_final(d, m->size, m->bs, out);
 	dd_digest_free(d);
 }
@@ -86,14 +91,20 @@ static void img_hdr(const struct img *m, uint64_t id, const char *name,
 		    dd_manifest_hdr *h)
 {
 	memset(h, 0, sizeof(*h));
+	h->mh_chunker = m->chunker;
 	h->mh_id = id;
 	h->mh_ctime = 1764547200; /* 2025-12-01T00:00:00Z */
 	h->mh_size = m->size;
 	h->mh_blocks = m->nblocks;
 	h->mh_block_size = m->bs;
 	h->mh_hash_kind = DD_HASH_SHA256;
-	for (uint64_t i = 0; i < m->nblocks; i++)
-		h->mh_zero_blocks += m->hole[i] != 0;
+	/* holes of content-defined blocks: one a run */
+	for (uint64_t i = 0; i < m->nblocks; i++) {
+		bool joined = m->chunker && i && m->hole[i] && m->hole[i - 1];
+
+		h->mh_zero_blocks += m->hole[i] != 0 && !joined;
+		h->mh_blocks -= joined;
+	}
 	img_digest(m, h->mh_digest);
 	snprintf(h->mh_name, sizeof(h->mh_name), "%s", name);
 }
@@ -103,14 +114,19 @@ static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
 {
 	dd_manifest_writer *mw;
 	dd_err err;
-	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name);
+	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name,
+					 m->chunker);
 
 	if (rc)
 		return rc;
-	for (uint64_t i = 0; !rc && i < m->nblocks; i++)
-		rc = m->hole[i] ? dd_manifest_write_holes(mw, &err, 1)
+	for (uint64_t i = 0; !rc && i < m->nblocks; i++) {
+		uint32_t len = m->len ? m->len[i] : 0;
+
+		rc = m->hole[i] ? dd_manifest_write_holes(mw, &err,
+							  m->len ? len : 1)
 				: dd_manifest_write_block(mw, &err, m->hash[i],
-							  m->variant[i]);
+							  m->variant[i], len);
+	}
 	if (!rc)
 		rc = dd_manifest_write_finish(mw, &err, h);
 	if (!rc) {
@@ -130,8 +146,8 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	dd_manifest_hdr got;
 	dd_manifest_ent e;
 	dd_err err;
-	uint64_t at = 0;
-	int rc;
+	uint64_t at = 0, off = 0;
+	int rc = 0;
 
 	assert_int_equal(dd_manifest_open_at(&mr, &err, dfd, h->mh_id,
 					     DD_MANIFEST_SNAP, &got), 0);
@@ -143,7 +159,26 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	assert_int_equal(got.mh_block_size, h->mh_block_size);
 	assert_string_equal(got.mh_name, h->mh_name);
 	assert_memory_equal(got.mh_digest, h->mh_digest, 32);
-	while ((rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
+	assert_int_equal(got.mh_chunker, m->chunker);
+	while (m->chunker &&
+	       (rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
+		/* content-defined: a run of the image's holes is one entry */
+		uint64_t want = 0;
+
+		assert_int_equal(e.me_off, off);
+		assert_int_equal(!!m->hole[at], e.me_hole);
+		if (!e.me_hole) {
+			assert_memory_equal(e.me_hash, m->hash[at], 32);
+			assert_int_equal(e.me_variant, m->variant[at]);
+			want = m->len[at++];
+		}
+		while (e.me_hole && at < m->nblocks && m->hole[at])
+			want += m->len[at++];
+		assert_int_equal(e.me_len, want);
+		off += want;
+	}
+	while (!m->chunker &&
+	       (rc = dd_manifest_read_next(mr, &err, &e)) == 1) {
 		assert_int_equal(e.me_index, at);
 		for (uint64_t k = 0; k < e.me_count; k++) {
 			assert_int_equal(!!m->hole[at + k], e.me_hole);
@@ -161,6 +196,8 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 
 static void img_alloc(struct img *m, uint64_t n, uint32_t bs, uint64_t size)
 {
+	m->chunker = DD_CHUNKER_FIXED;
+	m->len = NULL;
 	m->nblocks = n;
 	m->bs = bs;
 	m->size = size;
@@ -171,6 +208,7 @@ static void img_alloc(struct img *m, uint64_t n, uint32_t bs, uint64_t size)
 
 static void img_free(struct img *m)
 {
+	free(m->len);
 	free(m->hash);
 	free(m->variant);
 	free(m->hole);
@@ -235,20 +273,22 @@ static uint8_t *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static void test_golden(void **state)
+/* Writes m as manifest 0x2a and compares its bytes with the golden file
+ * of want_len bytes (rewritten first when DD_REGEN_GOLDEN=1), then checks
+ * that the golden bytes decode to m.  Returns the golden bytes. */
+static uint8_t *golden_match(struct fx *fx, const char *golden,
+			     const struct img *m, const dd_manifest_hdr *h,
+			     size_t want_len)
 {
-	struct fx *fx = *state;
 	char path[128];
 	uint8_t *want, *got;
 	size_t wlen, glen;
-	dd_manifest_hdr h;
-	struct img m;
+	int fd;
 
-	golden_img(&m, &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	assert_int_equal(img_write(fx->dfd, m, h), 0);
 	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
 	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
-		FILE *f = fopen(GOLDEN, "wb");
+		FILE *f = fopen(golden, "wb");
 
 		got = slurp(path, &glen);
 		assert_non_null(f);
@@ -256,24 +296,31 @@ static void test_golden(void **state)
 		fclose(f);
 		free(got);
 	}
-	want = slurp(GOLDEN, &wlen);
+	want = slurp(golden, &wlen);
 	got = slurp(path, &glen);
-	/* header 128 + name 6 + list (33 + 9 + 34 + 33 + 33) + trailer 8 */
-	assert_int_equal(wlen, 128 + 6 + 142 + 8);
+	assert_int_equal(wlen, want_len);
 	assert_int_equal(glen, wlen);
 	assert_memory_equal(got, want, wlen);
+	free(got);
 	/* the golden bytes decode to the image */
 	unlinkat(fx->dfd, "000000000000002a.snap", 0);
-	{
-		int fd = openat(fx->dfd, "000000000000002a.snap",
-				O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = openat(fx->dfd, "000000000000002a.snap",
+		    O_WRONLY | O_CREAT | O_EXCL, 0644);
+	assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
+	close(fd);
+	img_check(fx->dfd, m, h);
+	return want;
+}
 
-		assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
-		close(fd);
-	}
-	img_check(fx->dfd, &m, &h);
-	free(want);
-	free(got);
+static void test_golden(void **state)
+{
+	struct fx *fx = *state;
+	dd_manifest_hdr h;
+	struct img m;
+
+	golden_img(&m, &h);
+	/* header 128 + name 6 + list (33 + 9 + 34 + 33 + 33) + trailer 8 */
+	free(golden_match(fx, GOLDEN, &m, &h, 128 + 6 + 142 + 8));
 	img_free(&m);
 }
 
@@ -392,6 +439,166 @@ static void test_canonical_rules(void **state)
 	free(g);
 }
 
+/* ---- content-defined blocks (format/manifest.md §3.1, §4.1) ---------------*/
+
+static void img_alloc_cdc(struct img *m, uint64_t n, uint32_t avg)
+{
+	img_alloc(m, n, avg, 0);
+	m->chunker = DD_CHUNKER_FASTCDC;
+	m->len = calloc(n ? n : 1, sizeof(*m->len));
+}
+
+static void img_sizes(struct img *m)
+{
+	m->size = 0;
+	for (uint64_t i = 0; i < m->nblocks; i++)
+		m->size += m->len[i];
+}
+
+/* The golden image: a block of 5000 bytes, two zero blocks of 3000 and
+ * 4000 bytes (one hole of 7000), a 16384-byte block of variant 2 -- the
+ * longest of average 4096 --, and a 1-byte tail. */
+static void golden_cdc_img(struct img *m, dd_manifest_hdr *h)
+{
+	static const uint32_t len[5] = {5000, 3000, 4000, 16384, 1};
+
+	img_alloc_cdc(m, 5, 4096);
+	for (int i = 0; i < 5; i++) {
+		m->len[i] = len[i];
+		for (int k = 0; k < 32; k++)
+			m->hash[i][k] = (uint8_t)(0x80 + i * 32 + k);
+	}
+	m->hole[1] = m->hole[2] = 1;
+	m->variant[3] = 2;
+	img_sizes(m);
+	img_hdr(m, 0x2a, "golden", h);
+}
+
+/* Content-defined blocks of random lengths, runs of holes of every
+ * length up to 7 cut blocks (each run one hole), variants. */
+static void test_roundtrip_cdc(void **state)
+{
+	struct fx *fx = *state;
+	const uint64_t n = 3000;
+	dd_manifest_hdr h;
+	struct img m;
+
+	img_alloc_cdc(&m, n, 8192);
+	th_rng_state = 12;
+	for (uint64_t i = 0; i < n; i++) {
+		m.hole[i] = (i % 97) < (i % 8);
+		m.len[i] = 1 + (uint32_t)(th_rng() % 32768);
+		for (int k = 0; k < 32; k++)
+			m.hash[i][k] = (uint8_t)th_rng();
+		m.variant[i] = i % 13 == 0 ? (uint8_t)(1 + i % 255) : 0;
+	}
+	img_sizes(&m);
+	img_hdr(&m, 0x1235, "round trip cdc", &h);
+	assert_true(h.mh_blocks < n);   /* holes joined */
+	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	img_check(fx->dfd, &m, &h);
+	/* the header of another chunker: the writer refuses it */
+	h.mh_id = 0x1236;
+	h.mh_chunker = DD_CHUNKER_FIXED;
+	assert_int_equal(img_write(fx->dfd, &m, &h), DD_EINVAL);
+	img_free(&m);
+}
+
+static void test_golden_cdc(void **state)
+{
+	struct fx *fx = *state;
+	dd_manifest_hdr h;
+	struct img m;
+	uint8_t *want;
+
+	golden_cdc_img(&m, &h);
+	assert_int_equal(h.mh_blocks, 4);
+	assert_int_equal(h.mh_zero_blocks, 1);
+	/* header 128 + name 6 + list (37 + 9 + 38 + 37) + trailer 8 */
+	want = golden_match(fx, GOLDEN_CDC, &m, &h, 128 + 6 + 121 + 8);
+	/* feature bit 0, the chunker in byte 104 (§3.1) */
+	assert_int_equal(dd_get_le32(want + 12), 1);
+	assert_int_equal(want[104], DD_CHUNKER_FASTCDC);
+	free(want);
+	img_free(&m);
+}
+
+/* Every bit flip and truncation of the golden manifest of content-
+ * defined blocks is refused, and so is each rule of §4.1 broken. */
+static void test_cdc_refused(void **state)
+{
+	struct fx *fx = *state;
+	size_t len, list = 128 + 6;  /* block at list, hole at list + 37 */
+	uint8_t *g = slurp(GOLDEN_CDC, &len), *b = malloc(len + 64);
+	dd_err err;
+
+	assert_int_equal(open_bytes(fx, g, len, &err), 0);
+	for (size_t i = 0; i < len; i++)
+		for (int bit = 0; bit < 8; bit++) {
+			int rc;
+
+			memcpy(b, g, len);
+			b[i] ^= (uint8_t)(1u << bit);
+			rc = open_bytes(fx, b, len, &err);
+			if (rc != DD_ECORRUPT && rc != DD_EVERSION &&
+			    rc != DD_ENOTSUP)
+				fail_msg("flip of bit %d of byte %zu: rc %d",
+					 bit, i, rc);
+		}
+	for (size_t n = 0; n < len; n++)
+		assert_int_equal(open_bytes(fx, g, n, &err), DD_ECORRUPT);
+	/* the hole as 3000 + 4000: adjacent holes */
+	memcpy(b, g, list + 46);
+	dd_put_le64(b + list + 38, 3000);
+	b[list + 46] = 0x06;
+	dd_put_le64(b + list + 47, 4000);
+	memcpy(b + list + 55, g + list + 46, len - list - 46);
+	dd_put_le64(b + 40, 5);        /* blocks */
+	dd_put_le64(b + 48, 2);        /* holes */
+	reseal(b, len + 9);
+	assert_int_equal(open_bytes(fx, b, len + 9, &err), DD_ECORRUPT);
+	assert_non_null(strstr(err.de_msg, "canonical"));
+	/* a block longer than 4 x the average: 16385 */
+	memcpy(b, g, len);
+	dd_put_le32(b + list + 46 + 2, 16385);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* a hole of no bytes */
+	memcpy(b, g, len);
+	dd_put_le64(b + list + 38, 0);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* a tag of fixed blocks in a list of content-defined ones */
+	memcpy(b, g, len);
+	b[list] = 0x01;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* lengths that do not add up to the size */
+	memcpy(b, g, len);
+	dd_put_le64(b + 32, dd_get_le64(g + 32) + 1);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	/* another chunker; the feature bit without one; a chunker byte
+	 * without the bit; an unknown feature */
+	memcpy(b, g, len);
+	b[104] = 2;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	b[104] = 0;
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	memcpy(b, g, len);
+	dd_put_le32(b + 12, 0);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
+	memcpy(b, g, len);
+	dd_put_le32(b + 12, 3);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ENOTSUP);
+	free(b);
+	free(g);
+}
+
 static void test_write_checks_digest(void **state)
 {
 	struct fx *fx = *state;
@@ -465,6 +672,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_golden, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_cdc, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_golden_cdc, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_cdc_refused, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_damage_refused, fx_setup,
 						fx_teardown),

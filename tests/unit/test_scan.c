@@ -97,15 +97,17 @@ static void write_file(const char *path, const void *p, size_t n)
 	close(fd);
 }
 
-/* dd_store_stat of a new store with block size bs holding the images. */
-static void store_stat(uint32_t bs, uint8_t *const *img, const size_t *len,
-		       int nimg, dd_stat *st)
+/* dd_store_stat of a new store of this chunker with block size bs
+ * holding the images. */
+static void store_stat(int chunker, uint32_t bs, uint8_t *const *img,
+		       const size_t *len, int nimg, dd_stat *st)
 {
 	dd_create_opts co = DD_CREATE_OPTS_INIT;
 	char path[128], name[16];
 	dd_store *s;
 
 	co.block_size = bs;
+	co.chunker = chunker;
 	snprintf(path, sizeof(path), "%s/store-%u", tmpdir, bs);
 	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
 	for (int i = 0; i < nimg; i++) {
@@ -451,13 +453,20 @@ static void scan_vs_store(dd_scan_opts *so, uint8_t **img, size_t *len,
 	assert_int_equal(dd_scan_info_get(sc, &info), 0);
 	assert_int_equal(info.images, (uint64_t)nimg);
 	assert_int_equal(info.skipped, 0);
-	for (size_t b = 0; b < so->nblock_sizes; b++) {
+	assert_int_equal(info.nblock_sizes, so->nblock_sizes);
+	assert_int_equal(info.nresults, so->nblock_sizes *
+			 (so->nchunkers ? so->nchunkers : 1));
+	for (size_t i = 0; i < info.nresults; i++) {
 		dd_scan_result r = {.version = DD_SCAN_RESULT_VERSION};
+		size_t b = i % so->nblock_sizes;
+		int chunker = so->nchunkers ? so->chunkers[i / so->nblock_sizes]
+					    : DD_CHUNKER_FIXED;
 		dd_stat st;
 
-		assert_int_equal(dd_scan_result_get(sc, b, &r), 0);
+		assert_int_equal(dd_scan_result_get(sc, i, &r), 0);
 		assert_int_equal(r.block_size, so->block_sizes[b]);
-		store_stat(so->block_sizes[b], img, len, nimg, &st);
+		assert_int_equal(r.chunker, chunker);
+		store_stat(chunker, so->block_sizes[b], img, len, nimg, &st);
 		assert_same_as_store(&r, &st);
 		assert_true(r.dedup_error == 0 && r.compress_error == 0);
 		if (so->mem_limit && so->mem_limit < 2 * MiB)
@@ -573,6 +582,63 @@ static void test_exact_spill_equals_store(void **state)
 	so.threads = 1;
 	scan_vs_store(&so, img, len, NIMG);
 	free_images(img, NIMG);
+}
+
+/* Both chunkers in one pass, FastCDC beside two fixed sizes (and an
+ * image with a long run of zeros: one hole per run, as a fastcdc store
+ * counts it): each result equals its own store's figures, in memory and
+ * spilled.  A version-1 result struct gets everything but the chunker. */
+static void test_exact_both_chunkers(void **state)
+{
+	static const int both[] = {DD_CHUNKER_FIXED, DD_CHUNKER_FASTCDC};
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	uint8_t *img[NIMG + 1];
+	size_t len[NIMG + 1];
+
+	(void)state;
+	make_images(img, len);
+	img[NIMG] = make_image(400, 777, NPIECES, &len[NIMG]);
+	memset(img[NIMG] + 100 * 4096, 0, 150 * 4096);
+	so.block_sizes = sizes3;
+	so.nblock_sizes = 2;
+	so.chunkers = both;
+	so.nchunkers = 2;
+	scan_vs_store(&so, img, len, NIMG + 1);
+	so.mem_limit = 256 * KiB;
+	so.tmpdir = tmpdir;
+	so.threads = 1;
+	scan_vs_store(&so, img, len, NIMG + 1);
+	free_images(img, NIMG + 1);
+}
+
+static void test_result_version1(void **state)
+{
+	static const int cdc = DD_CHUNKER_FASTCDC;
+	dd_scan_opts so = DD_SCAN_OPTS_INIT;
+	struct {
+		dd_scan_result r;
+		int tail;
+	} v1;
+	dd_scan *sc;
+	uint8_t buf[70000];
+	char path[128];
+
+	(void)state;
+	so.chunkers = &cdc;
+	so.nchunkers = 1;
+	assert_int_equal(dd_scan_new(&sc, &so), 0);
+	memset(buf, 7, sizeof(buf));
+	snprintf(path, sizeof(path), "%s/v1", tmpdir);
+	write_file(path, buf, sizeof(buf));
+	assert_int_equal(dd_scan_add_path(sc, path), 0);
+	assert_int_equal(dd_scan_finish(sc), 0);
+	memset(&v1, 0x5a, sizeof(v1));
+	v1.r.version = 1;
+	assert_int_equal(dd_scan_result_get(sc, 0, &v1.r), 0);
+	assert_int_equal(v1.r.blocks, 1);
+	assert_int_equal(v1.r.chunker, 0x5a5a5a5a);  /* not written */
+	assert_int_equal(v1.tail, 0x5a5a5a5a);
+	dd_scan_free(sc);
 }
 
 /* Sample mode with room for everything keeps every block: exact. */
@@ -976,6 +1042,29 @@ static void test_bad_options(void **state)
 	so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
 	so.mode = 7;
 	assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	/* chunkers: unknown, twice, a FastCDC average of 1 MiB, NULL */
+	{
+		static const int c_bad[] = {DD_CHUNKER_FASTCDC, 9};
+		static const int c_twice[] = {DD_CHUNKER_FIXED,
+					      DD_CHUNKER_FIXED};
+		static const int c_both[] = {DD_CHUNKER_FIXED,
+					     DD_CHUNKER_FASTCDC};
+		static const uint32_t one_mib = MiB;
+
+		so = (dd_scan_opts)DD_SCAN_OPTS_INIT;
+		so.chunkers = c_bad;
+		so.nchunkers = 2;
+		assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+		so.chunkers = c_twice;
+		assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+		so.chunkers = c_both;
+		so.block_sizes = &one_mib;
+		so.nblock_sizes = 1;
+		assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+		assert_non_null(strstr(dd_last_errmsg(), "FastCDC"));
+		so.chunkers = NULL;
+		assert_int_equal(dd_scan_new(&sc, &so), DD_EINVAL);
+	}
 	assert_int_equal(dd_scan_new(NULL, NULL), DD_EINVAL);
 	assert_null(sc);
 
@@ -1044,6 +1133,8 @@ int main(void)
 		cmocka_unit_test(test_exact_equals_store),
 		cmocka_unit_test(test_none_equals_zstd),
 		cmocka_unit_test(test_exact_spill_equals_store),
+		cmocka_unit_test(test_exact_both_chunkers),
+		cmocka_unit_test(test_result_version1),
 		cmocka_unit_test(test_sample_rate1_exact),
 		cmocka_unit_test(test_sample_bounds),
 		cmocka_unit_test(test_sample_adapts),

@@ -719,7 +719,7 @@ static void test_gc_refuses_map_unlike_manifest(void **state)
 		assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
 		ent.de_refcnt++;
 		assert_int_equal(dd_ddt_put(txn, &err, &key, &ent), 0);
-		assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, i, &key),
+		assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id, i, 0, &key),
 				 0);
 	}
 	assert_int_equal(dd_txn_commit(txn, &err), 0);
@@ -827,6 +827,273 @@ static void test_names_and_misuse(void **state)
 	th_rm_store(path);
 }
 
+/* ---- content-defined blocks (chunker fastcdc) ------------------------------*/
+
+static dd_store *create_cdc(const char *path, uint32_t avg, int verify)
+{
+	dd_create_opts o = DD_CREATE_OPTS_INIT;
+	dd_store *s = NULL;
+
+	o.chunker = DD_CHUNKER_FASTCDC;
+	o.block_size = avg;
+	o.verify = verify;
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), 0);
+	return s;
+}
+
+/* Random text and random bytes in turn, a run of zeros, a short tail. */
+static void fill_cdc_image(uint8_t *p, size_t n)
+{
+	for (size_t off = 0; off < n; off += 200000) {
+		size_t k = n - off < 200000 ? n - off : 200000;
+
+		if ((off / 200000) % 2)
+			fill_random(p + off, k);
+		else
+			fill_text(p + off, k);
+	}
+	memset(p + 2 * MiB, 0, 700000);
+}
+
+/* Reads [off, off + len) of snapshot name and compares it with data. */
+static void check_range(dd_reader *r, const uint8_t *data, size_t n,
+			uint64_t off, size_t len, uint8_t *buf)
+{
+	size_t got, want = off >= n ? 0 : n - off < len ? n - off : len;
+
+	assert_int_equal(dd_reader_pread(r, buf, len, off, &got), 0);
+	assert_int_equal(got, want);
+	if (want && memcmp(buf, data + off, want))
+		fail_msg("bytes differ at %llu (+%zu)",
+			 (unsigned long long)off, len);
+}
+
+/* A store of content-defined blocks: images round-trip through every
+ * way of writing; reads at, before and after every block edge, across
+ * holes, random and sequential ones; an insertion costs only the blocks
+ * around it; the record counts a run of holes once; the store says it is
+ * format 3 and fastcdc; and it reopens. */
+static void test_cdc_roundtrip(void **state)
+{
+	const size_t n = 6 * MiB + 4321, ins = 1000, at = MiB + 77;
+	char *path = th_tmp_store();
+	dd_store *s = create_cdc(path, 16 * KiB, 0);
+	uint8_t *a = malloc(n), *b = malloc(n + ins), *buf = malloc(3 * MiB);
+	dd_snapshot_info si;
+	dd_store_info info;
+	dd_cutter c;
+	dd_reader *r;
+	uint64_t unique_a, off;
+	int chunker = -1;
+
+	(void)state;
+	th_rng_state = 99;
+	fill_cdc_image(a, n);
+	assert_int_equal(th_put(s, "a", a, n, 100003), 0);
+	th_check_image(s, "a", a, n);
+	unique_a = STAT(s, unique_bytes);
+	/* b: 1000 bytes inserted into a */
+	memcpy(b, a, at);
+	fill_random(b + at, ins);
+	memcpy(b + at + ins, a + at, n - at);
+	assert_int_equal(th_put(s, "b", b, n + ins, 1 << 20), 0);
+	th_check_image(s, "b", b, n + ins);
+	/* only the blocks around the insertion are new */
+	assert_true(STAT(s, unique_bytes) - unique_a < 4 * 64 * KiB);
+	assert_int_equal(dd_store_chunker_get(s, &chunker), 0);
+	assert_int_equal(chunker, DD_CHUNKER_FASTCDC);
+	assert_int_equal(dd_store_info_get(s, &info), 0);
+	assert_int_equal(info.format_version, 3);
+	assert_int_equal(info.block_size, 16 * KiB);
+	/* the record: blocks as cut, the zero blocks one hole */
+	assert_int_equal(dd_snapshot_stat(s, "a", &si), 0);
+	assert_int_equal(si.zero_blocks, 1);
+	dd_cutter_fastcdc(&c, 16 * KiB);
+	{
+		uint64_t blocks = 0, zeros = 0;
+		bool prev_zero = false;
+
+		for (off = 0; off < n;) {
+			size_t l = c.cu_next(&c, a + off, n - off, true);
+			bool z = true;
+
+			for (size_t i = 0; i < l && z; i++)
+				z = a[off + i] == 0;
+			blocks += !(z && prev_zero);
+			zeros += z && !prev_zero;
+			prev_zero = z;
+			off += l;
+		}
+		assert_int_equal(si.blocks, blocks);
+		assert_int_equal(zeros, 1);
+	}
+	/* reads at and around every block edge, short and across blocks */
+	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
+	for (off = 0; off < n;) {
+		size_t l = c.cu_next(&c, a + off, n - off, true);
+
+		for (int d = -2; d <= 2; d++) {
+			uint64_t x = off + l + (uint64_t)(int64_t)d;
+
+			if (x > n + 2)
+				continue;
+			check_range(r, a, n, x, 1, buf);
+			check_range(r, a, n, x, 3, buf);
+			check_range(r, a, n, x, 70000, buf);
+		}
+		off += l;
+	}
+	/* random ranges, some inside the hole, and past the end */
+	for (int i = 0; i < 300; i++) {
+		uint64_t x = th_rng() % (n + 100);
+		size_t len = (size_t)(th_rng() % (i % 3 ? 80000 : 3 * MiB));
+
+		check_range(r, a, n, x, len, buf);
+	}
+	check_range(r, a, n, 2 * MiB + 100, 1000, buf);   /* in the hole */
+	dd_reader_close(r);
+	/* sequential reads in odd pieces: the digest check at the end */
+	assert_int_equal(dd_reader_open(&r, s, "b"), 0);
+	for (off = 0; off < n + ins; off += 77777)
+		check_range(r, b, n + ins, off, 77777, buf);
+	dd_reader_close(r);
+	dd_store_close(s);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	th_check_image(s, "b", b, n + ins);
+	dd_store_close(s);
+	free(buf);
+	free(a);
+	free(b);
+	th_rm_store(path);
+}
+
+/* dd_writer_write_file and intermediate commits; verify mode; then rm,
+ * gc, scrub and diff, and a repair from the manifests alone. */
+static void test_cdc_lifecycle(void **state)
+{
+	const size_t n = 5 * MiB + 99;
+	char *path = th_tmp_store(), file[64] = "/tmp/dd_test_cdc.XXXXXX";
+	dd_store *s = create_cdc(path, 8 * KiB, 1);
+	uint8_t *a = malloc(n), *c2 = malloc(n);
+	dd_writer *w;
+	dd_diff *d;
+	dd_diff_range rg = {.version = DD_DIFF_RANGE_VERSION};
+	dd_scrub_result sr;
+	dd_repair_result rr = {.version = DD_REPAIR_RESULT_VERSION};
+	th_image imgs[1];
+	uint64_t covered = 0;
+	int fd;
+
+	(void)state;
+	th_rng_state = 5;
+	fill_cdc_image(a, n);
+	fd = mkstemp(file);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, a, n), (ssize_t)n);
+	dd_writer_commit_bytes = MiB; /* several commits */
+	assert_int_equal(dd_writer_begin(&w, s, "a"), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 0, n), 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	dd_writer_free(w);
+	dd_writer_commit_bytes = (uint64_t)512 << 20;
+	close(fd);
+	unlink(file);
+	th_check_image(s, "a", a, n);
+	/* c2: 5000 bytes overwritten at 4 MiB, in place */
+	memcpy(c2, a, n);
+	fill_random(c2 + 4 * MiB, 5000);
+	assert_int_equal(th_put(s, "c2", c2, n, 65536), 0);
+	assert_int_equal(dd_diff_open(&d, s, "a", "c2"), 0);
+	while (dd_diff_next(d, &rg) == 0 && rg.length) {
+		/* only where the bytes changed, and the blocks holding them */
+		assert_true(rg.offset < 4 * MiB + 5000 &&
+			    rg.offset + rg.length > 4 * MiB);
+		covered += rg.length;
+	}
+	assert_true(covered >= 5000 && covered <= 5000 + 4 * 32 * KiB);
+	dd_diff_close(d);
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, &sr), 0);
+	th_check_image(s, "c2", c2, n);
+	dd_store_close(s);
+	/* the catalog lost: rebuilt from packs and manifests */
+	{
+		char db[4200];
+
+		snprintf(db, sizeof(db), "%s/db", path);
+		th_rm_rf(db);
+	}
+	assert_int_equal(dd_store_repair(path, NULL, &rr), 0);
+	assert_int_equal(rr.snapshots, 1);
+	assert_int_equal(rr.missing_blocks, 0);
+	imgs[0] = (th_image){"c2", c2, n};
+	th_check_store(path, imgs, 1);
+	free(a);
+	free(c2);
+	th_rm_store(path);
+}
+
+/* Asserts that path/DEDUP names format `format` on its second line, and
+ * copies its chunker line into out ("" when it has none). */
+static void dedup_file_chunker(const char *path, int format, char *out,
+			       size_t len)
+{
+	char f[4200], line[256], want[32];
+	FILE *fp;
+
+	snprintf(f, sizeof(f), "%s/DEDUP", path);
+	snprintf(want, sizeof(want), "format %d\n", format);
+	fp = fopen(f, "r");
+	assert_non_null(fp);
+	assert_non_null(fgets(line, sizeof(line), fp));
+	assert_non_null(fgets(line, sizeof(line), fp));
+	assert_string_equal(line, want);
+	out[0] = '\0';
+	while (fgets(line, sizeof(line), fp))
+		if (!strncmp(line, "chunker", 7))
+			snprintf(out, len, "%s", line);
+	fclose(fp);
+}
+
+/* dd_create_opts: a version-1 struct makes a fixed store whatever
+ * follows it; a fastcdc average must be 4 KiB to 256 KiB; a store of
+ * fixed blocks stays format 2, no chunker in DEDUP. */
+static void test_cdc_options(void **state)
+{
+	char *path = th_tmp_store(), line[256];
+	dd_create_opts o = DD_CREATE_OPTS_INIT;
+	dd_store *s = NULL;
+	int chunker = -1;
+
+	(void)state;
+	o.version = 1;
+	o.chunker = 77;       /* not a version-1 field: never read */
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), 0);
+	assert_int_equal(dd_store_chunker_get(s, &chunker), 0);
+	assert_int_equal(chunker, DD_CHUNKER_FIXED);
+	dd_store_close(s);
+	dedup_file_chunker(path, 2, line, sizeof(line));
+	assert_string_equal(line, "");
+	th_rm_store(path);
+	path = th_tmp_store();
+	o = (dd_create_opts)DD_CREATE_OPTS_INIT;
+	o.chunker = DD_CHUNKER_FASTCDC;
+	o.block_size = 512 * KiB;
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), DD_EINVAL);
+	o.block_size = 2 * KiB;
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), DD_EINVAL);
+	o.chunker = 2;
+	o.block_size = 0;
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), DD_EINVAL);
+	o.chunker = DD_CHUNKER_FASTCDC;
+	assert_int_equal(dd_store_create(&s, path, &o, NULL), 0);
+	dd_store_close(s);
+	dedup_file_chunker(path, 3, line, sizeof(line));
+	assert_string_equal(line, "chunker 1\n");
+	th_rm_store(path);
+}
+
 static void test_newer_format_refused(void **state)
 {
 	char *path = th_tmp_store();
@@ -838,7 +1105,7 @@ static void test_newer_format_refused(void **state)
 	dd_store_close(s);
 	snprintf(f, sizeof(f), "%s/DEDUP", path);
 	fp = fopen(f, "w");
-	fputs("libdedup store\nformat 3\n", fp);
+	fprintf(fp, "libdedup store\nformat %d\n", DD_STORE_FORMAT + 1);
 	fclose(fp);
 	assert_int_equal(dd_store_open(&s, path, NULL), DD_EVERSION);
 	assert_non_null(strstr(dd_store_errmsg(NULL), "newer"));
@@ -1570,6 +1837,9 @@ int main(void)
 		cmocka_unit_test(test_scrub_counts_references),
 		cmocka_unit_test(test_names_and_misuse),
 		cmocka_unit_test(test_newer_format_refused),
+		cmocka_unit_test(test_cdc_roundtrip),
+		cmocka_unit_test(test_cdc_lifecycle),
+		cmocka_unit_test(test_cdc_options),
 		cmocka_unit_test(test_gc_reclaims_and_compacts),
 		cmocka_unit_test(test_gc_scrub_progress),
 		cmocka_unit_test(test_writer_progress),

@@ -88,6 +88,24 @@ static struct mem mem_of(const uint8_t *p, size_t len)
 	return m;
 }
 
+struct tmpfile {
+	char path[64];
+	int fd;
+};
+
+static void tmp_open(struct tmpfile *t)
+{
+	strcpy(t->path, "/tmp/dd_test_stream.XXXXXX");
+	t->fd = mkstemp(t->path);
+	assert_true(t->fd >= 0);
+}
+
+static void tmp_close(struct tmpfile *t)
+{
+	close(t->fd);
+	unlink(t->path);
+}
+
 /* ---- test data ------------------------------------------------------------*/
 
 static uint64_t rng_state;
@@ -234,6 +252,102 @@ static void encode_golden_incr(struct mem *out)
 				      rle), 0);
 	assert_int_equal(dd_senc_zero(e, &err, 2, 1), 0);
 	assert_int_equal(dd_senc_end(e, &err), 0);
+	dd_senc_free(e);
+}
+
+/* The image of the golden stream of content-defined blocks (§12), cut
+ * as a FastCDC sender of average 4 KiB (blocks of 1 to 16 KiB) would
+ * hand it over: a 5000-byte random block, 3000 bytes of 'A', a hole of
+ * 20000 bytes (two zero blocks, one hole), a copy of the first block,
+ * and a 777-byte tail. */
+#define GC_SIZE (5000 + 3000 + 20000 + 5000 + 777)
+
+static void golden_cdc_image(uint8_t *img)
+{
+	memset(img, 0, GC_SIZE);
+	fill_random(img, 5000, 4);
+	memset(img + 5000, 'A', 3000);
+	memcpy(img + 28000, img, 5000);
+	fill_random(img + 33000, 777, 5);
+}
+
+/* The content-defined digest of format/store.md §6, written out: per
+ * block its hash and le64 length, per run of holes 32 zero bytes and its
+ * le64 length, then le64 size, le32 block size, the chunker byte. */
+static void cdc_digest(const uint8_t *img, const uint32_t *len, size_t n,
+		       uint32_t avg, uint8_t out[32])
+{
+	dd_sha256_ctx *c;
+	uint64_t off = 0, hole = 0;
+	uint8_t h[32], t[13];
+
+	assert_int_equal(dd_sha256_new(&c), 0);
+	for (size_t i = 0; i <= n; i++) {
+		bool zero = i < n;
+
+		for (uint32_t k = 0; i < n && k < len[i] && zero; k++)
+			zero = img[off + k] == 0;
+		if (zero) {
+			hole += len[i];
+			off += len[i];
+			continue;
+		}
+		if (hole) {
+			memset(h, 0, 32);
+			dd_put_le64(t, hole);
+			dd_sha256_update(c, h, 32);
+			dd_sha256_update(c, t, 8);
+			hole = 0;
+		}
+		if (i == n)
+			break;
+		dd_sha256(img + off, len[i], h);
+		dd_put_le64(t, len[i]);
+		dd_sha256_update(c, h, 32);
+		dd_sha256_update(c, t, 8);
+		off += len[i];
+	}
+	dd_put_le64(t, off);
+	dd_put_le32(t + 8, avg);
+	t[12] = DD_CHUNKER_FASTCDC;
+	dd_sha256_update(c, t, 13);
+	dd_sha256_final(c, out);
+	dd_sha256_free(c);
+}
+
+/* The golden stream of content-defined blocks: DATA, DATA (zstd RLE),
+ * ZERO of two zero blocks given one by one (one record), REF, DATA. */
+static void encode_golden_cdc(struct mem *out)
+{
+	static uint8_t img[GC_SIZE];
+	static const uint32_t len[] = {5000, 3000, 12000, 8000, 5000, 777};
+	uint8_t h[32], rle[11];
+	dd_stream_hdr hdr;
+	dd_senc *e;
+	dd_err err = {0};
+
+	golden_cdc_image(img);
+	hdr_init(&hdr, "golden-cdc", GC_SIZE);
+	hdr.sh_chunker = DD_CHUNKER_FASTCDC;
+	cdc_digest(img, len, 6, BS, hdr.sh_digest);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
+	dd_sha256(img, 5000, h);
+	assert_int_equal(dd_senc_data(e, &err, 0, h, DD_CODEC_NONE, 5000, 5000,
+				      img), 0);
+	dd_sha256(img + 5000, 3000, h);
+	assert_int_equal(dd_senc_data(e, &err, 5000, h, DD_CODEC_ZSTD, 3000,
+				      (uint32_t)zstd_rle_frame(rle, 3000, 'A'),
+				      rle), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 8000, 12000), 0);
+	assert_int_equal(dd_senc_zero(e, &err, 20000, 8000), 0); /* merged */
+	dd_sha256(img, 5000, h);
+	assert_int_equal(dd_senc_ref(e, &err, 28000, h, 5000), 0);
+	dd_sha256(img + 33000, 777, h);
+	assert_int_equal(dd_senc_data(e, &err, 33000, h, DD_CODEC_NONE, 777,
+				      777, img + 33000), 0);
+	assert_int_equal(dd_senc_end(e, &err), 0);
+	assert_int_equal(dd_senc_bytes(e), out->len);
 	dd_senc_free(e);
 }
 
@@ -390,10 +504,11 @@ static void test_golden(void **state)
 	} g[] = {
 		{DD_GOLDEN_DIR "/stream_v1_full.dds", encode_golden_full},
 		{DD_GOLDEN_DIR "/stream_v1_incr.dds", encode_golden_incr},
+		{DD_GOLDEN_DIR "/stream_v1_cdc.dds", encode_golden_cdc},
 	};
 
 	(void)state;
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
 		struct mem fresh = {0}, gold;
 		uint64_t counts[6];
 		dd_err err = {0};
@@ -434,6 +549,129 @@ static void test_golden_fields(void **state)
 	assert_int_equal(counts[DD_SREC_ZERO], 1);
 	assert_int_equal(counts[DD_SREC_END], 1);
 	free(gold.p);
+}
+
+/* The same on the golden stream of content-defined blocks. */
+static void header_patch_refused_cdc(size_t field, uint32_t value, int code,
+				     const char *needle)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+
+	encode_golden_cdc(&s);
+	if (field == 26)
+		s.p[16 + 26] = (uint8_t)value;
+	else
+		dd_put_le32(s.p + 16 + field, value);
+	fix_record(s.p, 0);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err), code);
+	if (!strstr(err.de_msg, needle))
+		fail_msg("'%s' lacks '%s'", err.de_msg, needle);
+	free(s.p);
+}
+
+/* §12: the golden stream of content-defined blocks decodes to offsets
+ * and byte counts; feature bit 0 and the chunker byte are where the
+ * format puts them; a raw receiver rebuilds the image and checks the
+ * content digest the test computed from the format's words. */
+static void test_golden_cdc(void **state)
+{
+	static uint8_t img[GC_SIZE];
+	struct mem gold;
+	struct tmpfile out;
+	dd_stream_info info;
+	dd_stream_hdr h;
+	uint64_t counts[6];
+	uint8_t *back = malloc(GC_SIZE);
+	dd_err err = {0};
+
+	(void)state;
+	read_file(DD_GOLDEN_DIR "/stream_v1_cdc.dds", &gold);
+	assert_int_equal(dd_get_le32(gold.p + 16 + 12), DD_SF_VARBLOCK);
+	assert_int_equal(gold.p[16 + 26], DD_CHUNKER_FASTCDC);
+	assert_int_equal(decode_all(gold.p, gold.len, 0, &h, counts, &err), 0);
+	assert_int_equal(h.sh_chunker, DD_CHUNKER_FASTCDC);
+	assert_int_equal(h.sh_block_size, BS);
+	assert_int_equal(counts[DD_SREC_DATA], 3);
+	assert_int_equal(counts[DD_SREC_ZERO], 1);
+	assert_int_equal(counts[DD_SREC_REF], 1);
+	golden_cdc_image(img);
+	tmp_open(&out);
+	gold.pos = 0;
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, &info), 0);
+	assert_int_equal(pread(out.fd, back, GC_SIZE, 0), GC_SIZE);
+	assert_memory_equal(back, img, GC_SIZE);
+	assert_int_equal(info.zero_records, 1);
+	assert_int_equal(info.zero_blocks, 1);  /* one hole */
+	assert_int_equal(info.ref_records, 1);
+	tmp_close(&out);
+	free(back);
+	free(gold.p);
+}
+
+/* §12's rules, each broken once in the golden stream (re-sealed): a
+ * record that leaves a gap or overlaps, a block longer than 4 x the
+ * average, a hole past the image, another chunker, an average out of
+ * range; and the encoder refuses the same. */
+static void test_cdc_rules(void **state)
+{
+	struct mem s = {0};
+	uint64_t counts[6];
+	dd_err err = {0};
+	size_t off;
+	dd_stream_hdr hdr;
+	dd_senc *e;
+	uint8_t h[32] = {1};
+
+	(void)state;
+	encode_golden_cdc(&s);
+	/* record 2 (DATA at 5000) moved to 5001: a gap */
+	off = record_off(s.p, 2);
+	dd_put_le64(s.p + off + 16, 5001);
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "out of order"));
+	dd_put_le64(s.p + off + 16, 4999);   /* overlapping */
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	dd_put_le64(s.p + off + 16, 5000);
+	fix_record(s.p, off);
+	/* lsize 16385 > 4 x 4096 (REF, record 4) */
+	off = record_off(s.p, 4);
+	dd_put_le32(s.p + off + 16 + 40, 16385);
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	assert_non_null(strstr(err.de_msg, "lsize 16385"));
+	dd_put_le32(s.p + off + 16 + 40, 5000);
+	fix_record(s.p, off);
+	/* the hole past the image */
+	off = record_off(s.p, 3);
+	dd_put_le64(s.p + off + 16 + 8, GC_SIZE);
+	fix_record(s.p, off);
+	assert_int_equal(decode_all(s.p, s.len, 0, NULL, counts, &err),
+			 DD_EFORMAT);
+	free(s.p);
+	/* another chunker; an average too large; chunker without the bit */
+	header_patch_refused_cdc(26, 2, DD_ENOTSUP, "chunker 2");
+	header_patch_refused_cdc(20, 512 * 1024, DD_EFORMAT, "block size");
+	header_patch_refused_cdc(12, 0, DD_EFORMAT, "reserved header bytes");
+	/* the encoder: a gap, a block too long */
+	memset(&s, 0, sizeof(s));
+	hdr_init(&hdr, "x", 100000);
+	hdr.sh_chunker = DD_CHUNKER_FASTCDC;
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
+	assert_int_equal(dd_senc_ref(e, &err, 10, h, 100), DD_EINVAL);
+	dd_senc_free(e);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
+	assert_int_equal(dd_senc_ref(e, &err, 0, h, 4 * BS + 1), DD_EINVAL);
+	dd_senc_free(e);
+	free(s.p);
 }
 
 /* ---- hostile input --------------------------------------------------------*/
@@ -743,24 +981,6 @@ static void test_encoder_misuse(void **state)
 
 /* ---- store-less send / receive / check --------------------------------------*/
 
-struct tmpfile {
-	char path[64];
-	int fd;
-};
-
-static void tmp_open(struct tmpfile *t)
-{
-	strcpy(t->path, "/tmp/dd_test_stream.XXXXXX");
-	t->fd = mkstemp(t->path);
-	assert_true(t->fd >= 0);
-}
-
-static void tmp_close(struct tmpfile *t)
-{
-	close(t->fd);
-	unlink(t->path);
-}
-
 /* 128 KiB blocks: 0 1 0 zero zero 2 1 zero, then a 5000-byte tail. */
 #define RT_BS (128u << 10)
 #define RT_SIZE (8 * RT_BS + 5000)
@@ -831,6 +1051,54 @@ static void test_send_recv_fd_roundtrip(void **state)
 	assert_int_equal(info.data_records, 4);
 	assert_int_equal(info.ref_records, 2);
 	assert_int_equal(info.zero_blocks, 3);
+	free(back);
+	free(img);
+	free(s.p);
+}
+
+/* ddsend --chunker fastcdc -f: the file cut by content, blocks of any
+ * length as offsets, a run of zeros one hole, rebuilt byte for byte by
+ * dd_recv_fd; the header's content digest is the one the format defines
+ * over the cutter's own cut points. */
+static void test_send_recv_fd_cdc(void **state)
+{
+	const size_t n = 3 * 1024 * 1024 + 12345;
+	uint8_t *img = malloc(n), *back = malloc(n), want[32];
+	uint32_t *len = malloc(n / 1024 * sizeof(*len));
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	struct mem s = {0};
+	struct tmpfile in, out;
+	dd_stream_info info;
+	dd_cutter c;
+	size_t k = 0;
+
+	(void)state;
+	fill_random(img, n, 7);
+	memset(img + 1000000, 0, 400000);           /* zero blocks */
+	memcpy(img + 2000000, img + 100000, 300000); /* a repeat */
+	dd_cutter_fastcdc(&c, 16384);
+	for (size_t off = 0; off < n; off += len[k++])
+		len[k] = (uint32_t)c.cu_next(&c, img + off, n - off, true);
+	cdc_digest(img, len, k, 16384, want);
+	tmp_open(&in);
+	assert_int_equal(write(in.fd, img, n), (ssize_t)n);
+	so.chunker = DD_CHUNKER_FASTCDC;
+	assert_int_equal(dd_send_fd(in.fd, "cdc", 16384, 0, &so, mem_write,
+				    &s), 0);
+	tmp_open(&out);
+	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info), 0);
+	assert_int_equal(pread(out.fd, back, n, 0), (ssize_t)n);
+	assert_memory_equal(back, img, n);
+	assert_memory_equal(info.digest, want, 32);
+	assert_int_equal(info.block_size, 16384);
+	assert_int_equal(info.zero_records, 1);
+	assert_true(info.ref_records >= 3);
+	/* an average the chunker has not: refused */
+	assert_int_equal(dd_send_fd(in.fd, "cdc", 512 * 1024, 0, &so,
+				    mem_write, &s), DD_EINVAL);
+	tmp_close(&in);
+	tmp_close(&out);
+	free(len);
 	free(back);
 	free(img);
 	free(s.p);
@@ -1468,6 +1736,8 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_every_record),
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_golden_fields),
+		cmocka_unit_test(test_golden_cdc),
+		cmocka_unit_test(test_cdc_rules),
 		cmocka_unit_test(test_truncation_every_byte),
 		cmocka_unit_test(test_every_byte_flip),
 		cmocka_unit_test(test_version_feature_flags),
@@ -1478,6 +1748,7 @@ int main(void)
 		cmocka_unit_test(test_end_totals_and_digest),
 		cmocka_unit_test(test_encoder_misuse),
 		cmocka_unit_test(test_send_recv_fd_roundtrip),
+		cmocka_unit_test(test_send_recv_fd_cdc),
 		cmocka_unit_test(test_send_fd_edge_sizes),
 		cmocka_unit_test(test_recv_fd_refuses_damage),
 		cmocka_unit_test(test_check_incremental_base_refs),
