@@ -8,18 +8,24 @@
  * Write order (DESIGN.md invariant 1, format/pack.md §6):
  *  - create: O_EXCL, write the file header, fdatasync, fsync the packs
  *    directory -- only then may the store reference the pack;
- *  - append: header + payload at pk_end; nothing is durable until
- *    dd_pack_sync, and the store commits its LMDB transaction only after
- *    the sync returned 0;
+ *  - append: header + payload at pk_end, gathered in a write buffer of
+ *    DD_PACK_WBUF_BYTES and written in one pwrite when it fills, at
+ *    dd_pack_flush and at dd_pack_sync (4 KiB records cost two system
+ *    calls each otherwise, most of a small-block put); nothing is durable
+ *    until dd_pack_sync, and the store commits its LMDB transaction only
+ *    after the sync returned 0;
  *  - a tail past the store's committed length is cut by dd_pack_truncate
  *    when the next writer starts.
  * After a failed fdatasync the kernel may have dropped dirty pages of
- * records we already reported as appended, so the handle refuses all
+ * records we already reported as appended, and after a failed write of the
+ * buffer those records are gone for sure, so the handle refuses all
  * further appends and syncs (pk_broken): a later successful sync would
  * otherwise vouch for data that is gone.
  *
  * Reads use pread only and never touch pk_end, so any number of threads may
- * call dd_pack_read_rec on one handle while one thread appends.  A read with
+ * call dd_pack_read_rec on one handle while one thread appends -- of the
+ * records already written out: one still in the buffer is read only after
+ * the appending thread called dd_pack_flush (or dd_pack_sync).  A read with
  * an expected record reads header and payload in one system call.
  *
  * The walk treats the file as hostile (format/pack.md §5.3): it never reads
@@ -48,9 +54,11 @@ struct dd_pack {
 	int pk_fd;
 	uint32_t pk_id;
 	int pk_writable;
-	int pk_broken;          /* a sync failed: no more appends (see top) */
+	int pk_broken;          /* a write or sync failed: no more appends */
 	uint64_t pk_end;        /* where the next record goes */
 	uint64_t pk_flushed;    /* writeback started up to here */
+	uint8_t *pk_wbuf;       /* appended, not yet written: the bytes */
+	size_t pk_wlen;         /* [pk_end - pk_wlen, pk_end) of the file */
 	char pk_name[DD_PACK_NAME_LEN];
 };
 
@@ -60,15 +68,43 @@ struct dd_pack {
  * writer waits -- the disk works while the cores hash and compress. */
 #define DD_PACK_FLUSH_BYTES ((uint64_t)8 << 20)
 
+/* Records gather in a buffer of this size; a bigger one is written alone. */
+#define DD_PACK_WBUF_BYTES ((size_t)1 << 20)
+
 static void pack_start_writeback(dd_pack *p)
 {
-	if (p->pk_end < p->pk_flushed + DD_PACK_FLUSH_BYTES)
+	uint64_t written = p->pk_end - p->pk_wlen;
+
+	if (written < p->pk_flushed + DD_PACK_FLUSH_BYTES)
 		return;
 	/* a hint: its failure changes nothing, fdatasync reports errors */
 	(void)sync_file_range(p->pk_fd, (off64_t)p->pk_flushed,
-			      (off64_t)(p->pk_end - p->pk_flushed),
+			      (off64_t)(written - p->pk_flushed),
 			      SYNC_FILE_RANGE_WRITE);
-	p->pk_flushed = p->pk_end;
+	p->pk_flushed = written;
+}
+
+/* Writes the buffer out.  On failure the records in it are lost, though
+ * their appends returned 0: the handle becomes unusable (see top). */
+static int pack_write_buffer(dd_pack *p, dd_err *err)
+{
+	uint64_t at = p->pk_end - p->pk_wlen;
+	int rc;
+
+	if (p->pk_wlen == 0)
+		return 0;
+	rc = dd_io_pwrite_full(err, p->pk_fd, p->pk_wbuf, p->pk_wlen, at,
+			       p->pk_name);
+	p->pk_wlen = 0;
+	if (rc) {
+		p->pk_broken = 1;
+		p->pk_end = at;
+		/* keeps walks short; the store cuts the tail anyway */
+		(void)dd_io_ftruncate(NULL, p->pk_fd, at, p->pk_name);
+		return rc;
+	}
+	pack_start_writeback(p);
+	return 0;
 }
 
 void dd_pack_name(char *buf, size_t len, uint32_t id)
@@ -253,7 +289,12 @@ void dd_pack_close(dd_pack *p)
 {
 	if (!p)
 		return;
+	/* what was appended is in the file, as it was before the buffer;
+	 * unsynced, it is a tail no commit names unless a sync said so */
+	if (p->pk_wlen && !p->pk_broken)
+		(void)pack_write_buffer(p, NULL);
 	dd_io_close(p->pk_fd);
+	dd_free(p->pk_wbuf);
 	dd_free(p);
 }
 
@@ -277,7 +318,8 @@ static int pack_check_writable(dd_pack *p, dd_err *err)
 				  p->pk_name);
 	if (p->pk_broken)
 		return dd_err_set(err, DD_EIO,
-				  "pack %s: unusable after a failed sync",
+				  "pack %s: unusable after a failed write "
+				  "or sync",
 				  p->pk_name);
 	return 0;
 }
@@ -296,7 +338,9 @@ int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
 		return dd_err_set(err, DD_EINVAL,
 				  "pack %s: truncate to %" PRIu64 " cuts its header",
 				  p->pk_name, end);
-	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	rc = pack_write_buffer(p, err);
+	if (!rc)
+		rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
 	if (rc)
 		return rc;
 	/* format/pack.md §6: a committed length past EOF means lost data;
@@ -323,6 +367,7 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 	uint8_t hdr[DD_PACK_REC_HDR_SIZE];
 	dd_err inner;
 	uint64_t off;
+	size_t size;
 	int rc;
 
 	if (!p || !rec || !payload || !offset)
@@ -335,10 +380,28 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 		return dd_err_set(err, DD_EINVAL,
 				  "pack %s: refusing to append an invalid record: %s",
 				  p->pk_name, inner.de_msg);
+	size = DD_PACK_REC_HDR_SIZE + (size_t)rec->pr_psize;
+	if (p->pk_wlen + size > DD_PACK_WBUF_BYTES) {
+		rc = pack_write_buffer(p, err);
+		if (rc)
+			return rc;
+	}
+	if (!p->pk_wbuf && size <= DD_PACK_WBUF_BYTES &&
+	    !(p->pk_wbuf = dd_malloc(DD_PACK_WBUF_BYTES)))
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	off = p->pk_end;
 	dd_pack_rec_encode(hdr, rec);
-	/* Two writes rather than a copy of up to 1 MiB into one buffer; a
-	 * dd_io_pwritev_full would make it one system call. */
+	if (size <= DD_PACK_WBUF_BYTES) {
+		memcpy(p->pk_wbuf + p->pk_wlen, hdr, sizeof(hdr));
+		memcpy(p->pk_wbuf + p->pk_wlen + sizeof(hdr), payload,
+		       rec->pr_psize);
+		p->pk_wlen += size;
+		p->pk_end = off + size;
+		*offset = off;
+		return 0;
+	}
+	/* bigger than the buffer (empty now): two writes rather than a
+	 * copy; a dd_io_pwritev_full would make it one system call */
 	rc = dd_io_pwrite_full(err, p->pk_fd, hdr, sizeof(hdr), off,
 			       p->pk_name);
 	if (rc == 0)
@@ -350,10 +413,20 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 		(void)dd_io_ftruncate(NULL, p->pk_fd, off, p->pk_name);
 		return rc;
 	}
-	p->pk_end = off + DD_PACK_REC_HDR_SIZE + rec->pr_psize;
+	p->pk_end = off + size;
 	*offset = off;
 	pack_start_writeback(p);
 	return 0;
+}
+
+int dd_pack_flush(dd_pack *p, dd_err *err)
+{
+	int rc;
+
+	if (!p)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_flush: NULL pack");
+	rc = pack_check_writable(p, err);
+	return rc ? rc : pack_write_buffer(p, err);
 }
 
 int dd_pack_sync(dd_pack *p, dd_err *err)
@@ -363,6 +436,8 @@ int dd_pack_sync(dd_pack *p, dd_err *err)
 	if (!p)
 		return dd_err_set(err, DD_EINVAL, "dd_pack_sync: NULL pack");
 	rc = pack_check_writable(p, err);
+	if (!rc)
+		rc = pack_write_buffer(p, err);
 	if (rc)
 		return rc;
 	rc = dd_io_fdatasync(err, p->pk_fd, p->pk_name);

@@ -120,11 +120,16 @@ uint64_t dd_pack_end(const dd_pack *p);
 int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end);
 
 /* Appends a record (header + payload) at the end; *offset gets the offset
- * of its header.  Not durable until dd_pack_sync. */
+ * of its header.  Records gather in a 1 MiB buffer: in the file after
+ * dd_pack_flush, durable after dd_pack_sync. */
 int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 		   const void *payload, uint64_t *offset);
-/* fdatasync.  After a failed sync every later append and sync on this
- * handle fails with DD_EIO (unsynced pages may be lost). */
+/* Writes the appended records still buffered into the file (not durable):
+ * before another handle reads them. */
+int dd_pack_flush(dd_pack *p, dd_err *err);
+/* Flush, then fdatasync.  After a failed write or sync every later append
+ * and sync on this handle fails with DD_EIO (unsynced records may be
+ * lost). */
 int dd_pack_sync(dd_pack *p, dd_err *err);
 
 /* Reads the record at offset: checks its header (and that it matches

@@ -136,6 +136,17 @@ static int dd_writer_reuse_pack(dd_writer *w, dd_pack **out)
 	return 0;
 }
 
+int dd_writer_flush_packs(dd_writer *w)
+{
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < w->w_nfull; i++)
+		rc = dd_pack_flush(w->w_full[i], &w->w_err);
+	if (!rc && w->w_pack)
+		rc = dd_pack_flush(w->w_pack, &w->w_err);
+	return rc;
+}
+
 int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 		     uint32_t *pack, uint64_t *off)
 {

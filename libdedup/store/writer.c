@@ -147,6 +147,11 @@ int dd_writer_same_op(dd_writer *w, const dd_wop *op, const uint8_t *data,
 	if (op->op_lsize != lsize)
 		return 0;
 	if (op->op_placed) {
+		/* the record may still be in this writer's pack buffer */
+		int rc = dd_writer_flush_packs(w);
+
+		if (rc)
+			return rc;
 		ent = (dd_ddt_ent){.de_codec = op->op_codec,
 				   .de_pack = op->op_pack,
 				   .de_offset = op->op_off,

@@ -143,6 +143,10 @@ int dd_writer_renew(dd_writer *w);
 
 /* ---- wpack.c: the packs a writer appends to ----------------------------*/
 
+/* Writes this writer's buffered records into its packs, before they are
+ * read back through another handle (verify mode).  0 or the error. */
+int dd_writer_flush_packs(dd_writer *w);
+
 /* Appends a record to the active pack (taking one first, rolling over
  * when full).  Not durable until the commit. */
 int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,

@@ -969,7 +969,7 @@ static void test_pack_walk_hostile(void **state)
 static void test_pack_faults(void **state)
 {
 	struct fixture *fx = *state;
-	uint8_t payload[100];
+	uint8_t payload[100], *big;
 	dd_pack_rec rec;
 	dd_pack *p = NULL;
 	uint64_t off;
@@ -991,13 +991,37 @@ static void test_pack_faults(void **state)
 			 -1);
 	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 7), 0);
 
-	/* A failed append leaves the end where it was. */
-	dd_fault_arm(DD_FAULT_WRITE, 2, ENOSPC, 0);
-	assert_int_equal(dd_pack_append(p, &err, &rec, payload, &off),
-			 DD_ENOSPC);
-	assert_int_equal(dd_pack_end(p), 64);
+	/* Records gather in the write buffer: the file grows at flush.  A
+	 * failed write of the buffer loses its records, so the end goes
+	 * back and the handle is done, as after a failed sync. */
 	assert_int_equal(dd_pack_append(p, &err, &rec, payload, &off), 0);
 	assert_int_equal(off, 64);
+	assert_int_equal(file_size_at(fx->fx_dir.td_fd, "00000007.pack"), 64);
+	assert_int_equal(dd_pack_flush(p, &err), 0);
+	assert_int_equal(file_size_at(fx->fx_dir.td_fd, "00000007.pack"), 64 + 64 + 100);
+	assert_int_equal(dd_pack_append(p, &err, &rec, payload, &off), 0);
+	dd_fault_arm(DD_FAULT_WRITE, 1, ENOSPC, 0);
+	assert_int_equal(dd_pack_flush(p, &err), DD_ENOSPC);
+	assert_int_equal(dd_pack_end(p), 64 + 64 + 100);
+	assert_int_equal(file_size_at(fx->fx_dir.td_fd, "00000007.pack"), 64 + 64 + 100);
+	assert_int_equal(dd_pack_append(p, &err, &rec, payload, &off), DD_EIO);
+	assert_int_equal(dd_pack_sync(p, &err), DD_EIO);
+	dd_pack_close(p);
+
+	/* A record bigger than the buffer is written at once: a failed
+	 * write leaves the end where it was, and the handle goes on. */
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 8), 0);
+	big = calloc(1, 1u << 20);
+	assert_non_null(big);
+	make_rec(&rec, DD_CODEC_NONE, 1u << 20, 1u << 20);
+	dd_fault_arm(DD_FAULT_WRITE, 2, ENOSPC, 0);
+	assert_int_equal(dd_pack_append(p, &err, &rec, big, &off), DD_ENOSPC);
+	assert_int_equal(dd_pack_end(p), 64);
+	assert_int_equal(dd_pack_append(p, &err, &rec, big, &off), 0);
+	assert_int_equal(off, 64);
+	assert_int_equal(file_size_at(fx->fx_dir.td_fd, "00000008.pack"), 64 + 64 + (1u << 20));
+	free(big);
+	make_rec(&rec, DD_CODEC_NONE, sizeof(payload), sizeof(payload));
 
 	/* Invalid records are refused before any write. */
 	rec.pr_psize = 99;

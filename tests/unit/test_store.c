@@ -246,6 +246,34 @@ static void test_verify_mode_exact(void **state)
 	th_rm_store(path);
 }
 
+/* Verify mode compares a repeated block with the copy the writer placed
+ * earlier in its own pack, still in the pack's write buffer: it must be
+ * written out first, or the compare fails and the block is stored twice.
+ * Holes (never appended) lie between the two, 12 MiB of them (three
+ * batches), so the first copy is placed and still buffered by then. */
+static void test_verify_repeat_in_own_pack(void **state)
+{
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 1, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	const size_t n = 12 * MiB + 8 * KiB;
+	uint8_t *img = calloc(1, n);
+
+	(void)state;
+	assert_non_null(img);
+	for (size_t i = 0; i < 4 * KiB; i++)
+		img[i] = (uint8_t)(i * 7 + 1);
+	memcpy(img + n - 4 * KiB, img, 4 * KiB);
+	assert_int_equal(th_put(s, "rep", img, n, 1 * MiB), 0);
+	th_check_image(s, "rep", img, n);
+	assert_int_equal(STAT(s, referenced_blocks), 2);
+	assert_int_equal(STAT(s, unique_blocks), 1);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(img);
+	th_rm_store(path);
+}
+
 /* ---- dd_writer_write_file ----------------------------------------------*/
 
 /* Writes data to a new file beside the store; returns its descriptor. */
@@ -1828,6 +1856,7 @@ int main(void)
 		cmocka_unit_test(test_write_file_verify),
 		cmocka_unit_test(test_write_file_fault_walk),
 		cmocka_unit_test(test_verify_mode_exact),
+		cmocka_unit_test(test_verify_repeat_in_own_pack),
 		cmocka_unit_test(test_no_verify_shows_risk),
 		cmocka_unit_test(test_abort_leaves_nothing),
 		cmocka_unit_test(test_killed_writer_rolled_back),
