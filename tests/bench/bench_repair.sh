@@ -62,22 +62,6 @@ best_of() {
 	echo "$best"
 }
 
-# anon_peak CMD...: runs CMD, prints the peak RssAnon (KiB) it reached --
-# the memory the process owns; the pages of LMDB's file map are page
-# cache, not counted (DESIGN.md invariant 5)
-anon_peak() {
-	local pid peak=0 v
-	"$@" >/dev/null 2>&1 &
-	pid=$!
-	while kill -0 "$pid" 2>/dev/null; do
-		v=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-		[[ -n $v && $v -gt $peak ]] && peak=$v
-		sleep 0.02
-	done
-	wait "$pid" || bench_die "failed: $*"
-	echo "$peak"
-}
-
 printf '%-6s %-5s %10s %10s %8s %9s %9s %9s\n' size block 'cat s/GiB' \
 	'repair' 'ratio' 'rss MiB' 'anon MiB' 'entries' | tee "$BENCH_RUN/table.txt"
 for gib in ${SIZES//,/ }; do
@@ -94,7 +78,7 @@ for gib in ${SIZES//,/ }; do
 		cat "$S"/packs/* >/dev/null
 		cat_t=$(best_of "$REPEAT" sh -c "cat '$S'/packs/* >/dev/null")
 		rep_t=$(best_of "$REPEAT" sh -c "rm -rf '$S/db' && '$DD' repair '$S'")
-		anon=$(anon_peak sh -c "rm -rf '$S/db' && exec '$DD' repair '$S'")
+		anon=$(bench_anon_peak sh -c "rm -rf '$S/db' && exec '$DD' repair '$S'")
 		entries=$("$DD" stat --json "$S" | python3 -c \
 			'import json,sys; print(json.load(sys.stdin)["ddt_entries"])')
 		c=$(echo "${cat_t%% *} / $gib" | bc -l)

@@ -200,3 +200,19 @@ bench_openssl_sha256() {
 bench_du() { du -sb "$1" | awk '{ print $1 }'; }
 # bench_du_alloc DIR: allocated size in bytes.
 bench_du_alloc() { du -s --block-size=1 "$1" | awk '{ print $1 }'; }
+
+# bench_anon_peak CMD...: runs CMD (its output discarded), prints the peak
+# RssAnon (KiB) it reached -- the memory the process owns; the pages of
+# LMDB's file map are page cache, not counted (docs/design.md, memory).
+bench_anon_peak() {
+	local pid peak=0 v
+	"$@" >/dev/null 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		v=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		[[ -n $v && $v -gt $peak ]] && peak=$v
+		sleep 0.02
+	done
+	wait "$pid" || bench_die "failed: $*"
+	echo "$peak"
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# tests/bench/bench_small.sh -- small blocks as the DDT grows (issue 18):
+# `dedup put` of 4 KiB blocks, --compress none, random new data in rounds
+# of 1 GiB (262144 new DDT entries each), then the same data again, each
+# figure a ratio to `openssl speed -multi 2 -evp sha256 -bytes 4096`
+# measured in the same run.  Then the DDT at 10x its memory budget: a
+# re-put and a put of new data inside a memory cgroup (v1) whose limit is
+# the put's own RssAnon plus a tenth of the DDT's size, with the page
+# cache dropped first; the lookups served without a disk read are
+# 1 - major faults / blocks.
+#
+#   tests/bench/bench_small.sh [--quick] [--rounds N] [--no-cgroup]
+#
+#   --quick      rounds of 256 MiB instead of 1 GiB
+#   --rounds N   rounds of new data (default 4: 4 GiB, 1 M entries each)
+#   --no-cgroup  skip the memory-limited phase (it needs root and the v1
+#                memory controller at /sys/fs/cgroup/memory)
+#
+# Targets (issue 18): new data >= 0.4 x, duplicate data >= 0.6 x, the last
+# round >= 0.8 x the first, >= 95 % of a re-put's lookups without a disk
+# read at 10 x the budget, RssAnon bounded.  Results: a table on stdout and
+# $BENCH_DIR/results-small.json.  Environment: DD_BIN (default build/bin;
+# build with -DCMAKE_BUILD_TYPE=Release), BENCH_DIR.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+QUICK=0 ROUNDS=4 CGROUP=1
+while (($#)); do
+	case $1 in
+	--quick) QUICK=1 ;;
+	--rounds) ROUNDS=$2; shift ;;
+	--no-cgroup) CGROUP=0 ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) bench_die "unknown option $1" ;;
+	esac
+	shift
+done
+
+DD_BIN=${DD_BIN:-$BENCH_REPO/build/bin}
+DD=$DD_BIN/dedup
+[[ -x $DD ]] || bench_die "no $DD: build first (cmake --build build)"
+bench_need_pkg /usr/bin/time time
+bench_init small
+if ((QUICK)); then SIZE=$((256 << 20)); else SIZE=$((1 << 30)); fi
+BLOCKS=$((SIZE / 4096))
+
+# Random data, one file per round (+1 for the memory-limited new put):
+# AES-CTR of zeros, so the bytes depend on the round alone.
+data_file() {
+	local f=$BENCH_DIR/rand-$SIZE-$1
+	if [[ ! -f $f.ok ]]; then
+		bench_log "making $f"
+		openssl enc -aes-128-ctr -nosalt -pbkdf2 -pass "pass:libdedup-small-$1" \
+			-in /dev/zero 2>/dev/null | head -c "$SIZE" >"$f"
+		touch "$f.ok"
+	fi
+	echo "$f"
+}
+
+# measure KEY CMD...: runs CMD (under /usr/bin/time), records KEY_seconds,
+# KEY_anon_kib (peak RssAnon of the command, sampled every 50 ms without
+# forking) and KEY_majflt (major page faults: pages read from disk).
+measure() {
+	local key=$1
+	shift
+	local tf=$BENCH_RUN/$key.time t0 t1 pid child="" peak=0 k v rest
+	t0=$(date +%s%N)
+	/usr/bin/time -f '%F' -o "$tf" "$@" >/dev/null 2>"$BENCH_RUN/$key.err" &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		[[ -n $child ]] || child=$(pgrep -P "$pid" | head -n 1 || true)
+		if [[ -n $child && -r /proc/$child/status ]]; then
+			while read -r k v rest; do
+				[[ $k == RssAnon: ]] && ((v > peak)) && peak=$v
+			done <"/proc/$child/status" 2>/dev/null || true
+		fi
+		sleep 0.05
+	done
+	wait "$pid" || bench_die "$key: '$*' failed; stderr in $BENCH_RUN/$key.err"
+	t1=$(date +%s%N)
+	bench_record "${key}_seconds" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')"
+	bench_record "${key}_anon_kib" "$peak"
+	bench_record "${key}_majflt" "$(tail -n 1 "$tf")"
+}
+get() { awk -F'\t' -v k="$1" '$1 == k { v = $2 } END { print v }' "$BENCH_RAW"; }
+mbps() { awk -v b="$SIZE" -v s="$(get "$1_seconds")" 'BEGIN { printf "%.0f", b / s / 1e6 }'; }
+
+bench_log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+REF1=$(bench_openssl_sha256 4096 2)
+S=$BENCH_RUN/s
+"$DD" init --block-size 4K --compress none "$S" >/dev/null
+
+for ((i = 1; i <= ROUNDS; i++)); do
+	f=$(data_file "$i")
+	bench_warm "$f"
+	measure "new$i" "$DD" put "$S@new$i" "$f"
+done
+for ((i = 1; i <= ROUNDS; i++)); do
+	f=$(data_file "$i")
+	bench_warm "$f"
+	measure "dup$i" "$DD" put "$S@dup$i" "$f"
+done
+REF2=$(bench_openssl_sha256 4096 2)
+REF=$((REF1 > REF2 ? REF1 : REF2))
+bench_record openssl_sha256_multi2_4k_bps "$REF"
+DDT=$(stat -c %s "$S/db/data.mdb")
+ENTRIES=$((ROUNDS * BLOCKS))
+bench_record catalog_bytes "$DDT"
+bench_record entries "$ENTRIES"
+
+ratio() { awk -v m="$1" -v r="$REF" 'BEGIN { printf "%.2f", m * 1e6 / r }'; }
+printf '%-28s %10s %8s %10s %9s\n' step 'MB/s' 'x sha' 'anon MiB' 'majflt' | tee "$BENCH_RUN/table.txt"
+row() {
+	printf '%-28s %10s %8s %10s %9s\n' "$2" "$(mbps "$1")" "$(ratio "$(mbps "$1")")" \
+		"$(($(get "$1_anon_kib") / 1024))" "$(get "$1_majflt")" | tee -a "$BENCH_RUN/table.txt"
+}
+for ((i = 1; i <= ROUNDS; i++)); do row "new$i" "new, round $i ($(((i - 1) * BLOCKS)) entries)"; done
+for ((i = 1; i <= ROUNDS; i++)); do row "dup$i" "duplicate, round $i"; done
+
+FLAT=$(awk -v a="$(get new1_seconds)" -v b="$(get "new${ROUNDS}_seconds")" 'BEGIN { printf "%.2f", a / b }')
+bench_record flat_last_vs_first "$FLAT"
+
+if ((CGROUP)) && [[ -w /sys/fs/cgroup/memory ]]; then
+	CG=/sys/fs/cgroup/memory/dd-bench-small
+	rmdir "$CG" 2>/dev/null || true
+	mkdir "$CG"
+	trap 'rmdir "$CG" 2>/dev/null || true' EXIT
+	ANON=$(get dup1_anon_kib)
+	LIMIT=$((ANON * 1024 + DDT / 10))
+	echo "$LIMIT" >"$CG/memory.limit_in_bytes"
+	bench_record cgroup_limit_bytes "$LIMIT"
+	# the command joins the cgroup, then becomes dedup
+	INCG=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG")
+	f=$(data_file 1)
+	sync && echo 3 >/proc/sys/vm/drop_caches
+	measure memdup "${INCG[@]}" "$DD" put "$S@memdup" "$f"
+	f=$(data_file $((ROUNDS + 1)))
+	sync && echo 3 >/proc/sys/vm/drop_caches
+	measure memnew "${INCG[@]}" "$DD" put "$S@memnew" "$f"
+	row memdup "re-put, DDT = 10x budget"
+	row memnew "new, DDT = 10x budget"
+	HIT=$(awk -v f="$(get memdup_majflt)" -v n="$BLOCKS" 'BEGIN { printf "%.1f", 100 * (1 - f / n) }')
+	bench_record memdup_lookups_without_disk_pct "$HIT"
+fi
+
+bench_log "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+{
+	printf '{"bench":"small","block_size":4096,"round_bytes":%d,"rounds":%d' "$SIZE" "$ROUNDS"
+	awk -F'\t' '{ printf ",\"%s\":\"%s\"", $1, $2 }' "$BENCH_RAW"
+	printf '}\n'
+} >"$BENCH_DIR/results-small.json"
+
+best_dup=0
+for ((i = 1; i <= ROUNDS; i++)); do m=$(mbps "dup$i"); ((m > best_dup)) && best_dup=$m; done
+verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "ok" : "FAIL") }'; }
+echo "reference: openssl speed -multi 2 sha256 -bytes 4096 = $((REF / 1000000)) MB/s"
+echo "new data, first round: $(ratio "$(mbps new1)") x (target >= 0.4: $(verdict "$(ratio "$(mbps new1)")" 0.4))"
+echo "duplicate data, best round: $(ratio "$best_dup") x (target >= 0.6: $(verdict "$(ratio "$best_dup")" 0.6))"
+echo "flat: last round / first = $FLAT, 0 to $ENTRIES entries (target >= 0.8: $(verdict "$FLAT" 0.8)); catalog $((DDT >> 20)) MiB"
+[[ -n $(get memdup_lookups_without_disk_pct) ]] &&
+	echo "DDT at 10x budget ($(($(get cgroup_limit_bytes) >> 20)) MiB cgroup): re-put lookups without a disk read $(get memdup_lookups_without_disk_pct) % (target >= 95)"
+exit 0
