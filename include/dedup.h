@@ -630,7 +630,8 @@ typedef struct dd_recv_opts {
  * stored again.  The snapshot becomes visible only after the end record
  * checks out; on any failure the store is left as it was.  info may be
  * NULL.  Errors: DD_EFORMAT, DD_ECHECKSUM, DD_ECORRUPT, DD_EVERSION,
- * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY, the
+ * DD_ENOTSUP, DD_EEXIST, DD_ENOENT (missing base), DD_EBUSY, DD_EINVAL
+ * (the stream's chunker or block size is not the store's), the
  * callback's code. */
 DD_API int dd_recv(dd_store *store, const dd_recv_opts *opts, dd_read_fn fn,
 		   void *ctx, dd_stream_info *info);
