@@ -10,8 +10,11 @@
  *  1. The image is cut to its end by the cutter, and every cut is
  *     checked against a one-byte-a-step transcription of §3 (the cutter
  *     rolls two bytes a step), for the whole rest and for shorter
- *     prefixes (final or not); any difference, or a length outside
- *     1..max (or below min before the image's end), aborts.
+ *     prefixes (final or not): every byte-1-chosen stride up to 5 avg
+ *     (at least 5 avg / 16: each check reads the prefix), and one byte
+ *     either side of min, avg, max and the block's own length; any
+ *     difference, or a length outside 1..max (or below min before the
+ *     image's end), aborts.
  *  2. The blocks become a block map in a temporary catalog, every third
  *     one left out as a hole; dd_bmap_find of bytes around every edge
  *     and inside every block and hole must give the entry a linear
@@ -127,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static uint64_t off[FZ_MAX_BLOCKS];
 	static uint32_t len[FZ_MAX_BLOCKS];
 	uint32_t avg;
-	size_t n = 0, m = 0, at = 0, step;
+	size_t n = 0, m = 0, at = 0, step, edge[4];
 	const uint8_t *img;
 	dd_cutter c;
 
@@ -135,18 +138,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	avg = 4096u << (data[0] % 3);
 	step = 1 + data[1] * 97u;
+	if (step < 5 * avg / 16)
+		step = 5 * avg / 16;
 	img = data + 2;
 	size -= 2;
 	dd_cutter_fastcdc(&c, avg);
+	/* min, avg, max, and (0) the block's own length, each +- 1 */
+	edge[0] = avg / 4;
+	edge[1] = avg;
+	edge[2] = 4 * (size_t)avg;
+	edge[3] = 0;
 	while (at < size && n < FZ_MAX_BLOCKS) {
 		size_t l = c.cu_next(&c, img + at, size - at, true);
 
 		fz_check_cut(&c, avg, img + at, size - at, true);
-		/* shorter prefixes: the cut must not move while it fits */
+		/* shorter prefixes: the cut must not move while it fits.
+		 * Each check costs the prefix's length, so a short stride
+		 * would make an input quadratic (seconds each under ASan):
+		 * the edges of the rule are checked apart instead. */
 		for (size_t part = step; part < size - at && part < 5 * avg;
 		     part += step) {
 			fz_check_cut(&c, avg, img + at, part, false);
 			fz_check_cut(&c, avg, img + at, part, true);
+		}
+		for (size_t e = 0; e < sizeof(edge) / sizeof(edge[0]); e++) {
+			size_t part = edge[e] == 0 ? l : edge[e];
+
+			for (size_t d = part - 1; d <= part + 1; d++)
+				if (d > 0 && d < size - at) {
+					fz_check_cut(&c, avg, img + at, d, false);
+					fz_check_cut(&c, avg, img + at, d, true);
+				}
 		}
 		/* every third block a hole: not in the map */
 		if (n % 3 != 2) {

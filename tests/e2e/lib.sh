@@ -151,4 +151,22 @@ assert_json() { # FILE MESSAGE
 	python3 -m json.tool "$1" >/dev/null 2>&1 || fail "$2: not valid JSON"
 }
 
+# get_until ORIG STATS EXPR GET-ARGS...: runs `dedup get --stats STATS
+# GET-ARGS` (whose output file, the last argument, must equal ORIG) up to
+# five times, until the stats' JSON expression EXPR is at least 1: the L2
+# index is rebuilt in the background, and on a loaded machine a whole get
+# can finish before it.  UNTIL is EXPR's last value.
+get_until() {
+	local orig=$1 stats=$2 expr=$3 try
+	shift 3
+	for try in 1 2 3 4 5; do
+		run "$DEDUP" get --stats "$stats" "$@"
+		assert_rc 0 "get $* (try $try)"
+		assert_same "$orig" "${*: -1}" "get $* (try $try)"
+		UNTIL=$(json_get "$stats" "$expr")
+		[ "$UNTIL" -ge 1 ] && return 0
+	done
+	return 0
+}
+
 [ -x "$DEDUP" ] || fail "$DEDUP not built"

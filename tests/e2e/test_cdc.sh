@@ -6,6 +6,7 @@
 # and resumed, and refused by a store of the other chunker with one line;
 # `ddsend --chunker fastcdc -f` with `ddrecv -o`; `dedup scan --chunker
 # fixed,fastcdc` in text and JSON, its fastcdc figures those of the store;
+# reads through the L1 and L2 caches;
 # and the options' usage errors.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -118,4 +119,17 @@ assert_rc 2 "scan fastcdc 1M"
 assert_one_line "scan fastcdc 1M"
 run "$DEDUP" scan --chunker fastcdc,fastcdc "$T/a"
 assert_rc 2 "scan chunker twice"
+
+note "caches: blocks of varying length through L1 and L2"
+"$DEDUP" cache add --size 64M "$T/s3" "$T/l2" 2>"$T/err" || fail "cache add"
+# a small L1 evicts into L2; `get` reads sequentially, so feed those too
+run "$DEDUP" get --l1-size 64K --l2-feed-sequential --stats "$T/c1.json" "$T/s3@b" "$T/b.c1"
+assert_rc 0 "get, feeding L2"
+assert_same "$T/b" "$T/b.c1" "get through the caches"
+cold=$(json_get "$T/c1.json" 'j["pack_read_ops"]')
+[ "$(json_get "$T/c1.json" 'j["l2_entries"]')" -ge 1 ] || fail "nothing went to L2"
+get_until "$T/b" "$T/c2.json" 'j["l2_hits"]' --l1-size 64K "$T/s3@b" "$T/b.c2"
+[ "$UNTIL" -ge 1 ] || fail "no L2 hit on a fastcdc store"
+assert_eq "$cold" "$(json_get "$T/c2.json" 'j["l2_hits"] + j["pack_read_ops"]')" "L2 hits + pack reads"
+assert_eq 0 "$(json_get "$T/c2.json" 'j["l2_cksum_errors"]')" "no L2 checksum error"
 note "ok"
