@@ -343,7 +343,7 @@ int cmd_scrub(int argc, char **argv)
 	char hs[32];
 	int rc;
 
-	s = open_store_arg(argc, argv, allow, &o, 1);
+	s = open_store_arg(argc, argv, allow, &o, 0);   /* it records what it finds (dd_store_scrub) */
 	memset(&res, 0, sizeof(res));
 	if (o.json && !(json.tmp = tmpfile()))
 		die("scrub: cannot make a temporary file: %s", strerror(errno));
