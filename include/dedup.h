@@ -329,6 +329,25 @@ DD_API uint64_t dd_reader_size(const dd_reader *r);
 DD_API int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 			   size_t *nread);
 
+/* Salvage: called by dd_reader_pread_salvage for each block of the range
+ * whose stored bytes cannot be read back -- damaged (DD_ECHECKSUM,
+ * DD_ECORRUPT), lost, or unreadable (DD_EIO) --, in image order: `off`
+ * and `len` are the part of the range it covers, `msg` the one-line
+ * message (valid during the call).  A non-zero return stops the read
+ * with DD_ECANCELED. */
+typedef int (*dd_salvage_cb)(void *ctx, uint64_t off, uint64_t len,
+			     int error, const char *msg);
+
+/* dd_reader_pread, except that a block whose bytes cannot be read back
+ * reads as zeros and is reported through cb (not NULL); everything else
+ * is as checked as ever.  Damage to the catalog -- a block map that does
+ * not match the snapshot's digest, a DDT entry missing -- still fails the
+ * read.  Errors: those of dd_reader_pread, DD_EINVAL for a NULL cb,
+ * DD_ECANCELED from cb. */
+DD_API int dd_reader_pread_salvage(dd_reader *r, void *buf, size_t len,
+				   uint64_t off, size_t *nread,
+				   dd_salvage_cb cb, void *ctx);
+
 DD_API void dd_reader_close(dd_reader *r);
 DD_API const char *dd_reader_errmsg(const dd_reader *r);
 
