@@ -627,6 +627,15 @@ typedef struct dd_scrub_result {
 DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 			  dd_scrub_result *out);
 
+/* Called by dd_store_scrub_ext (dd_scrub_opts v2) once per snapshot whose
+ * catalog records are damaged -- its block map unlike the DDT, its
+ * content digest or its manifest, or on a damaged LMDB page --: every
+ * block of it may not read back.  msg is the one-line message (valid
+ * during the call). */
+typedef int (*dd_scrub_snap_cb)(const char *snapshot, int error,
+				const char *msg, void *ctx);
+
+/* Version 1 callers pass a struct that ends at `progress_ctx`. */
 typedef struct dd_scrub_opts {
 	unsigned version;          /* DD_SCRUB_OPTS_VERSION */
 	dd_scrub_cb bad;           /* as dd_store_scrub's cb; may be NULL */
@@ -638,9 +647,16 @@ typedef struct dd_scrub_opts {
 				      checks after it read no pack).  May
 				      be NULL */
 	void *progress_ctx;
+	/* ---- version 2 ---- */
+	dd_scrub_snap_cb damaged_snapshot; /* may be NULL; with it, scrub
+				      goes on past a damaged snapshot to
+				      check the others, and fails with
+				      DD_ECORRUPT at the end */
+	void *damaged_snapshot_ctx;
 } dd_scrub_opts;
-#define DD_SCRUB_OPTS_VERSION 1
-#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL}
+#define DD_SCRUB_OPTS_VERSION 2
+#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL, \
+			    NULL, NULL}
 
 /* dd_store_scrub with options (opts may be NULL).  Errors: those of
  * dd_store_scrub, DD_EINVAL for an unknown version, DD_ECANCELED from

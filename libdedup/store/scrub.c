@@ -56,6 +56,10 @@ typedef struct dd_scrub {
 	void *sc_ctx;
 	dd_progress_fn sc_progress;
 	void *sc_progress_ctx;
+	dd_scrub_snap_cb sc_snap_cb;  /* v2: damaged snapshots, and go on */
+	void *sc_snap_ctx;
+	uint64_t sc_nbad_snaps;
+	dd_err sc_snap_err;           /* the first damaged snapshot's */
 	uint64_t sc_done, sc_total;  /* pack bytes read, committed */
 	/* pass 2: snapshot id -> name */
 	uint64_t *sc_ids;
@@ -348,6 +352,16 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 	}
 	dd_bmap_close(cur);
 	dd_digest_free(dg);
+	if (rc == DD_ECORRUPT && sc->sc_snap_cb) {
+		/* reported, and on to the next snapshot */
+		if (sc->sc_nbad_snaps++ == 0)
+			sc->sc_snap_err = *sc->sc_err;
+		if (sc->sc_snap_cb(name, rc, sc->sc_err->de_msg,
+				   sc->sc_snap_ctx) != 0)
+			return dd_err_set(sc->sc_err, DD_ECANCELED,
+					  "scrub stopped by its callback");
+		rc = 0;
+	}
 	return rc;
 }
 
@@ -451,6 +465,18 @@ static int dd_scrub_run(dd_scrub *sc)
 		rc = dd_scrub_report_bad(sc);
 	if (!rc)
 		rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_map, sc);
+	/* counts against damaged maps would say nothing more */
+	if (!rc && sc->sc_nbad_snaps) {
+		const char *m = sc->sc_snap_err.de_msg;
+		const char *sym = "DD_ECORRUPT: ";
+
+		if (!strncmp(m, sym, strlen(sym)))   /* said once is enough */
+			m += strlen(sym);
+		return dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu snapshot%s "
+				  "with damaged metadata, e.g. %s",
+				  (unsigned long long)sc->sc_nbad_snaps,
+				  sc->sc_nbad_snaps == 1 ? "" : "s", m);
+	}
 	if (!rc)
 		rc = dd_scrub_refs(sc);
 	if (!rc && sc->sc_bad.n)
@@ -550,6 +576,10 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 		sc->sc_ctx = opts->bad_ctx;
 		sc->sc_progress = opts->progress;
 		sc->sc_progress_ctx = opts->progress_ctx;
+		if (opts->version >= 2) {
+			sc->sc_snap_cb = opts->damaged_snapshot;
+			sc->sc_snap_ctx = opts->damaged_snapshot_ctx;
+		}
 	}
 	rc = dd_db_check(s->st_db, &err);
 	/* the catalog's snapshots are the manifests' (a catalog that went

@@ -115,6 +115,44 @@ run "$DEDUP" get "$S@a"
 assert_nonzero "get of a damaged snapshot"
 assert_one_line "get of a damaged snapshot"
 
+# ---- scrub goes on past damaged snapshots in the catalog -------------------
+note "scrub: damaged block maps, every snapshot named"
+SM="$T/s1m"
+cp -a "$S" "$SM"
+# the block-map value of block IDX of snapshot ID (format/store.md §4.1:
+# key id, index big-endian, then the 33-byte DDT key) flipped in the LMDB
+# file: the map no longer matches the DDT nor the snapshot's digest
+python3 - "$SM/db/data.mdb" "$T/b.img" 2 3 "$T/c.img" 3 7 <<'EOF'
+import hashlib, struct, sys
+db = sys.argv[1]
+b = bytearray(open(db, 'rb').read())
+args = sys.argv[2:]
+for k in range(0, len(args), 3):
+    img, sid, idx = args[k], int(args[k + 1]), int(args[k + 2])
+    blk = open(img, 'rb').read()[idx * 4096:(idx + 1) * 4096]
+    needle = struct.pack('>QQ', sid, idx) + hashlib.sha256(blk).digest()
+    i = b.find(needle)
+    if i < 0 or b.find(needle, i + 1) >= 0:
+        sys.exit('block map entry %d/%d not found once' % (sid, idx))
+    b[i + 16 + 5] ^= 0x01
+open(db, 'wb').write(b)
+EOF
+run "$DEDUP" scrub "$SM"
+assert_rc 1 "scrub of damaged block maps"
+assert_grep "^damaged snapshot b: " "$T/out" "scrub names snapshot b"
+assert_grep "^damaged snapshot c: " "$T/out" "scrub names snapshot c"
+assert_grep "used by a at offset $A300\$" "$T/out" \
+	"scrub still names the damaged blocks"
+assert_grep "2 snapshots with damaged metadata" "$T/err" "scrub's last line"
+run "$DEDUP" scrub --json "$SM"
+assert_rc 1 "scrub --json of damaged block maps"
+assert_json "$T/out" "scrub --json of damaged block maps"
+assert_eq '["b", "c"]' \
+	"$(json_get "$T/out" "[d['snapshot'] for d in j['damaged_snapshots']]")" \
+	"scrub --json damaged_snapshots"
+assert_eq 3 "$(json_get "$T/out" "j['bad_blocks']")" \
+	"scrub --json bad_blocks beside damaged maps"
+
 # ---- heal by put ------------------------------------------------------------
 note "heal by put"
 "$DEDUP" put "$S@a2" "$T/a.img"
