@@ -32,8 +32,10 @@ static const struct subcommand {
 	 "  dedup put  [-v] [--json] [--wait[=S]] STORE@NAME [FILE|-]\n"
 	 "                                                 ingest FILE, a device or stdin\n", 1},
 	{"get", cmd_get,
-	 "  dedup get  [-v] [--json] STORE@NAME [FILE|-]   restore to FILE or stdout\n"
-	 "                                                 (not a terminal)\n", 1},
+	 "  dedup get  [-v] [--json] [--salvage] STORE@NAME [FILE|-]\n"
+	 "                                                 restore to FILE or stdout\n"
+	 "                                                 (not a terminal); --salvage:\n"
+	 "                                                 damaged blocks as zeros, listed\n", 1},
 	{"ls", cmd_ls,
 	 "  dedup ls   [--json] [--no-unique] STORE        list snapshots, the bytes each\n"
 	 "                                                 holds alone (UNIQUE)\n", 1},
@@ -202,6 +204,7 @@ void parse_common(int argc, char **argv, const int *allow,
 		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"no-unique", no_argument, NULL, OPT_NO_UNIQUE},
+		{"salvage", no_argument, NULL, OPT_SALVAGE},
 		CACHE_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
@@ -229,6 +232,8 @@ void parse_common(int argc, char **argv, const int *allow,
 			o->json = 1;
 		else if (c == OPT_NO_UNIQUE)
 			o->no_unique = 1;
+		else if (c == OPT_SALVAGE)
+			o->salvage = 1;
 		else
 			cache_cli_option(dedup_subcmd, c, optarg);
 	}

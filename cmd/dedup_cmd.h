@@ -62,6 +62,7 @@ enum {
 	OPT_COMPRESS,
 	OPT_NO_UNIQUE,
 	OPT_CHUNKER,
+	OPT_SALVAGE,
 };
 
 enum {
@@ -97,6 +98,7 @@ struct common_opts {
 	int wait;           /* --wait: 0 no, -1 for ever, else ms (parse_wait) */
 	int json;
 	int no_unique;      /* ls --no-unique */
+	int salvage;        /* get --salvage */
 };
 
 /* Parses the options most subcommands share (-v, --wait, --json and the

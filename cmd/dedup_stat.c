@@ -274,6 +274,8 @@ void print_gc_result(FILE *f, const dd_gc_result *res)
 struct scrub_json {
 	FILE *tmp;          /* the "bad" array's elements, as written */
 	uint64_t n;
+	FILE *snaps;        /* the "damaged_snapshots" array's */
+	uint64_t nsnap;
 };
 
 static int scrub_report_json(const dd_scrub_bad *bad, struct scrub_json *j)
@@ -314,21 +316,52 @@ static int scrub_report(const dd_scrub_bad *bad, void *ctx)
 	return 0;
 }
 
-/* The report as one JSON object: the figures, and each use of a bad block
- * with its snapshot and offset. */
-static void scrub_json_print(const dd_scrub_result *res, struct scrub_json *j)
+/* Each snapshot whose catalog records are damaged: a line, or kept for
+ * the JSON report. */
+static int scrub_snap_report(const char *snap, int error, const char *msg,
+			     void *ctx)
+{
+	struct scrub_json *j = ctx;
+	char sym[32];
+
+	j->nsnap++;
+	if (!j->tmp) {
+		printf("damaged snapshot %s: %s\n", snap, msg);
+		fflush(stdout);
+		return 0;
+	}
+	fprintf(j->snaps, "%s\n    {\"snapshot\": ", j->nsnap > 1 ? "," : "");
+	json_string(j->snaps, snap);
+	fprintf(j->snaps, ", \"error\": \"%s\", \"message\": ",
+		err_symbol(sym, sizeof(sym), error));
+	json_string(j->snaps, msg);
+	fputc('}', j->snaps);
+	return ferror(j->snaps) ? -1 : 0;
+}
+
+static void copy_out(FILE **f)
 {
 	int c;
 
+	rewind(*f);
+	while ((c = getc(*f)) != EOF)
+		putchar(c);
+	fclose(*f);
+	*f = NULL;
+}
+
+/* The report as one JSON object: the figures, each use of a bad block
+ * with its snapshot and offset, and the snapshots with damaged metadata. */
+static void scrub_json_print(const dd_scrub_result *res, struct scrub_json *j)
+{
 	printf("{\"blocks_checked\": %" PRIu64 ", \"bytes_checked\": %" PRIu64
 	       ", \"bad_blocks\": %" PRIu64 ", \"bad\": [",
 	       res->blocks_checked, res->bytes_checked, res->bad_blocks);
-	rewind(j->tmp);
-	while ((c = getc(j->tmp)) != EOF)
-		putchar(c);
-	fputs(j->n ? "\n]}\n" : "]}\n", stdout);
-	fclose(j->tmp);
-	j->tmp = NULL;
+	copy_out(&j->tmp);
+	fputs(j->n ? "\n], \"damaged_snapshots\": [" : "], "
+	      "\"damaged_snapshots\": [", stdout);
+	copy_out(&j->snaps);
+	fputs(j->nsnap ? "\n]}\n" : "]}\n", stdout);
 }
 
 int cmd_scrub(int argc, char **argv)
@@ -336,24 +369,28 @@ int cmd_scrub(int argc, char **argv)
 	static const int allow[] = {OPT_VERBOSE, OPT_JSON, CACHE_ALLOW, 0};
 	dd_scrub_opts so = DD_SCRUB_OPTS_INIT;
 	dd_scrub_result res;
-	struct scrub_json json = {NULL, 0};
+	struct scrub_json json = {NULL, 0, NULL, 0};
 	struct common_opts o;
 	struct progress pg;
 	dd_store *s;
 	char hs[32];
 	int rc;
 
-	s = open_store_arg(argc, argv, allow, &o, 1);
+	s = open_store_arg(argc, argv, allow, &o, 0);   /* it records what it finds (dd_store_scrub) */
 	memset(&res, 0, sizeof(res));
-	if (o.json && !(json.tmp = tmpfile()))
+	if (o.json && (!(json.tmp = tmpfile()) || !(json.snaps = tmpfile())))
 		die("scrub: cannot make a temporary file: %s", strerror(errno));
 	progress_init(&pg, "scrub", 0, o.verbose);
 	so.bad = scrub_report;
 	so.bad_ctx = o.json ? &json : NULL;
 	so.progress = progress_lib_cb;
 	so.progress_ctx = &pg;
+	so.damaged_snapshot = scrub_snap_report;
+	so.damaged_snapshot_ctx = &json;
 	rc = dd_store_scrub_ext(s, &so, &res);
 	progress_finish(&pg);
+	if (rc == DD_ECORRUPT && json.nsnap && o.json)
+		scrub_json_print(&res, &json);   /* then the one line */
 	if (rc != 0 && rc != DD_ECHECKSUM)
 		die_store(s, rc);
 	if (o.json)

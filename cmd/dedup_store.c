@@ -378,9 +378,72 @@ static void finish_output(struct output *out, uint64_t size)
 	}
 }
 
+/* get --salvage: the damaged ranges, adjacent blocks joined, in order. */
+struct salvage {
+	struct salvage_range {
+		uint64_t off, len;
+		int error;
+		char msg[160];
+	} *r;
+	size_t n, cap;
+	uint64_t bytes;
+};
+
+static int salvage_note(void *ctx, uint64_t off, uint64_t len, int error,
+			const char *msg)
+{
+	struct salvage *sv = ctx;
+	struct salvage_range *last = sv->n ? &sv->r[sv->n - 1] : NULL;
+
+	sv->bytes += len;
+	if (last && last->off + last->len == off && last->error == error) {
+		last->len += len;
+		return 0;
+	}
+	if (sv->n == sv->cap) {
+		size_t cap = sv->cap ? sv->cap * 2 : 16;
+		struct salvage_range *r = realloc(sv->r, cap * sizeof(*r));
+
+		if (!r)
+			return -1;
+		sv->r = r;
+		sv->cap = cap;
+	}
+	last = &sv->r[sv->n++];
+	last->off = off;
+	last->len = len;
+	last->error = error;
+	snprintf(last->msg, sizeof(last->msg), "%s", msg);
+	return 0;
+}
+
+/* The damaged ranges: a line each on stderr, or with --json the
+ * "damaged" member of the report. */
+static void salvage_print(const struct salvage *sv, FILE *json)
+{
+	char sym[32];
+
+	for (size_t i = 0; i < sv->n; i++) {
+		const struct salvage_range *r = &sv->r[i];
+
+		if (json)
+			fprintf(json, "%s{\"offset\": %" PRIu64 ", \"length\": "
+				"%" PRIu64 ", \"error\": \"%s\"}", i ? ", " : "",
+				r->off, r->len,
+				err_symbol(sym, sizeof(sym), r->error));
+		else
+			fprintf(stderr, "%s: damaged: bytes %" PRIu64 "..%"
+				PRIu64 " (%" PRIu64 " bytes) written as zeros: "
+				"%s\n", util_prog, r->off, r->off + r->len,
+				r->len, r->msg);
+	}
+}
+
 int cmd_get(int argc, char **argv)
 {
-	static const int allow[] = {OPT_VERBOSE, OPT_JSON, CACHE_ALLOW, 0};
+	static const int allow[] = {OPT_VERBOSE, OPT_JSON, OPT_SALVAGE,
+				    CACHE_ALLOW, 0};
+	struct salvage sv = {NULL, 0, 0, 0};
 	struct common_opts o;
 	struct output out;
 	struct progress pg;
@@ -416,7 +479,10 @@ int cmd_get(int argc, char **argv)
 						     : GET_CHUNK;
 		size_t got = 0;
 
-		rc = dd_reader_pread(r, buf, want, off, &got);
+		rc = o.salvage ? dd_reader_pread_salvage(r, buf, want, off,
+							 &got, salvage_note,
+							 &sv)
+			       : dd_reader_pread(r, buf, want, off, &got);
 		if (rc != 0)
 			get_fail("%s", lib_msg(dd_reader_errmsg(r), rc));
 		if (got == 0 || got > want)
@@ -434,8 +500,15 @@ int cmd_get(int argc, char **argv)
 
 		fputs("{\"snapshot\": ", f);
 		json_string(f, name);
-		fprintf(f, ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f}\n",
+		fprintf(f, ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f",
 			size, now_seconds() - t0);
+		if (o.salvage) {
+			fprintf(f, ", \"damaged_bytes\": %" PRIu64
+				", \"damaged\": [", sv.bytes);
+			salvage_print(&sv, f);
+			fputc(']', f);
+		}
+		fputs("}\n", f);
 		fflush(f);
 	} else if (o.verbose && !util_quiet) {
 		fprintf(stderr, "%s: get %s: %" PRIu64 " bytes\n", util_prog,
@@ -443,6 +516,15 @@ int cmd_get(int argc, char **argv)
 	}
 	dd_reader_close(r);
 	cache_cli_close(s);
+	if (sv.n && !o.json)
+		salvage_print(&sv, NULL);
+	free(sv.r);
+	if (sv.n) {
+		/* the image is whole but for the ranges listed */
+		die("%s@%s: %zu damaged range%s (%" PRIu64 " bytes) written "
+		    "as zeros", path, name, sv.n, sv.n == 1 ? "" : "s",
+		    sv.bytes);
+	}
 	free(path);
 	free(name);
 	return 0;

@@ -329,6 +329,25 @@ DD_API uint64_t dd_reader_size(const dd_reader *r);
 DD_API int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 			   size_t *nread);
 
+/* Salvage: called by dd_reader_pread_salvage for each block of the range
+ * whose stored bytes cannot be read back -- damaged (DD_ECHECKSUM,
+ * DD_ECORRUPT), lost, or unreadable (DD_EIO) --, in image order: `off`
+ * and `len` are the part of the range it covers, `msg` the one-line
+ * message (valid during the call).  A non-zero return stops the read
+ * with DD_ECANCELED. */
+typedef int (*dd_salvage_cb)(void *ctx, uint64_t off, uint64_t len,
+			     int error, const char *msg);
+
+/* dd_reader_pread, except that a block whose bytes cannot be read back
+ * reads as zeros and is reported through cb (not NULL); everything else
+ * is as checked as ever.  Damage to the catalog -- a block map that does
+ * not match the snapshot's digest, a DDT entry missing -- still fails the
+ * read.  Errors: those of dd_reader_pread, DD_EINVAL for a NULL cb,
+ * DD_ECANCELED from cb. */
+DD_API int dd_reader_pread_salvage(dd_reader *r, void *buf, size_t len,
+				   uint64_t off, size_t *nread,
+				   dd_salvage_cb cb, void *ctx);
+
 DD_API void dd_reader_close(dd_reader *r);
 DD_API const char *dd_reader_errmsg(const dd_reader *r);
 
@@ -608,6 +627,15 @@ typedef struct dd_scrub_result {
 DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 			  dd_scrub_result *out);
 
+/* Called by dd_store_scrub_ext (dd_scrub_opts v2) once per snapshot whose
+ * catalog records are damaged -- its block map unlike the DDT, its
+ * content digest or its manifest, or on a damaged LMDB page --: every
+ * block of it may not read back.  msg is the one-line message (valid
+ * during the call). */
+typedef int (*dd_scrub_snap_cb)(const char *snapshot, int error,
+				const char *msg, void *ctx);
+
+/* Version 1 callers pass a struct that ends at `progress_ctx`. */
 typedef struct dd_scrub_opts {
 	unsigned version;          /* DD_SCRUB_OPTS_VERSION */
 	dd_scrub_cb bad;           /* as dd_store_scrub's cb; may be NULL */
@@ -619,9 +647,16 @@ typedef struct dd_scrub_opts {
 				      checks after it read no pack).  May
 				      be NULL */
 	void *progress_ctx;
+	/* ---- version 2 ---- */
+	dd_scrub_snap_cb damaged_snapshot; /* may be NULL; with it, scrub
+				      goes on past a damaged snapshot to
+				      check the others, and fails with
+				      DD_ECORRUPT at the end */
+	void *damaged_snapshot_ctx;
 } dd_scrub_opts;
-#define DD_SCRUB_OPTS_VERSION 1
-#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL}
+#define DD_SCRUB_OPTS_VERSION 2
+#define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL, \
+			    NULL, NULL}
 
 /* dd_store_scrub with options (opts may be NULL).  Errors: those of
  * dd_store_scrub, DD_EINVAL for an unknown version, DD_ECANCELED from

@@ -85,6 +85,10 @@ int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t v);
 				  in a manifest only.  Pack, offset, psize and
 				  codec are 0; a read fails, a writer that
 				  brings the block stores it here */
+#define DD_DDE_DAMAGED 0x0004u /* scrub found the record at (pack, offset)
+				  unreadable: a writer that brings the block
+				  stores it and points the entry at it
+				  (format/ddt.md §3) */
 
 typedef struct dd_ddt_key {
 	uint8_t dk_hash[DD_HASH_SIZE];

@@ -22,7 +22,7 @@
 #include "catalog/db_internal.h"
 
 #define DD_DDT_VAL_VERSION 1
-#define DD_DDE_KNOWN_FLAGS (DD_DDE_PENDING | DD_DDE_MISSING)
+#define DD_DDE_KNOWN_FLAGS (DD_DDE_PENDING | DD_DDE_MISSING | DD_DDE_DAMAGED)
 
 static void dd_ddt_key_encode(uint8_t out[DD_DDT_KEY_SIZE],
 			      const dd_ddt_key *key)
@@ -100,7 +100,8 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	    e->de_lsize == 0 || e->de_lsize > DD_BLOCK_SIZE_MAX ||
 	    e->de_psize > e->de_lsize ||
 	    ((e->de_flags & DD_DDE_MISSING) &&
-	     (e->de_pack || e->de_offset || e->de_psize || e->de_codec)))
+	     ((e->de_flags & DD_DDE_DAMAGED) || e->de_pack || e->de_offset ||
+	      e->de_psize || e->de_codec)))
 		return dd_db_damage(err,
 				    "ddt value out of range (flags %#x, codec %u,"
 				    " lsize %u, psize %u)", e->de_flags,

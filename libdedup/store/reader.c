@@ -51,6 +51,7 @@ typedef struct dd_rblk {
 	uint8_t *rb_dst;       /* where the wanted part goes */
 	uint32_t rb_skip;      /* bytes of the block before the wanted part */
 	uint32_t rb_len;       /* wanted bytes */
+	uint64_t rb_ioff;      /* where the wanted part is in the image */
 	unsigned rb_flags;     /* DD_CACHE_SEQ */
 	int rb_rc;
 	dd_err rb_err;
@@ -73,6 +74,8 @@ struct dd_reader {
 	uint64_t r_dig_next;   /* the next block it wants (var: byte);
 				  DD_DIG_OFF: none */
 	bool r_var;            /* content-defined blocks, keyed by offset */
+	dd_salvage_cb r_salvage;  /* during dd_reader_pread_salvage */
+	void *r_salvage_ctx;
 };
 
 #define DD_DIG_OFF UINT64_MAX
@@ -214,6 +217,23 @@ static int dd_reader_digest_check_var(dd_reader *r, uint64_t end)
 	return end < r->r_snap.sr_size ? 0 : dd_reader_digest_end(r);
 }
 
+/* Salvage: a block whose stored bytes are damaged or gone (not a lack
+ * of memory) reads as zeros, and is reported.  True when rb was. */
+static bool dd_reader_salvage(dd_reader *r, dd_rblk *rb)
+{
+	if (!r->r_salvage || (rb->rb_rc != DD_ECHECKSUM &&
+			      rb->rb_rc != DD_ECORRUPT && rb->rb_rc != DD_EIO))
+		return false;
+	memset(rb->rb_dst, 0, rb->rb_len);
+	if (r->r_salvage(r->r_salvage_ctx, rb->rb_ioff, rb->rb_len, rb->rb_rc,
+			 rb->rb_err.de_msg) != 0) {
+		rb->rb_rc = dd_err_set(&rb->rb_err, DD_ECANCELED, "read "
+				       "stopped by its salvage callback");
+		return false;
+	}
+	return true;
+}
+
 /* Reads the r_nblk blocks collected for this round. */
 static int dd_reader_round(dd_reader *r)
 {
@@ -227,9 +247,14 @@ static int dd_reader_round(dd_reader *r)
 			r->r_blk[i].rb_rc = dd_rblk_read(s, &r->r_sc,
 							 &r->r_blk[i]);
 	}
-	for (size_t i = 0; i < r->r_nblk; i++)
-		if (r->r_blk[i].rb_rc)
-			return dd_err_copy(&r->r_err, &r->r_blk[i].rb_err);
+	for (size_t i = 0; i < r->r_nblk; i++) {
+		dd_rblk *rb = &r->r_blk[i];
+
+		if (rb->rb_rc && dd_reader_salvage(r, rb))
+			continue;
+		if (rb->rb_rc)
+			return dd_err_copy(&r->r_err, &rb->rb_err);
+	}
 	r->r_nblk = 0;
 	return 0;
 }
@@ -269,6 +294,7 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key,
 	rb->rb_dst = buf + (from - off);
 	rb->rb_skip = (uint32_t)(from - bstart);
 	rb->rb_len = (uint32_t)(to - from);
+	rb->rb_ioff = from;
 	rb->rb_flags = r->r_flags;
 	rb->rb_rc = 0;
 	if (++r->r_nblk == DD_READER_ROUND)
@@ -362,6 +388,25 @@ int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 	}
 	*nread = (size_t)(end - off);
 	return 0;
+}
+
+int dd_reader_pread_salvage(dd_reader *r, void *buf, size_t len,
+			    uint64_t off, size_t *nread, dd_salvage_cb cb,
+			    void *ctx)
+{
+	int rc;
+
+	if (!r)
+		return DD_EINVAL;
+	if (!cb)
+		return dd_err_set(&r->r_err, DD_EINVAL,
+				  "dd_reader_pread_salvage: NULL callback");
+	r->r_salvage = cb;
+	r->r_salvage_ctx = ctx;
+	rc = dd_reader_pread(r, buf, len, off, nread);
+	r->r_salvage = NULL;
+	r->r_salvage_ctx = NULL;
+	return rc;
 }
 
 void dd_reader_close(dd_reader *r)

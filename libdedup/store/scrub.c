@@ -38,19 +38,28 @@ typedef struct dd_sblk {
 	bool sb_used;
 } dd_sblk;
 
+typedef struct dd_sblks {
+	dd_sblk *b;
+	size_t n, cap;
+} dd_sblks;
+
 typedef struct dd_scrub {
 	dd_store *sc_store;
 	dd_err *sc_err;
 	dd_txn *sc_txn;
 	dd_sblk sc_round[DD_SCRUB_ROUND];
 	size_t sc_n;
-	dd_sblk *sc_bad;
-	size_t sc_nbad, sc_capbad;
+	dd_sblks sc_bad;          /* bad blocks: flagged DAMAGED at the end */
+	dd_sblks sc_good;         /* flagged DAMAGED, read well: cleared */
 	dd_scrub_result sc_res;
 	dd_scrub_cb sc_cb;
 	void *sc_ctx;
 	dd_progress_fn sc_progress;
 	void *sc_progress_ctx;
+	dd_scrub_snap_cb sc_snap_cb;  /* v2: damaged snapshots, and go on */
+	void *sc_snap_ctx;
+	uint64_t sc_nbad_snaps;
+	dd_err sc_snap_err;           /* the first damaged snapshot's */
 	uint64_t sc_done, sc_total;  /* pack bytes read, committed */
 	/* pass 2: snapshot id -> name */
 	uint64_t *sc_ids;
@@ -117,9 +126,27 @@ static int dd_scrub_pack_bytes(void *arg, uint32_t id, uint64_t end)
 	return 0;
 }
 
+/* Adds a copy of b to a list of blocks (bad ones, or flagged good ones). */
+static int dd_scrub_keep(dd_scrub *sc, dd_sblks *l, const dd_sblk *b)
+{
+	if (l->n == l->cap) {
+		size_t n = l->cap ? l->cap * 2 : 64;
+		dd_sblk *nb = dd_realloc(l->b, n * sizeof(*nb));
+
+		if (!nb)
+			return dd_err_set(sc->sc_err, DD_ENOMEM,
+					  "out of memory");
+		l->b = nb;
+		l->cap = n;
+	}
+	l->b[l->n++] = *b;
+	return 0;
+}
+
 static int dd_scrub_round(dd_scrub *sc)
 {
 	dd_store *s = sc->sc_store;
+	int rc;
 
 	pthread_mutex_lock(&s->st_pool_lock);
 	dd_pool_run(s->st_pool, dd_scrub_job, sc, sc->sc_n);
@@ -133,21 +160,19 @@ static int dd_scrub_round(dd_scrub *sc)
 			sc->sc_done += DD_PACK_REC_HDR_SIZE + b->sb_ent.de_psize;
 		if (b->sb_rc == 0)
 			b->sb_rc = dd_scrub_pack_end(sc, b);
-		if (b->sb_rc == 0)
+		if (b->sb_rc == 0 && !(b->sb_ent.de_flags & DD_DDE_DAMAGED))
 			continue;
+		if (b->sb_rc == 0) {   /* flagged, reads well: clear it */
+			rc = dd_scrub_keep(sc, &sc->sc_good, b);
+			if (rc)
+				return rc;
+			continue;
+		}
 		if (b->sb_rc == DD_ENOMEM)
 			return dd_err_set(sc->sc_err, DD_ENOMEM, "out of memory");
-		if (sc->sc_nbad == sc->sc_capbad) {
-			size_t n = sc->sc_capbad ? sc->sc_capbad * 2 : 64;
-			dd_sblk *nb = dd_realloc(sc->sc_bad, n * sizeof(*nb));
-
-			if (!nb)
-				return dd_err_set(sc->sc_err, DD_ENOMEM,
-						  "out of memory");
-			sc->sc_bad = nb;
-			sc->sc_capbad = n;
-		}
-		sc->sc_bad[sc->sc_nbad++] = *b;
+		rc = dd_scrub_keep(sc, &sc->sc_bad, b);
+		if (rc)
+			return rc;
 	}
 	sc->sc_n = 0;
 	return dd_scrub_progress(sc, sc->sc_done);
@@ -215,7 +240,7 @@ static int dd_scrub_use(void *arg, uint64_t id, uint64_t idx,
 			const dd_ddt_key *key)
 {
 	dd_scrub *sc = arg;
-	dd_sblk *b = bsearch(key, sc->sc_bad, sc->sc_nbad, sizeof(*b),
+	dd_sblk *b = bsearch(key, sc->sc_bad.b, sc->sc_bad.n, sizeof(*b),
 			     dd_key_cmp);
 
 	if (!b)
@@ -327,6 +352,16 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 	}
 	dd_bmap_close(cur);
 	dd_digest_free(dg);
+	if (rc == DD_ECORRUPT && sc->sc_snap_cb) {
+		/* reported, and on to the next snapshot */
+		if (sc->sc_nbad_snaps++ == 0)
+			sc->sc_snap_err = *sc->sc_err;
+		if (sc->sc_snap_cb(name, rc, sc->sc_err->de_msg,
+				   sc->sc_snap_ctx) != 0)
+			return dd_err_set(sc->sc_err, DD_ECANCELED,
+					  "scrub stopped by its callback");
+		rc = 0;
+	}
 	return rc;
 }
 
@@ -336,14 +371,14 @@ static int dd_scrub_report_bad(dd_scrub *sc)
 	int rc;
 
 	/* sb_key is the first member: sort and search by key */
-	qsort(sc->sc_bad, sc->sc_nbad, sizeof(*sc->sc_bad), dd_key_cmp);
+	qsort(sc->sc_bad.b, sc->sc_bad.n, sizeof(*sc->sc_bad.b), dd_key_cmp);
 	rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_snap, sc);
 	if (!rc)
 		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err, dd_scrub_use, sc);
-	for (size_t i = 0; !rc && i < sc->sc_nbad; i++)
-		if (!sc->sc_bad[i].sb_used)
-			rc = dd_scrub_report(sc, &sc->sc_bad[i], NULL, 0);
-	sc->sc_res.bad_blocks = sc->sc_nbad;
+	for (size_t i = 0; !rc && i < sc->sc_bad.n; i++)
+		if (!sc->sc_bad.b[i].sb_used)
+			rc = dd_scrub_report(sc, &sc->sc_bad.b[i], NULL, 0);
+	sc->sc_res.bad_blocks = sc->sc_bad.n;
 	return rc;
 }
 
@@ -426,16 +461,85 @@ static int dd_scrub_run(dd_scrub *sc)
 	/* every block read: the rest reads the catalog only */
 	if (!rc)
 		rc = dd_scrub_progress(sc, sc->sc_total);
-	if (!rc && sc->sc_nbad)
+	if (!rc && sc->sc_bad.n)
 		rc = dd_scrub_report_bad(sc);
 	if (!rc)
 		rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_map, sc);
+	/* counts against damaged maps would say nothing more */
+	if (!rc && sc->sc_nbad_snaps) {
+		const char *m = sc->sc_snap_err.de_msg;
+		const char *sym = "DD_ECORRUPT: ";
+
+		if (!strncmp(m, sym, strlen(sym)))   /* said once is enough */
+			m += strlen(sym);
+		return dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu snapshot%s "
+				  "with damaged metadata, e.g. %s",
+				  (unsigned long long)sc->sc_nbad_snaps,
+				  sc->sc_nbad_snaps == 1 ? "" : "s", m);
+	}
 	if (!rc)
 		rc = dd_scrub_refs(sc);
-	if (!rc && sc->sc_nbad)
+	if (!rc && sc->sc_bad.n)
 		rc = dd_err_set(sc->sc_err, DD_ECHECKSUM,
-				"scrub found %zu bad block%s", sc->sc_nbad,
-				sc->sc_nbad == 1 ? "" : "s");
+				"scrub found %zu bad block%s", sc->sc_bad.n,
+				sc->sc_bad.n == 1 ? "" : "s");
+	return rc;
+}
+
+/* One block's flag, in the mark's write transaction: only while its
+ * entry still names the record scrub read (a writer may have healed it,
+ * gc moved it, since). */
+static int dd_scrub_flag(dd_txn *txn, dd_err *err, const dd_sblk *b,
+			 bool damaged)
+{
+	dd_ddt_ent e;
+	int rc = dd_ddt_get(txn, err, &b->sb_key, &e);
+
+	if (rc == DD_ENOENT)
+		return 0;
+	if (rc || (e.de_flags & DD_DDE_MISSING) ||
+	    e.de_pack != b->sb_ent.de_pack ||
+	    e.de_offset != b->sb_ent.de_offset ||
+	    !(e.de_flags & DD_DDE_DAMAGED) == !damaged)
+		return rc;
+	e.de_flags = (uint16_t)(damaged ? e.de_flags | DD_DDE_DAMAGED
+				       : e.de_flags & ~DD_DDE_DAMAGED);
+	return dd_ddt_put(txn, err, &b->sb_key, &e);
+}
+
+/* Records what scrub found (format/ddt.md §3): DAMAGED on the entries of
+ * bad records -- damage, not an I/O error or a lost block, which has its
+ * own flag --, cleared on flagged ones that read well; so a writer that
+ * brings one of these blocks stores it anew.  Under the store's lock,
+ * shared like any writer's, in one short write transaction.  Skipped
+ * (nothing to say) in a read-only handle, or while repair has the store
+ * to itself: it rebuilds the DDT anyway. */
+static int dd_scrub_mark(dd_scrub *sc)
+{
+	dd_store *s = sc->sc_store;
+	dd_txn *txn = NULL;
+	int fd = -1, rc;
+
+	if (s->st_opts.readonly || (!sc->sc_bad.n && !sc->sc_good.n))
+		return 0;
+	rc = dd_lock_take(s, sc->sc_err, "lock", false, &fd);
+	if (rc == DD_EBUSY)
+		return 0;
+	if (!rc)
+		rc = dd_txn_begin(s->st_db, sc->sc_err, true, &txn);
+	for (size_t i = 0; !rc && i < sc->sc_bad.n; i++) {
+		const dd_sblk *b = &sc->sc_bad.b[i];
+
+		if (b->sb_rc == DD_ECHECKSUM || b->sb_rc == DD_ECORRUPT)
+			rc = dd_scrub_flag(txn, sc->sc_err, b, true);
+	}
+	for (size_t i = 0; !rc && i < sc->sc_good.n; i++)
+		rc = dd_scrub_flag(txn, sc->sc_err, &sc->sc_good.b[i], false);
+	if (txn && rc)
+		dd_txn_abort(txn);
+	else if (txn)
+		rc = dd_txn_commit(txn, sc->sc_err);
+	dd_lock_drop(fd);
 	return rc;
 }
 
@@ -472,6 +576,10 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 		sc->sc_ctx = opts->bad_ctx;
 		sc->sc_progress = opts->progress;
 		sc->sc_progress_ctx = opts->progress_ctx;
+		if (opts->version >= 2) {
+			sc->sc_snap_cb = opts->damaged_snapshot;
+			sc->sc_snap_ctx = opts->damaged_snapshot_ctx;
+		}
 	}
 	rc = dd_db_check(s->st_db, &err);
 	/* the catalog's snapshots are the manifests' (a catalog that went
@@ -481,12 +589,24 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 	if (!rc)
 		rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
 	if (!rc) {
+		dd_err merr = {0};
+		int mrc;
+
 		rc = dd_scrub_run(sc);
 		dd_txn_abort(sc->sc_txn);
+		/* what it found, even when it stopped later (the report went
+		 * out through the callback already) */
+		sc->sc_err = &merr;
+		mrc = dd_scrub_mark(sc);
+		if (mrc && (!rc || rc == DD_ECHECKSUM)) {
+			err = merr;
+			rc = mrc;
+		}
 	}
 	if (out)
 		*out = sc->sc_res;
-	dd_free(sc->sc_bad);
+	dd_free(sc->sc_bad.b);
+	dd_free(sc->sc_good.b);
 	dd_free(sc->sc_ids);
 	dd_free(sc->sc_bs);
 	dd_free(sc->sc_names);

@@ -17,7 +17,8 @@
  * entry -- unless another writer committed the same block meanwhile,
  * then that entry gets the reference and this copy is garbage for gc
  * (in verify mode only once the two copies compare equal; a lost entry,
- * DD_DDE_MISSING, takes this copy as its own) --; the block map is
+ * DD_DDE_MISSING, one scrub found damaged, DD_DDE_DAMAGED, and a dead
+ * one take this copy as their own) --; the block map is
  * appended.  Other writers wait for the LMDB lock only as long as that
  * transaction, a few milliseconds per thousand blocks.
  */
@@ -163,6 +164,22 @@ static int dd_apply_ref(dd_writer *w, const dd_ddt_key *key, uint64_t idx)
 	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
 }
 
+/* The entry of key takes this writer's copy as its record, keeping its
+ * references and adding this one: it was lost (MISSING), found damaged
+ * (DAMAGED) or dead, and the copy is the block (its hash is the key).
+ * Readers of older catalogs still see the old record, which gc reclaims
+ * like any garbage; gc's repointing skips an entry that moved since it
+ * read it (gc.c), so this copy is never undone. */
+static int dd_apply_takeover(dd_writer *w, dd_wop *op, const dd_ddt_key *key,
+			     const dd_ddt_ent *old, const dd_ddt_ent *ours)
+{
+	dd_ddt_ent ent = *ours;
+
+	ent.de_refcnt = old->de_refcnt + 1;
+	op->op_key = *key;
+	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
+}
+
 /* A NEW op: its entry, or a reference to the same block another writer
  * committed meanwhile.  op_key gets the variant it ends under. */
 static int dd_apply_new(dd_writer *w, dd_wop *op)
@@ -188,15 +205,10 @@ static int dd_apply_new(dd_writer *w, dd_wop *op)
 		}
 		if (rc)
 			return rc;
-		if (ent.de_flags & DD_DDE_MISSING) {
-			/* a block repair found no copy of: this is it */
-			uint64_t refs = ent.de_refcnt;
-
-			ent = ours;
-			ent.de_refcnt = refs + 1;
-			op->op_key = key;
-			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
-		}
+		if (ent.de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED))
+			/* a block repair found no copy of, or scrub found
+			 * damaged: this is it */
+			return dd_apply_takeover(w, op, &key, &ent, &ours);
 		if (w->w_store->st_verify) {
 			if (!have_bytes) {
 				rc = dd_block_read(w->w_store, &w->w_err,
@@ -211,9 +223,11 @@ static int dd_apply_new(dd_writer *w, dd_wop *op)
 			if (rc)
 				return rc;
 		}
+		if (same && ent.de_refcnt == 0)
+			/* never revive a dead record unread: it may have been
+			 * damaged while nothing used it (format/ddt.md §3) */
+			return dd_apply_takeover(w, op, &key, &ent, &ours);
 		if (same) {
-			if (ent.de_refcnt == 0)
-				ent.de_dead_since = 0;
 			ent.de_refcnt++;
 			op->op_key = key;
 			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);

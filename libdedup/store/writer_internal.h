@@ -127,7 +127,8 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 
 /* May this DDT entry, as w_rtxn (or a probe) saw it, be referenced?
  * Alive, or dead since this writer started (gc keeps those); never a
- * lost one. */
+ * lost one, nor one scrub found damaged (the writer stores its copy and
+ * the commit points the entry at it). */
 bool dd_writer_usable(const dd_writer *w, const dd_ddt_ent *ent);
 
 /* Verify mode: are the bytes of NEW op `op` (placed or still in the

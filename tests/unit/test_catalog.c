@@ -365,6 +365,28 @@ static void test_ddt_encoding_bytes(void **state)
 	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
 	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
 	assert_int_equal(dd_get_le64((const uint8_t *)v.mv_data + 24), 0);
+	/* DAMAGED (bit 2) keeps the location it names; beside MISSING,
+	 * which has none, it is refused (format/ddt.md §3) */
+	ent = (dd_ddt_ent){.de_codec = 1, .de_flags = DD_DDE_DAMAGED,
+			   .de_pack = 5, .de_offset = 64, .de_psize = 10,
+			   .de_lsize = 4096, .de_refcnt = 3};
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	v = raw_get(txn, txn->tx_ddt, kb, sizeof(kb));
+	assert_int_equal(((const uint8_t *)v.mv_data)[2], 0x04);
+	assert_int_equal(((const uint8_t *)v.mv_data)[3], 0x00);
+	memset(&ent, 0, sizeof(ent));
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &ent));
+	assert_int_equal(ent.de_flags, DD_DDE_DAMAGED);
+	assert_int_equal(ent.de_pack, 5);
+	assert_int_equal(ent.de_refcnt, 3);
+	ent = (dd_ddt_ent){.de_flags = DD_DDE_MISSING | DD_DDE_DAMAGED,
+			   .de_lsize = 4096, .de_refcnt = 1};
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &key, &ent),
+			 DD_ECORRUPT);
+	ent.de_flags = DD_DDE_MISSING;
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &ent));
+	OK(dd_ddt_get(txn, &fx->fx_err, &key, &ent));
 	dd_txn_abort(txn);
 }
 
@@ -402,6 +424,8 @@ static void test_ddt_damaged(void **state)
 		{"version 255", 32, 0, 255, -1, 0, DD_EVERSION},
 		{"version 0", 32, 0, 0, -1, 0, DD_ECORRUPT},
 		{"flag bit 1", 32, 2, 0x02, -1, 0, DD_ECORRUPT},
+		{"flag bit 3", 32, 2, 0x08, -1, 0, DD_ECORRUPT},
+		{"flags 0x0e", 32, 2, 0x0e, -1, 0, DD_ECORRUPT},
 		{"flag bit 15", 32, 3, 0x80, -1, 0, DD_ECORRUPT},
 		{"codec 2", 32, 1, 2, -1, 0, DD_ECORRUPT},
 		{"codec 7", 32, 1, 7, -1, 0, DD_ECORRUPT},

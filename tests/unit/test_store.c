@@ -1402,34 +1402,51 @@ static int scrub_cb(const dd_scrub_bad *bad, void *ctx)
 	return 0;
 }
 
-static void test_damage_detected(void **state)
+/* Flips one payload byte of block `blk` of a 4 KiB, uncompressed image
+ * stored whole in pack `pack` (header 64, then 64 + 4096 per block). */
+static void flip_block(const char *path, unsigned pack, unsigned blk)
 {
-	const size_t n = 64 * KiB;
-	char *path = th_tmp_store();
-	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
-	uint8_t *a = malloc(n), buf[64 * KiB];
-	struct bad_seen seen = {0};
 	char pf[512];
-	dd_reader *r;
-	size_t got;
+	off_t at = 64 + (off_t)blk * (64 + 4096) + 64 + 100;
+	uint8_t x;
 	int fd;
 
-	(void)state;
-	th_rng_state = 3;
-	fill_random(a, n);
-	assert_int_equal(th_put(s, "a", a, n, n), 0);
-	dd_store_close(s);
-	/* block 5's payload: header 64 + 5 * (64 + 4096) + 64 + 100 */
-	snprintf(pf, sizeof(pf), "%s/packs/00000001.pack", path);
+	snprintf(pf, sizeof(pf), "%s/packs/%08x.pack", path, pack);
 	fd = open(pf, O_RDWR);
 	assert_true(fd >= 0);
-	uint8_t x;
-	off_t at = 64 + 5 * (64 + 4096) + 64 + 100;
 	assert_int_equal(pread(fd, &x, 1, at), 1);
 	x ^= 0x40;
 	assert_int_equal(pwrite(fd, &x, 1, at), 1);
 	close(fd);
+}
+
+/* A 4 KiB store at path holding snapshot "a" of n random bytes (seed),
+ * its block 5 damaged on disk; opened again. */
+static dd_store *store_damaged(const char *path, uint8_t *a, size_t n,
+			       uint64_t seed)
+{
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+
+	th_rng_state = seed;
+	fill_random(a, n);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	dd_store_close(s);
+	flip_block(path, 1, 5);
 	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	return s;
+}
+
+static void test_damage_detected(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	uint8_t *a = malloc(n), buf[64 * KiB];
+	dd_store *s = store_damaged(path, a, n, 3);
+	struct bad_seen seen = {0};
+	dd_reader *r;
+	size_t got;
+
+	(void)state;
 	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
 	assert_int_equal(dd_reader_pread(r, buf, n, 0, &got), DD_ECHECKSUM);
 	assert_int_equal(got, 0);
@@ -1442,6 +1459,160 @@ static void test_damage_detected(void **state)
 	assert_int_equal(seen.n, 1);
 	assert_string_equal(seen.snap, "a");
 	assert_int_equal(seen.offset, 5 * 4096);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
+struct salvaged {
+	int n;
+	uint64_t off, len;
+	int error;
+};
+
+static int salvage_cb(void *ctx, uint64_t off, uint64_t len, int error,
+		      const char *msg)
+{
+	struct salvaged *sv = ctx;
+
+	sv->n++;
+	sv->off = off;
+	sv->len = len;
+	sv->error = error;
+	assert_non_null(strstr(msg, "DD_ECHECKSUM"));
+	return 0;
+}
+
+/* dd_reader_pread_salvage: the damaged block reads as zeros and is
+ * reported with the part of the range it covers; every other byte is the
+ * image's; a callback that says stop stops the read. */
+static void test_reader_salvage(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	uint8_t *a = malloc(n), *want = malloc(n), buf[64 * KiB];
+	dd_store *s = store_damaged(path, a, n, 5);
+	struct salvaged sv = {0};
+	dd_reader *r;
+	size_t got;
+
+	(void)state;
+	memcpy(want, a, n);
+	memset(want + 5 * 4096, 0, 4096);
+	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
+	assert_int_equal(dd_reader_pread_salvage(r, buf, n, 0, &got,
+						 salvage_cb, &sv), 0);
+	assert_int_equal(got, n);
+	assert_memory_equal(buf, want, n);
+	assert_int_equal(sv.n, 1);
+	assert_int_equal(sv.off, 5 * 4096);
+	assert_int_equal(sv.len, 4096);
+	assert_int_equal(sv.error, DD_ECHECKSUM);
+	/* a range that begins inside the damaged block */
+	memset(&sv, 0, sizeof(sv));
+	assert_int_equal(dd_reader_pread_salvage(r, buf, 5000, 5 * 4096 + 100,
+						 &got, salvage_cb, &sv), 0);
+	assert_int_equal(got, 5000);
+	assert_memory_equal(buf, want + 5 * 4096 + 100, 5000);
+	assert_int_equal(sv.n, 1);
+	assert_int_equal(sv.off, 5 * 4096 + 100);
+	assert_int_equal(sv.len, 3996);
+	/* the plain read still fails; no callback is misuse */
+	assert_int_equal(dd_reader_pread(r, buf, n, 0, &got), DD_ECHECKSUM);
+	assert_int_equal(dd_reader_pread_salvage(r, buf, n, 0, &got, NULL,
+						 NULL), DD_EINVAL);
+	dd_reader_close(r);
+	dd_store_close(s);
+	free(a);
+	free(want);
+	th_rm_store(path);
+}
+
+/* The DDT entry of the 4 KiB block at data. */
+static dd_ddt_ent block_ent(dd_store *s, const uint8_t *data)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent ent;
+	dd_txn *txn;
+	dd_err err;
+
+	dd_sha256(data, 4096, key.dk_hash);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
+	dd_txn_abort(txn);
+	return ent;
+}
+
+/* Healing (format/ddt.md §3): scrub flags the entry of a damaged record
+ * DAMAGED; a put of the same data stores a fresh copy, the entry points
+ * at it, and the snapshot that used the damaged record reads again.  A
+ * dead entry (after rm, before gc) is never revived with its record, so
+ * a record damaged while nothing used it does not come back.  A flag on
+ * a record that reads well is cleared by scrub. */
+static void test_scrub_marks_put_heals(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	uint8_t *a = malloc(n);
+	dd_store *s = store_damaged(path, a, n, 21);
+	struct bad_seen seen = {0};
+	dd_ddt_ent e, e2;
+	dd_txn *txn;
+	dd_err err;
+
+	(void)state;
+	e = block_ent(s, a + 5 * 4096);
+	assert_int_equal(e.de_flags, 0);
+	assert_int_equal(dd_store_scrub(s, scrub_cb, &seen, NULL), DD_ECHECKSUM);
+	assert_int_equal(seen.n, 1);
+	e2 = block_ent(s, a + 5 * 4096);
+	assert_int_equal(e2.de_flags, DD_DDE_DAMAGED);
+	assert_int_equal(e2.de_pack, e.de_pack);
+	assert_int_equal(e2.de_offset, e.de_offset);
+	assert_int_equal(e2.de_refcnt, 1);
+	/* only that one */
+	assert_int_equal(block_ent(s, a + 4 * 4096).de_flags, 0);
+
+	/* a put of the same bytes heals it: both snapshots read exact */
+	assert_int_equal(th_put(s, "b", a, n, n), 0);
+	e2 = block_ent(s, a + 5 * 4096);
+	assert_int_equal(e2.de_flags, 0);
+	assert_int_equal(e2.de_refcnt, 2);
+	assert_true(e2.de_pack != e.de_pack || e2.de_offset != e.de_offset);
+	th_check_image(s, "a", a, n);
+	th_check_image(s, "b", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* dead entries: both snapshots removed, a record damaged since;
+	 * the next put stores fresh copies and reads exact */
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	assert_int_equal(dd_snapshot_delete(s, "b"), 0);
+	dd_store_close(s);
+	flip_block(path, 1, 9);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	e = block_ent(s, a + 9 * 4096);
+	assert_int_equal(e.de_refcnt, 0);
+	assert_int_equal(th_put(s, "c", a, n, n), 0);
+	e2 = block_ent(s, a + 9 * 4096);
+	assert_int_equal(e2.de_refcnt, 1);
+	assert_true(e2.de_pack != e.de_pack || e2.de_offset != e.de_offset);
+	th_check_image(s, "c", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* a flag on a record that reads well: scrub clears it */
+	e = block_ent(s, a + 2 * 4096);
+	e.de_flags = DD_DDE_DAMAGED;
+	{
+		dd_ddt_key key = {.dk_variant = 0};
+
+		dd_sha256(a + 2 * 4096, 4096, key.dk_hash);
+		assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+		assert_int_equal(dd_ddt_put(txn, &err, &key, &e), 0);
+		assert_int_equal(dd_txn_commit(txn, &err), 0);
+	}
+	th_check_image(s, "c", a, n);   /* a read tries the record anyway */
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(block_ent(s, a + 2 * 4096).de_flags, 0);
 	dd_store_close(s);
 	free(a);
 	th_rm_store(path);
@@ -1874,6 +2045,8 @@ int main(void)
 		cmocka_unit_test(test_writer_progress),
 		cmocka_unit_test(test_writer_cancel_thread),
 		cmocka_unit_test(test_damage_detected),
+		cmocka_unit_test(test_scrub_marks_put_heals),
+		cmocka_unit_test(test_reader_salvage),
 		cmocka_unit_test(test_fault_walk),
 		cmocka_unit_test(test_fault_walk_gc),
 		cmocka_unit_test(test_fault_walk_put_verify),
