@@ -561,7 +561,9 @@ int dd_table_put(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
 	if (rc)
 		return rc;
 	rc = mdb_put(txn->tx_mdb, txn->tx_db->db_dbi[tree], k, v, flags);
-	if (rc == MDB_KEYEXIST && (flags & MDB_APPEND))
+	/* MDB_APPEND: the key is not past the last; MDB_NOOVERWRITE: it is
+	 * there, and v now points at its value */
+	if (rc == MDB_KEYEXIST && (flags & (MDB_APPEND | MDB_NOOVERWRITE)))
 		return DD_EEXIST;
 	return rc ? dd_mdb_error(err, rc, what) : 0;
 }

@@ -121,6 +121,10 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent);
+/* Adds key unless it is there: 0 when added, DD_EEXIST with *old its entry
+ * when it was (one descent of the tree where get + put take two). */
+int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		  const dd_ddt_ent *ent, dd_ddt_ent *old);
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key);
 
 /* Walks the live DDT in key order; fn returning non-zero stops the walk

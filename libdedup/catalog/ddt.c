@@ -141,6 +141,24 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			    "ddt put");
 }
 
+int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		  const dd_ddt_ent *ent, dd_ddt_ent *old)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	int rc;
+
+	dd_ddt_key_encode(kb, key);
+	dd_ddt_val_encode(vb, ent);
+	rc = dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v,
+			  MDB_NOOVERWRITE, "ddt insert");
+	if (rc != DD_EEXIST)
+		return rc;
+	/* LMDB pointed v at the entry in place */
+	rc = dd_ddt_val_decode(err, &v, old);
+	return rc ? rc : DD_EEXIST;
+}
+
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key)
 {
 	uint8_t kb[DD_DDT_KEY_SIZE];

@@ -198,12 +198,12 @@ static int dd_apply_new(dd_writer *w, dd_wop *op)
 		int rc;
 
 		key.dk_variant = (uint8_t)v;
-		rc = dd_ddt_get(w->w_txn, &w->w_err, &key, &ent);
-		if (rc == DD_ENOENT) {
+		rc = dd_ddt_insert(w->w_txn, &w->w_err, &key, &ours, &ent);
+		if (rc == 0) {
 			op->op_key = key;
-			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ours);
+			return 0;
 		}
-		if (rc)
+		if (rc != DD_EEXIST)
 			return rc;
 		if (ent.de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED))
 			/* a block repair found no copy of, or scrub found

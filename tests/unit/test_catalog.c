@@ -306,6 +306,23 @@ static void test_ddt_roundtrip(void **state)
 	/* put over an existing key replaces its value */
 	e[0].ek_ent.de_refcnt = 99;
 	OK(dd_ddt_put(txn, &fx->fx_err, &e[0].ek_key, &e[0].ek_ent));
+	/* insert leaves an existing key as it is and hands its entry back;
+	 * an absent one it adds */
+	{
+		dd_ddt_ent other = e[3].ek_ent;
+
+		other.de_refcnt = 7;
+		memset(&got, 0xa5, sizeof(got));
+		assert_int_equal(dd_ddt_insert(txn, &fx->fx_err, &e[0].ek_key,
+					       &other, &got), DD_EEXIST);
+		assert_ent_equal(&got, &e[0].ek_ent);
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[0].ek_key, &got));
+		assert_ent_equal(&got, &e[0].ek_ent);
+		OK(dd_ddt_insert(txn, &fx->fx_err, &e[2].ek_key, &other, &got));
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[2].ek_key, &got));
+		assert_ent_equal(&got, &other);
+		OK(dd_ddt_del(txn, &fx->fx_err, &e[2].ek_key));
+	}
 	commit(fx, txn);
 
 	txn = begin(fx, false);
