@@ -258,30 +258,28 @@ static int recv_output(const struct recv_args *a)
 {
 	dd_recv_opts opts = DD_RECV_OPTS_INIT;
 	struct progress pg;
-	struct stat st;
+	struct outfile of;
 	dd_stream_info info;
 	double t0 = now_seconds();
-	int created, out, in = STDIN_FILENO, rc;
+	int in = STDIN_FILENO, rc;
 
-	created = stat(a->path, &st) != 0 && errno == ENOENT;
-	/* Read and write: a REF block is copied from the output itself. */
-	out = open(a->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-	if (out < 0)
+	/* Read and write: a REF block is copied from the output itself.  A
+	 * regular file is rebuilt under a temporary name and renamed at the
+	 * end, so an interrupted receive never leaves a whole-looking file
+	 * (a device is written in place) */
+	if (outfile_open(&of, a->path, O_RDWR) != 0)
 		die("cannot open '%.300s': %s", a->path, strerror(errno));
 	progress_init(&pg, "ddrecv", 0, a->verbose);
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
-	rc = dd_recv_fd(out, &opts, dd_fd_read, &in, &info);
+	rc = dd_recv_fd(of.fd, &opts, dd_fd_read, &in, &info);
 	progress_finish(&pg);
-	if (rc == 0 && close(out) != 0)
-		die("close '%.300s': %s", a->path, strerror(errno));
 	if (rc) {
-		close(out);
-		/* A half-rebuilt file that we created is only misleading. */
-		if (created)
-			unlink(a->path);
+		outfile_abort(&of);
 		die("%s", best_errmsg(NULL, rc));
 	}
+	if (outfile_commit(&of) != 0)
+		die("'%.300s': %s", a->path, strerror(errno));
 	recv_summary(a, &info, "output", a->path, -1, now_seconds() - t0);
 	return 0;
 }

@@ -293,8 +293,9 @@ int cmd_put(int argc, char **argv)
 struct output {
 	int fd;
 	const char *path;   /* NULL for stdout */
-	int regular;        /* a regular file: holes allowed, removed on error */
+	int regular;        /* a regular file: holes allowed */
 	int sparse;         /* zero runs were skipped with lseek */
+	struct outfile of;  /* FILE: written under a temporary name */
 };
 
 static struct output *get_out;
@@ -302,7 +303,8 @@ static struct output *get_out;
 static _Noreturn void get_fail(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 
-/* Exits with one line, first removing a partially written regular FILE. */
+/* Exits with one line, first removing the temporary file of a partial
+ * FILE: a FILE that existed keeps its bytes. */
 static void get_fail(const char *fmt, ...)
 {
 	char msg[1024];
@@ -311,10 +313,8 @@ static void get_fail(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (get_out && get_out->path && get_out->regular) {
-		close(get_out->fd);
-		unlink(get_out->path);
-	}
+	if (get_out && get_out->path)
+		outfile_abort(&get_out->of);
 	die("%s", msg);
 }
 
@@ -328,11 +328,13 @@ static void open_output(struct output *out, const char *path)
 		return;
 	}
 	out->path = path;
-	out->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (out->fd < 0)
+	if (outfile_open(&out->of, path, O_WRONLY) != 0)
 		die("%s: %s", path, strerror(errno));
-	if (fstat(out->fd, &st) != 0)
+	out->fd = out->of.fd;
+	if (fstat(out->fd, &st) != 0) {
+		outfile_abort(&out->of);
 		die("%s: %s", path, strerror(errno));
+	}
 	out->regular = S_ISREG(st.st_mode);
 }
 
@@ -369,13 +371,8 @@ static void finish_output(struct output *out, uint64_t size)
 		return;
 	if (out->sparse && ftruncate(out->fd, (off_t)size) != 0)
 		get_fail("%s: truncate: %s", name, strerror(errno));
-	if (fsync(out->fd) != 0 && errno != EINVAL)
-		get_fail("%s: fsync: %s", name, strerror(errno));
-	if (close(out->fd) != 0) {
-		out->regular = 0;  /* fd is gone; report without unlinking */
-		unlink(out->path);
-		die("%s: close: %s", name, strerror(errno));
-	}
+	if (outfile_commit(&out->of) != 0)
+		die("%s: %s", name, strerror(errno));
 }
 
 /* get --salvage: the damaged ranges, adjacent blocks joined, in order. */

@@ -4,6 +4,9 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -645,4 +648,70 @@ _Noreturn void print_tool_version(const char *prog)
 	if (dd_version_number() != DD_VERSION_NUMBER)
 		printf("running with library %s\n", dd_version_string());
 	exit(0);
+}
+
+/* ---- outputs that look whole only once they are ----------------------------*/
+
+int outfile_open(struct outfile *of, const char *path, int flags)
+{
+	const char *slash = strrchr(path, '/');
+	size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+	struct stat st;
+	size_t len;
+
+	memset(of, 0, sizeof(*of));
+	of->fd = -1;
+	of->path = path;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		/* a device or a FIFO: in place, as the caller documents */
+		of->fd = open(path, flags | O_CLOEXEC);
+		return of->fd < 0 ? -1 : 0;
+	}
+	len = strlen(path) + 32;
+	of->tmp = malloc(len);
+	if (!of->tmp)
+		return -1;
+	snprintf(of->tmp, len, "%.*s.%s.ddtmp.%ld", (int)dlen, path,
+		 path + dlen, (long)getpid());
+	of->fd = open(of->tmp, flags | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (of->fd < 0) {
+		free(of->tmp);
+		of->tmp = NULL;
+		return -1;
+	}
+	of->regular = 1;
+	return 0;
+}
+
+int outfile_commit(struct outfile *of)
+{
+	int fd = of->fd, rc = 0, e;
+
+	of->fd = -1;
+	if (fsync(fd) != 0 && errno != EINVAL)
+		rc = -1;
+	if (close(fd) != 0)
+		rc = -1;
+	if (!rc && of->tmp && rename(of->tmp, of->path) != 0)
+		rc = -1;
+	if (rc) {
+		e = errno;
+		outfile_abort(of);
+		errno = e;
+		return -1;
+	}
+	free(of->tmp);
+	of->tmp = NULL;
+	return 0;
+}
+
+void outfile_abort(struct outfile *of)
+{
+	if (of->fd >= 0)
+		close(of->fd);
+	of->fd = -1;
+	if (of->tmp)
+		unlink(of->tmp);
+	free(of->tmp);
+	of->tmp = NULL;
 }

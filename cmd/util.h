@@ -174,6 +174,24 @@ int chunker_size_valid(int chunker, uint64_t v);
  * thread's (dd_last_errmsg), else the code's name. */
 const char *best_errmsg(const char *handle_msg, int rc);
 
+/* An output file that looks whole only once it is: a regular file (or a
+ * path that does not exist yet) is written under a temporary name beside
+ * it, ".NAME.ddtmp.PID", renamed over PATH by outfile_commit; a device or
+ * a FIFO is written in place (it cannot be renamed).  A failure removes
+ * the temporary file and never PATH, which keeps what it held. */
+struct outfile {
+	int fd;
+	const char *path;
+	char *tmp;          /* NULL: written in place */
+	int regular;        /* holes allowed, size set with ftruncate */
+};
+/* flags: O_WRONLY or O_RDWR.  0, or -1 with errno. */
+int outfile_open(struct outfile *of, const char *path, int flags);
+/* fsync, close, rename.  0, or -1 with errno (the temporary file gone). */
+int outfile_commit(struct outfile *of);
+/* Closes and removes the temporary file; safe to call twice. */
+void outfile_abort(struct outfile *of);
+
 /* Prints "PROG (libdedup) X.Y.Z" (and the library's version when it
  * differs from the header's) and exits 0. */
 _Noreturn void print_tool_version(const char *prog);

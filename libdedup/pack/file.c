@@ -46,6 +46,7 @@
 
 #include "../common/alloc.h"
 #include "../common/io.h"
+#include "../common/zero.h"
 #include "pack.h"
 
 #define DD_PACK_NAME_LEN 16
@@ -602,6 +603,63 @@ int dd_pack_find_record(dd_pack *p, dd_err *err, uint64_t from,
 	return rc;
 }
 
+int dd_pack_punch(dd_pack *p, dd_err *err, uint64_t off, uint64_t len)
+{
+	if (!p || !p->pk_writable)
+		return dd_err_set(err, DD_EINVAL, "dd_pack_punch: pack not "
+				  "open for writing");
+	if (off < DD_PACK_FILE_HDR_SIZE || len == 0 ||
+	    len > (uint64_t)INT64_MAX - off)
+		return dd_err_set(err, DD_EINVAL, "pack %s: punch of %" PRIu64
+				  " bytes at %" PRIu64, p->pk_name, len, off);
+	if (fallocate(p->pk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)off, (off_t)len) == 0)
+		return 0;
+	if (errno == EOPNOTSUPP || errno == ENOSYS)
+		return dd_err_set(err, DD_ENOTSUP, "pack %s: the file system "
+				  "cannot punch holes", p->pk_name);
+	return dd_err_set_errno(err, errno, "pack %s: punch %" PRIu64
+				" bytes at %" PRIu64, p->pk_name, len, off);
+}
+
+/* A punched range (format/pack.md §6.1) at a record's start: 64 zero
+ * bytes where its header was.  *next gets the first non-zero byte at or
+ * after off, or bound: the next record's start, since every header begins
+ * with its magic.  Holes the file system deallocated are stepped over
+ * with SEEK_DATA; the rest is read (buf holds at least 64 KiB). */
+static int dd_pack_skip_punched(dd_pack *p, dd_err *err, uint8_t *buf,
+				uint64_t off, uint64_t bound, uint64_t *next)
+{
+	const size_t chunk = (size_t)64 << 10;
+
+	while (off < bound) {
+		off_t data = lseek(p->pk_fd, (off_t)off, SEEK_DATA);
+		size_t got, n;
+		int rc;
+
+		if (data < 0 && errno == ENXIO)
+			break;        /* a hole to the end of the file */
+		if (data > (off_t)off)
+			off = (uint64_t)data < bound ? (uint64_t)data : bound;
+		if (off >= bound)
+			break;
+		n = bound - off < chunk ? (size_t)(bound - off) : chunk;
+		rc = dd_io_pread(err, p->pk_fd, buf, n, off, &got, p->pk_name);
+		if (rc)
+			return rc;
+		if (got == 0)
+			break;
+		for (size_t i = 0; i < got; i++)
+			if (buf[i]) {
+				*next = off + i;
+				return 0;
+			}
+		off += got;
+	}
+	*next = bound;
+	return 0;
+}
+
 static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
 			    uint64_t limit, bool payloads, dd_pack_walk_fn fn,
 			    void *ctx, uint64_t *end)
@@ -644,6 +702,15 @@ static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
 					"pack %s, off %" PRIu64 ": partial record header",
 					p->pk_name, off);
 			goto out;
+		}
+		if (dd_is_zero(buf, DD_PACK_REC_HDR_SIZE)) {
+			/* punched: dead records gc gave back (§6.1) */
+			rc = dd_pack_skip_punched(p, err, buf, off, bound, &off);
+			if (rc)
+				goto out;
+			if (end)
+				*end = off;
+			continue;
 		}
 		rc = pack_decode_at(p, err, off, buf, &rec);
 		if (rc)

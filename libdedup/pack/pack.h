@@ -140,8 +140,15 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 		     const dd_pack_rec *expect, dd_pack_rec *rec, void *buf,
 		     size_t buflen);
 
+/* Gives back the space of bytes [off, off + len) of a pack (dead records
+ * gc chose, format/pack.md §6.1): fallocate PUNCH_HOLE, the file's size
+ * unchanged; the range then reads as zeros.  DD_ENOTSUP when the file
+ * system cannot; the pack must be open for writing. */
+int dd_pack_punch(dd_pack *p, dd_err *err, uint64_t off, uint64_t len);
 /* Walks a pack record by record from its first record (for scrub and
- * rebuild).  Calls fn for each; stops at the first damaged header, the end
+ * rebuild).  A punched range (64 zero bytes where a header would start)
+ * is stepped over to the next non-zero byte, the next record's start
+ * (format/pack.md §5.3).  Calls fn for each; stops at the first damaged header, the end
  * of file, or `limit` bytes (0: no limit); *end gets the offset after the
  * last record fn accepted, whatever the walk returns.  fn returning
  * non-zero stops the walk with that value.  Returns 0 when the walk ends

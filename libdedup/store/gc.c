@@ -33,10 +33,19 @@
  * The doomed packs' files are unlinked once no reader that began before
  * the commit is left (dd_store_reap).  A crash before 5 leaves the old
  * state and a new pack no commit recorded, which recovery removes; live data
- * is never touched in place, and a live block that fails verification
- * stops gc with the store unchanged.
+ * is never touched in place.  A live block that fails verification stays
+ * where it is, its pack kept (scrub names it); its pack's other live
+ * blocks still move.
+ *
+ * Under pressure (format/pack.md §6.1, space.c): when the copy finds no
+ * room (DD_ENOSPC) the packs to rewrite are kept instead; after the
+ * commit, once no older reader is left, the dead records of every pack
+ * kept are punched out in place, which needs no space.  A commit that
+ * finds the file system full releases STORE/reserve and is tried once
+ * more; gc makes the reserve again when it is done.
  */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -71,6 +80,9 @@ typedef struct dd_gc {
 	dd_pack *gc_new;          /* where moved blocks go */
 	uint64_t gc_new_bytes;    /* its size */
 	uint64_t gc_move_bytes;   /* their bytes, for progress */
+	uint64_t gc_commit;       /* the write transaction's id */
+	uint64_t gc_damaged;      /* live blocks left in place, damaged */
+	bool gc_no_room;          /* the copy failed writing, DD_ENOSPC */
 	const dd_gc_opts *gc_opts;/* version 2: the progress callback */
 	dd_gc_result gc_res;
 } dd_gc;
@@ -201,7 +213,7 @@ static int dd_gc_choose(dd_gc *gc, double below)
 		    (double)gc->gc_live[id] >= below * (double)data)
 			continue;
 		rc = dd_pack_open(&p, gc->gc_err, s->st_packdir, (uint32_t)id,
-				  0);
+				  1);
 		if (rc)
 			return rc;
 		if (dd_pack_lock(p, &busy)) {
@@ -248,31 +260,66 @@ static int dd_gc_copy(dd_gc *gc, dd_scratch *sc, uint64_t *new_off)
 		if (!rc)
 			rc = dd_block_read(s, gc->gc_err, sc, key, &e,
 					   sc->sc_dbuf);
-		if (rc == DD_ECHECKSUM || rc == DD_ECORRUPT)
-			rc = dd_err_set(gc->gc_err, rc,
-					"gc stopped, store unchanged: a live "
-					"block in pack %u at offset %llu is "
-					"damaged (run scrub)", e.de_pack,
-					(unsigned long long)e.de_offset);
-		if (!rc && !gc->gc_new)
-			rc = dd_store_new_pack(s, gc->gc_err, false,
-					       &gc->gc_new);
-		if (rc)
-			break;
-		rec = (dd_pack_rec){.pr_codec = e.de_codec,
-				    .pr_lsize = e.de_lsize,
-				    .pr_psize = e.de_psize};
-		memcpy(rec.pr_hash, key->dk_hash, DD_HASH_SIZE);
-		rc = dd_pack_append(gc->gc_new, gc->gc_err, &rec,
-				    sc->sc_rbuf + DD_PACK_REC_HDR_SIZE,
-				    &new_off[i]);
+		if ((rc == DD_ECHECKSUM || rc == DD_ECORRUPT) &&
+		    gc->gc_move.gk[i].gk_pack < gc->gc_npacks) {
+			/* damaged: it stays, and so does its pack; the
+			 * others move, and the dead around it are punched */
+			gc->gc_fate[gc->gc_move.gk[i].gk_pack] = DD_GC_KEEP;
+			gc->gc_damaged++;
+			new_off[i] = UINT64_MAX;
+			dd_err_clear(gc->gc_err);
+			rc = 0;
+		} else {
+			if (!rc && !gc->gc_new) {
+				rc = dd_store_new_pack(s, gc->gc_err, false,
+						       &gc->gc_new);
+				gc->gc_no_room = rc == DD_ENOSPC;
+			}
+			if (rc)
+				break;
+			rec = (dd_pack_rec){.pr_codec = e.de_codec,
+					    .pr_lsize = e.de_lsize,
+					    .pr_psize = e.de_psize};
+			memcpy(rec.pr_hash, key->dk_hash, DD_HASH_SIZE);
+			rc = dd_pack_append(gc->gc_new, gc->gc_err, &rec,
+					    sc->sc_rbuf + DD_PACK_REC_HDR_SIZE,
+					    &new_off[i]);
+			gc->gc_no_room = rc == DD_ENOSPC;
+		}
 		done += DD_PACK_REC_HDR_SIZE + e.de_psize;
 		if (!rc && (i % 256 == 255 || i + 1 == gc->gc_move.n))
 			rc = dd_gc_progress(gc, done);
 	}
-	if (!rc && gc->gc_new)
+	if (!rc && gc->gc_new) {
 		rc = dd_pack_sync(gc->gc_new, gc->gc_err);
+		gc->gc_no_room = rc == DD_ENOSPC;
+	}
 	return rc;
+}
+
+/* Drops gc's new pack, uncommitted: its file goes at once. */
+static void dd_gc_drop_new(dd_gc *gc)
+{
+	char name[16];   /* dd_pack_name's size */
+
+	if (!gc->gc_new)
+		return;
+	dd_pack_name(name, sizeof(name), dd_pack_id(gc->gc_new));
+	dd_pack_close(gc->gc_new);
+	gc->gc_new = NULL;
+	unlinkat(gc->gc_store->st_packdir, name, 0);
+}
+
+/* No room for the copies: the packs to rewrite are kept, still locked,
+ * and their dead records punched after the commit instead. */
+static void dd_gc_no_room(dd_gc *gc)
+{
+	dd_gc_drop_new(gc);
+	for (uint64_t id = 1; id < gc->gc_npacks; id++)
+		if (gc->gc_fate[id] == DD_GC_REWRITE)
+			gc->gc_fate[id] = DD_GC_KEEP;
+	gc->gc_move.n = 0;
+	gc->gc_move_bytes = 0;
 }
 
 static int dd_gc_read_phase(dd_gc *gc, double below, uint64_t **new_off)
@@ -322,6 +369,11 @@ static int dd_gc_read_phase(dd_gc *gc, double below, uint64_t **new_off)
 		return rc;
 	rc = dd_gc_copy(gc, &sc, *new_off);
 	dd_scratch_fini(&sc);
+	if (rc == DD_ENOSPC && gc->gc_no_room) {
+		dd_gc_no_room(gc);
+		dd_err_clear(gc->gc_err);
+		rc = 0;
+	}
 	return rc;
 }
 
@@ -336,6 +388,8 @@ static int dd_gc_repoint(dd_gc *gc, const uint64_t *new_off)
 		const dd_gc_key *m = &gc->gc_move.gk[i];
 		dd_ddt_ent e;
 
+		if (new_off[i] == UINT64_MAX)
+			continue;   /* damaged: not copied */
 		rc = dd_ddt_get(gc->gc_txn, gc->gc_err, &m->gk_key, &e);
 		if (rc == DD_ENOENT) {
 			rc = 0;
@@ -407,6 +461,11 @@ static int dd_gc_write_phase(dd_gc *gc, const uint64_t *new_off)
 	uint64_t running, removed = 0;
 	int rc = dd_gc_recheck_ends(gc);
 
+	/* counted afresh when a commit is tried again (dd_gc_run) */
+	gc->gc_res.blocks_moved = gc->gc_res.ddt_entries_removed = 0;
+	gc->gc_res.packs_deleted = gc->gc_res.packs_rewritten = 0;
+	gc->gc_commit = dd_txn_id(gc->gc_txn);
+
 	if (!rc)
 		rc = dd_gc_repoint(gc, new_off);
 
@@ -453,18 +512,72 @@ static int dd_gc_run(dd_gc *gc, double below)
 		dd_txn_abort(gc->gc_txn);
 		gc->gc_txn = NULL;
 	}
-	if (!rc)
+	for (int tries = 0; !rc; tries++) {
 		rc = dd_txn_begin(s->st_db, gc->gc_err, true, &gc->gc_txn);
-	if (!rc) {
+		if (rc)
+			break;
 		rc = dd_gc_write_phase(gc, new_off);
 		if (rc)
 			dd_txn_abort(gc->gc_txn);
 		else
 			rc = dd_txn_commit(gc->gc_txn, gc->gc_err);
 		gc->gc_txn = NULL;
+		/* a full file system: the reserve makes room for the
+		 * catalog's pages, once */
+		if (rc != DD_ENOSPC || tries || !dd_space_reserve_release(s))
+			break;
+		dd_err_clear(gc->gc_err);
+		rc = 0;
 	}
 	dd_free(new_off);
 	return rc;
+}
+
+/* Punches the dead records of the packs gc keeps (space.c), once no
+ * reader that began before gc's commit is left -- one could still read
+ * an entry the commit deleted; the next gc punches what this one could
+ * not.  Packs gc chose and kept (no room, damage) are punched; the others
+ * only when their file holds more than their live bytes, and only if gc
+ * gets their lock.  Failures
+ * are not gc's: it has committed. */
+static uint64_t dd_gc_punch(dd_gc *gc)
+{
+	dd_store *s = gc->gc_store;
+	uint64_t oldest, total = 0;
+	dd_err e = {0};
+
+	if (dd_db_oldest_reader(s->st_db, &e, &oldest) || oldest < gc->gc_commit)
+		return 0;
+	for (uint64_t id = 1; id < gc->gc_npacks; id++) {
+		uint64_t end = gc->gc_end[id], punched = 0;
+		dd_pack *p = gc->gc_held[id];
+		char name[16];   /* dd_pack_name's size */
+		struct stat st;
+		int rc;
+
+		if (gc->gc_fate[id] != DD_GC_KEEP || end <= DD_PACK_FILE_HDR_SIZE)
+			continue;
+		dd_pack_name(name, sizeof(name), (uint32_t)id);
+		if (!p && (fstatat(s->st_packdir, name, &st, 0) != 0 ||
+			   (uint64_t)st.st_blocks * 512 <=
+			   gc->gc_live[id] + DD_PACK_FILE_HDR_SIZE + 65536))
+			continue;   /* nothing much dead left in it */
+		if (!p) {
+			if (dd_pack_open(&p, &e, s->st_packdir, (uint32_t)id,
+					 1))
+				continue;
+			if (dd_pack_lock(p, &e)) {
+				dd_pack_close(p);
+				continue;
+			}
+			gc->gc_held[id] = p;
+		}
+		rc = dd_space_punch_pack(s, &e, p, &punched);
+		total += punched;
+		if (rc == DD_ENOTSUP)
+			break;      /* the file system cannot */
+	}
+	return total;
 }
 
 /* Lets go of the packs; the new one goes too unless gc committed. */
@@ -472,12 +585,8 @@ static void dd_gc_free_state(dd_gc *gc, bool committed)
 {
 	for (uint64_t id = 0; gc->gc_held && id < gc->gc_npacks; id++)
 		dd_pack_close(gc->gc_held[id]);
-	if (gc->gc_new && !committed) {
-		char name[16];   /* dd_pack_name's size */
-
-		dd_pack_name(name, sizeof(name), dd_pack_id(gc->gc_new));
-		unlinkat(gc->gc_store->st_packdir, name, 0);
-	}
+	if (!committed)
+		dd_gc_drop_new(gc);
 	dd_pack_close(gc->gc_new);
 	dd_free(gc->gc_held);
 	dd_free(gc->gc_live);
@@ -515,9 +624,8 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 		rc = dd_store_enter(s, &err, &lockfd);
 	if (!rc)
 		rc = dd_gc_run(&gc, below);
-	dd_gc_free_state(&gc, rc == 0);
 	if (!rc) {
-		uint64_t freed = 0;
+		uint64_t freed = 0, punched;
 
 		/* a failure to reap is not gc's failure: the next one to
 		 * enter the store reaps what remains */
@@ -525,7 +633,11 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 			gc.gc_res.bytes_reclaimed =
 				freed > gc.gc_new_bytes ? freed - gc.gc_new_bytes
 							: 0;
+		punched = dd_gc_punch(&gc);
+		gc.gc_res.bytes_reclaimed += punched;
+		dd_space_reserve_make(s);
 	}
+	dd_gc_free_state(&gc, rc == 0);
 	dd_store_leave(lockfd);
 	dd_lock_drop(gcfd);
 	if (rc)

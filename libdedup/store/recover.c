@@ -455,11 +455,10 @@ static int dd_scan_pack(dd_store *s, dd_txn *txn, struct dd_pack_todo *pt,
 		return rc;
 	if (fstatat(s->st_packdir, fname, &st, 0) != 0)
 		return dd_err_set_errno(err, errno, "%s", fname);
-	if ((uint64_t)st.st_size < committed)
-		return dd_err_set(err, DD_ECORRUPT, "pack %s is %lld bytes, "
-				  "shorter than its committed %llu", fname,
-				  (long long)st.st_size,
-				  (unsigned long long)committed);
+	/* a pack shorter than its committed end lost records: damage, which
+	 * scrub reports and reads refuse block by block; there is no tail to
+	 * cut, and refusing here would keep rm and gc from removing the
+	 * snapshots it hurt (format/store.md §5) */
 	if ((uint64_t)st.st_size > committed)
 		return dd_todo_add(err, &pt->pt_tail, &pt->pt_ntail,
 				   &pt->pt_cap_tail, (uint32_t)id);

@@ -203,6 +203,15 @@ int dd_snapshot_delete(dd_store *s, const char *name)
 		return dd_store_fail(s, &err);
 	rc = dd_snapshot_delete_txn(s, &err, name, &regfd, &id);
 	dd_writer_unregister(s, id, regfd);
+	/* a full file system: STORE/reserve makes room for the catalog's
+	 * pages (format/store.md §1); the deletion was undone, so it is
+	 * tried once more from the start */
+	if (rc == DD_ENOSPC && dd_space_reserve_release(s)) {
+		dd_err_clear(&err);
+		regfd = -1;
+		rc = dd_snapshot_delete_txn(s, &err, name, &regfd, &id);
+		dd_writer_unregister(s, id, regfd);
+	}
 	dd_store_leave(lockfd);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

@@ -420,6 +420,8 @@ int dd_store_create_kind(dd_store **out, const char *path,
 		rc = dd_store_attach(s, err, true, &conf);
 	if (!rc)
 		rc = dd_store_init_meta(s, err, &conf);
+	if (!rc)
+		dd_space_reserve_make(s);   /* room for rm on a full disk */
 	/* written last: a directory without it is not a store */
 	if (!rc)
 		rc = dd_store_conf_write(err, path, &conf);

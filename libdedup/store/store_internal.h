@@ -170,6 +170,21 @@ int dd_store_recover(dd_store *s, dd_err *err);
  * time: the packs are forgotten in one write txn, then unlinked. */
 int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed);
 
+/* space.c: giving space back on a full file system.  Punches the records
+ * of locked pack p that no DDT entry names, below its committed end
+ * (format/pack.md §6.1); the caller makes sure no reader older than the
+ * commit that freed them is left.  DD_ENOTSUP when the file system cannot
+ * punch. */
+int dd_space_punch_pack(dd_store *s, dd_err *err, dd_pack *p,
+			uint64_t *punched);
+/* STORE/reserve (format/store.md §1): made by create and after gc, when
+ * there is room (failures ignored); released by rm and gc when a commit
+ * fails with DD_ENOSPC -- true if there was one to release. */
+#define DD_RESERVE_NAME "reserve"
+#define DD_RESERVE_BYTES ((off_t)4 << 20)
+void dd_space_reserve_make(dd_store *s);
+bool dd_space_reserve_release(dd_store *s);
+
 /* A read handle of pack id, owned by the store (valid until close). */
 int dd_store_pack(dd_store *s, dd_err *err, uint32_t id, dd_pack **out);
 

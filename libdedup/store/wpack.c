@@ -126,8 +126,18 @@ static int dd_writer_reuse_pack(dd_writer *w, dd_pack **out)
 		dd_pack_close(p);
 		return 0;
 	}
-	if (!rc)
-		rc = dd_pack_truncate(p, &w->w_err, end);
+	if (!rc) {
+		dd_err e = {0};
+
+		rc = dd_pack_truncate(p, &e, end);
+		if (rc == DD_ECORRUPT) {
+			/* shorter than committed: damaged, never appended to */
+			dd_pack_close(p);
+			return 0;
+		}
+		if (rc)
+			dd_err_copy(&w->w_err, &e);
+	}
 	if (rc) {
 		dd_pack_close(p);
 		return rc;

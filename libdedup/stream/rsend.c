@@ -339,8 +339,11 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	s.fs_err = err;
 	memset(&h, 0, sizeof(h));
 	rc = dd_fsend_input_size(err, fd, &s.fs_size);
-	if (!rc && s.fs_size > DD_STREAM_SIZE_MAX)
-		rc = dd_err_set(err, DD_EINVAL, "input larger than 2^63 bytes");
+	if (!rc && !dd_stream_size_ok(chunker, block_size, s.fs_size))
+		rc = dd_err_set(err, DD_EINVAL, "input of %llu bytes: more "
+				"than 2^63 bytes, or 2^32 blocks "
+				"(format/stream.md §3.1)",
+				(unsigned long long)s.fs_size);
 	if (!rc)
 		rc = dd_fsend_setup(&s);
 	if (!rc)

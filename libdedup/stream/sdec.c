@@ -354,6 +354,14 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "image size %llu over 2^63",
 				    (unsigned long long)h->sh_size);
+	/* §3.1: refused before any work is spent on what it claims */
+	if (!dd_stream_size_ok(h->sh_chunker, h->sh_block_size, h->sh_size))
+		return dd_sdec_fail(d, err, DD_EFORMAT,
+				    "image of %llu bytes has %llu blocks, over "
+				    "the limit of 2^32",
+				    (unsigned long long)h->sh_size,
+				    (unsigned long long)dd_block_count(
+					    h->sh_size, h->sh_block_size));
 	rc = dd_sdec_name(d, err, p, len, &pos, h->sh_name, "snapshot name");
 	if (!rc)
 		rc = dd_sdec_name(d, err, p, len, &pos, h->sh_base,

@@ -217,7 +217,7 @@ static int dd_senc_hdr_check(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 		return dd_senc_fail(e, err, "bad version/features/flags/hash/"
 				    "codec in the header");
 	if (!dd_chunker_valid(h->sh_chunker, h->sh_block_size) ||
-	    h->sh_size > DD_STREAM_SIZE_MAX)
+	    !dd_stream_size_ok(h->sh_chunker, h->sh_block_size, h->sh_size))
 		return dd_senc_fail(e, err, "bad chunker %d, block size %u or "
 				    "size %llu", h->sh_chunker,
 				    h->sh_block_size,

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "dedup.h"
+#include "chunk/chunk.h"
 #include "common/err.h"
 
 #define DD_STREAM_VERSION 1
@@ -47,6 +48,20 @@ enum dd_srec_type {
 #define DD_SZERO_LEN 16u
 #define DD_SEND_LEN 72u
 #define DD_STREAM_SIZE_MAX ((uint64_t)1 << 63)  /* largest image */
+/* Most blocks an image of fixed blocks may have (format/stream.md §3.1):
+ * the content digest hashes 32 bytes for every block, a hole too, so what
+ * a stream's size claims must be bounded before a receiver spends time on
+ * it -- 2^32 blocks is 128 GiB of SHA-256, about a minute. */
+#define DD_STREAM_BLOCKS_MAX ((uint64_t)1 << 32)
+
+/* Is `size` an image a stream may carry (§3, §3.1)? */
+static inline bool dd_stream_size_ok(int chunker, uint32_t block_size,
+				     uint64_t size)
+{
+	return size <= DD_STREAM_SIZE_MAX &&
+	       (chunker != DD_CHUNKER_FIXED ||
+		dd_block_count(size, block_size) <= DD_STREAM_BLOCKS_MAX);
+}
 
 /* Header flags (sh_flags). */
 #define DD_SH_INCREMENTAL 0x1u

@@ -7,7 +7,7 @@
 #
 # Provides: $T (a temp dir removed on exit), $DEDUP, fail, note, run,
 # assert_eq, assert_rc, assert_one_line, assert_empty, assert_same,
-# assert_prefix, gen_random, gen_blocks, json_get.
+# assert_prefix, gen_random, gen_blocks, json_get, mount_tmpfs, avail.
 
 set -euo pipefail
 
@@ -170,3 +170,18 @@ get_until() {
 }
 
 [ -x "$DEDUP" ] || fail "$DEDUP not built"
+
+# mount_tmpfs SIZE: mounts a tmpfs of SIZE (as mount's size=) at $M
+# ($T/mnt), unmounted before $T is removed, and defines avail (its free
+# bytes).  Without the right to mount (not root) it prints SKIP and ends
+# the test with status 0.
+mount_tmpfs() {
+	M="$T/mnt"
+	mkdir -p "$M"
+	if ! mount -t tmpfs -o "size=$1,mode=0755" tmpfs "$M" 2>"$T/mount.err"; then
+		echo "SKIP [$TEST_NAME]: cannot mount tmpfs ($(head -n1 "$T/mount.err"))"
+		exit 0
+	fi
+	trap 'umount "$M" 2>/dev/null || umount -l "$M" 2>/dev/null; rm -rf "$T"' EXIT
+}
+avail() { df -B1 --output=avail "$M" | tail -n1 | tr -d ' '; }

@@ -12,16 +12,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MIB=$((1024 * 1024))
-M="$T/mnt"
-mkdir "$M"
-if ! mount -t tmpfs -o size=24m,mode=0755 tmpfs "$M" 2>"$T/mount.err"; then
-	echo "SKIP [$TEST_NAME]: cannot mount tmpfs ($(head -n1 "$T/mount.err"))"
-	exit 0
-fi
-# unmount before lib.sh's trap removes $T
-trap 'umount "$M" 2>/dev/null || umount -l "$M" 2>/dev/null; rm -rf "$T"' EXIT
-
-avail() { df -B1 --output=avail "$M" | tail -n1 | tr -d ' '; }
+mount_tmpfs 24m
 pb() { "$DEDUP" stat --json "$S" >"$T/st.json" && json_get "$T/st.json" "j['$1']"; }
 
 # check_store WHAT SNAP...: exactly SNAP... are listed, each reads back equal
