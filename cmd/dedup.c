@@ -64,7 +64,10 @@ static const struct subcommand {
 	{"repair", cmd_repair,
 	 "  dedup repair [-v] [--verify] [--wait[=S]] [--json] STORE\n"
 	 "                                                 rebuild the catalog from packs\n"
-	 "                                                 and snapshot manifests\n", 0},
+	 "                                                 and snapshot manifests\n"
+	 "  dedup repair --from SOURCE|- [--wait[=S]] [--json] STORE\n"
+	 "                                                 heal damaged and lost blocks from\n"
+	 "                                                 another store or a ddsend stream\n", 0},
 	{"cache", cmd_cache,
 	 "  dedup cache add [--size N] [--force] STORE PATH  add an L2 cache device\n"
 	 "  dedup cache rm STORE PATH                      stop using an L2 cache device\n"
