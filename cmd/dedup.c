@@ -62,10 +62,9 @@ static const struct subcommand {
 	{"scrub", cmd_scrub,
 	 "  dedup scrub [-v] [--json] STORE                verify every stored block\n", 1},
 	{"repair", cmd_repair,
-	 "  dedup repair [-v] [--verify] [--wait[=S]] [--json] STORE\n"
+	 "  dedup repair [-v] [--verify | --from SOURCE|-] [--wait[=S]] [--json] STORE\n"
 	 "                                                 rebuild the catalog from packs\n"
-	 "                                                 and snapshot manifests\n"
-	 "  dedup repair --from SOURCE|- [--wait[=S]] [--json] STORE\n"
+	 "                                                 and snapshot manifests; --from:\n"
 	 "                                                 heal damaged and lost blocks from\n"
 	 "                                                 another store or a ddsend stream\n", 0},
 	{"cache", cmd_cache,

@@ -137,7 +137,8 @@ int dd_heal_begin(dd_heal **out, dd_err *err, dd_store *s)
 		return rc;
 	}
 	/* dd_ddt_walk gives keys in order already; sorted to be sure */
-	qsort(h->h_b, h->h_n, sizeof(*h->h_b), dd_heal_key_cmp);
+	if (h->h_n)
+		qsort(h->h_b, h->h_n, sizeof(*h->h_b), dd_heal_key_cmp);
 	*out = h;
 	return 0;
 }
@@ -256,7 +257,9 @@ static int dd_heal_from_one(dd_heal *h, dd_err *err, dd_store *src,
 	dd_ddt_key key = h->h_b[at].hb_key;
 	uint32_t lsize = h->h_b[at].hb_ent.de_lsize;
 
-	if (lsize > src->st_block_max)
+	/* h_vbuf holds one block of this store; a longer lsize is damage
+	 * of the entry itself, which a copy cannot heal */
+	if (lsize > src->st_block_max || lsize > h->h_store->st_block_max)
 		return 0;
 	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
 		dd_ddt_ent e;
