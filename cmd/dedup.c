@@ -62,9 +62,11 @@ static const struct subcommand {
 	{"scrub", cmd_scrub,
 	 "  dedup scrub [-v] [--json] STORE                verify every stored block\n", 1},
 	{"repair", cmd_repair,
-	 "  dedup repair [-v] [--verify] [--wait[=S]] [--json] STORE\n"
+	 "  dedup repair [-v] [--verify | --from SOURCE|-] [--wait[=S]] [--json] STORE\n"
 	 "                                                 rebuild the catalog from packs\n"
-	 "                                                 and snapshot manifests\n", 0},
+	 "                                                 and snapshot manifests; --from:\n"
+	 "                                                 heal damaged and lost blocks from\n"
+	 "                                                 another store or a ddsend stream\n", 0},
 	{"cache", cmd_cache,
 	 "  dedup cache add [--size N] [--force] STORE PATH  add an L2 cache device\n"
 	 "  dedup cache rm STORE PATH                      stop using an L2 cache device\n"

@@ -63,6 +63,7 @@ enum {
 	OPT_NO_UNIQUE,
 	OPT_CHUNKER,
 	OPT_SALVAGE,
+	OPT_FROM,
 };
 
 enum {

@@ -4,6 +4,11 @@
  * restores, skips or moves aside is printed as it happens on stdout (one
  * line an event, or JSON with --json), then a summary; exit 1 when a
  * snapshot lacks blocks or a manifest could not be read.
+ *
+ * With --from SOURCE (another store, or `-`: a ddsend stream on stdin) it
+ * heals instead, beside everything else that runs (dd_store_heal_from,
+ * format/store.md §9.1): each block healed or still damaged or lost is a
+ * line, then a summary; exit 1 when some remain.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -54,6 +59,69 @@ static void repair_event(void *ctx, const dd_repair_event *ev)
 	fflush(stdout);
 }
 
+static void heal_event(void *ctx, const uint8_t hash[32], uint32_t lsize,
+		       int healed)
+{
+	struct repair_out *ro = ctx;
+	char hex[65];
+
+	hex_encode(hex, hash, 32);
+	if (ro->json)
+		printf("%s\n    {\"block\": \"%s\", \"size\": %" PRIu32
+		       ", \"healed\": %s}", ro->n ? "," : "", hex, lsize,
+		       healed ? "true" : "false");
+	else
+		printf("%s: block %s (%" PRIu32 " bytes)\n",
+		       healed ? "healed" : "missing", hex, lsize);
+	ro->n++;
+	fflush(stdout);
+}
+
+/* dedup repair --from SOURCE STORE */
+static int repair_from(const char *from, const char *path, int wait, int json)
+{
+	dd_heal_opts ho = DD_HEAL_OPTS_INIT;
+	dd_heal_result res = {0};
+	struct repair_out out = {.json = json};
+	dd_store *s = open_store(path, wait, 0);
+	int fd = 0, rc;
+
+	if (strcmp(from, "-") != 0) {
+		ho.source = from;
+	} else {
+		ho.read = dd_fd_read;
+		ho.read_ctx = &fd;
+	}
+	ho.report = heal_event;
+	ho.report_ctx = &out;
+	if (json)
+		fputs("{\n  \"blocks\": [", stdout);
+	rc = dd_store_heal_from(s, &ho, &res);
+	if (rc != 0) {
+		if (json)
+			fputs("]\n}\n", stdout);
+		die_store(s, rc);
+	}
+	if (json)
+		printf("%s],\n  \"wanted\": %" PRIu64 ",\n  \"healed\": %"
+		       PRIu64 ",\n  \"missing\": %" PRIu64 "\n}\n",
+		       out.n ? "\n  " : "", res.wanted, res.healed,
+		       res.missing);
+	else
+		printf("repair: %" PRIu64 " block%s healed from %s, %" PRIu64
+		       " still damaged or lost\n", res.healed,
+		       res.healed == 1 ? "" : "s",
+		       ho.source ? ho.source : "the stream", res.missing);
+	fflush(stdout);
+	cache_cli_close(s);
+	if (res.missing)
+		die("%s: %" PRIu64 " block%s still damaged or lost: %s holds "
+		    "no good copy", path, res.missing,
+		    res.missing == 1 ? "" : "s",
+		    ho.source ? ho.source : "the stream");
+	return 0;
+}
+
 int cmd_repair(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -62,13 +130,15 @@ int cmd_repair(int argc, char **argv)
 		{"wait", optional_argument, NULL, OPT_WAIT},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"verify", no_argument, NULL, OPT_VERIFY},
+		{"from", required_argument, NULL, OPT_FROM},
 		{NULL, 0, NULL, 0},
 	};
 	dd_repair_opts ro = DD_REPAIR_OPTS_INIT;
 	dd_repair_result res = {.version = DD_REPAIR_RESULT_VERSION};
 	struct repair_out out = {0};
 	struct progress pg;
-	int c, verbose = 0, rc;
+	int c, verbose = 0, rc, wait = 0;
+	const char *from = NULL;
 	char hs[32];
 
 	opterr = 0;
@@ -82,7 +152,10 @@ int cmd_repair(int argc, char **argv)
 
 			ro.wait_for_lock = 1;
 			ro.lock_timeout_ms = ms > 0 ? (unsigned)ms : 0;
+			wait = ms;
 		}
+		else if (c == OPT_FROM)
+			from = optarg;
 		else if (c == OPT_JSON)
 			out.json = 1;
 		else if (c == OPT_VERIFY)
@@ -91,6 +164,11 @@ int cmd_repair(int argc, char **argv)
 			die_bad_option(dedup_subcmd, c, argv);
 	}
 	want_args(argc, argv, 1, 1);
+	if (from && ro.verify)
+		die("--from and --verify do not go together: --from heals "
+		    "blocks, --verify belongs to a rebuild");
+	if (from)
+		return repair_from(from, argv[optind], wait, out.json);
 	progress_init(&pg, "repair", 0, verbose);
 	ro.progress = progress_lib_cb;
 	ro.progress_ctx = &pg;

@@ -899,6 +899,55 @@ typedef struct dd_repair_result {
 DD_API int dd_store_repair(const char *path, const dd_repair_opts *opts,
 			   dd_repair_result *out);
 
+/* ---- healing from a good copy (dedup repair --from) ------------------------*/
+
+/*
+ * Heals the blocks of a store that scrub found damaged (their DDT entries
+ * flagged DAMAGED, format/ddt.md §3) or that repair found in no pack
+ * (MISSING), and that a snapshot still uses, from a good copy: another
+ * store holding the same blocks, or a replication stream (the output of
+ * dd_send, e.g. of the same snapshot in another store).  Blocks are
+ * matched by SHA-256 and each copy is checked against it before it is
+ * kept.  It runs beside writers, readers and gc, as a writer does
+ * (format/store.md §9.1): the copies are appended to packs of its own and
+ * synced, then each entry still damaged or lost as it was read points at
+ * its copy, in one short transaction; every snapshot using it reads
+ * again.  A block the source lacks stays as it was.
+ */
+/* Called once per block healed (healed 1) or still damaged or lost
+ * (healed 0) after the heal committed. */
+typedef void (*dd_heal_report_fn)(void *ctx, const uint8_t hash[32],
+				  uint32_t lsize, int healed);
+
+typedef struct dd_heal_opts {
+	unsigned version;          /* DD_HEAL_OPTS_VERSION */
+	const char *source;        /* the path of another store; NULL: read
+				      a stream through `read` */
+	dd_read_fn read;           /* with source NULL: the stream */
+	void *read_ctx;
+	dd_heal_report_fn report;  /* may be NULL */
+	void *report_ctx;
+} dd_heal_opts;
+#define DD_HEAL_OPTS_VERSION 1
+#define DD_HEAL_OPTS_INIT {DD_HEAL_OPTS_VERSION, NULL, NULL, NULL, NULL, NULL}
+
+typedef struct dd_heal_result {
+	uint64_t wanted;           /* entries damaged or lost and in use */
+	uint64_t healed;           /* of those, healed by this call */
+	uint64_t missing;          /* still damaged or lost after it */
+} dd_heal_result;
+
+/* Heals store from opts->source or the stream (see above).  Returns 0
+ * when it ran to the end -- check out->missing: 0 only if nothing is left
+ * to heal.  out may be NULL.  Errors (nothing changed): DD_EINVAL (no
+ * source, an unknown version), DD_EPERM (a read-only handle), DD_EBUSY
+ * (repair has the store, or the source), DD_ENOENT (no store at source),
+ * DD_ENOTSUP (a store not keyed by SHA-256), DD_EFORMAT, DD_ECHECKSUM,
+ * DD_EVERSION (a damaged or foreign stream), DD_ENOMEM, DD_EIO,
+ * DD_ENOSPC, the read callback's code. */
+DD_API int dd_store_heal_from(dd_store *store, const dd_heal_opts *opts,
+			      dd_heal_result *out);
+
 /* ---- scanning existing data (dedup scan) ---------------------------------*/
 
 /*

@@ -126,4 +126,32 @@ int dd_replica_token_parse(dd_err *err, const char *tok, uint8_t digest[32],
  * stays). */
 int dd_replica_discard(dd_store *s, dd_err *err);
 
+/* ---- healing from a good copy (heal.c, format/store.md §9.1) ---------------*/
+
+/* A heal of store s: enters it (lock shared, recovery, as a writer) and
+ * collects the DDT entries flagged DAMAGED or MISSING that a snapshot
+ * references.  DD_ENOTSUP for a store not keyed by SHA-256. */
+typedef struct dd_heal dd_heal;
+int dd_heal_begin(dd_heal **out, dd_err *err, dd_store *s);
+/* Wanted entries that have no copy yet. */
+size_t dd_heal_wanted(const dd_heal *h);
+/* A block of a stream: if wanted, decompressed and checked against hash
+ * (DD_ECHECKSUM, DD_EFORMAT, DD_ECORRUPT), then appended to the heal's
+ * pack; else skipped unread. */
+int dd_heal_offer(dd_heal *h, dd_err *err, const uint8_t hash[32],
+		  uint8_t codec, uint32_t lsize, uint32_t psize,
+		  const void *payload);
+/* Every wanted block src holds a good record of, read through its
+ * checked path and appended. */
+int dd_heal_from_store(dd_heal *h, dd_err *err, dd_store *src);
+/* Syncs the copies and points the entries at them in one write
+ * transaction (those still damaged or lost as the heal read them); then
+ * reports each healed or still wanted block. */
+int dd_heal_finish(dd_heal *h, dd_err *err, dd_heal_report_fn report,
+		   void *ctx, dd_heal_result *out);
+/* After a failure: cuts the heal's packs back to their empty ends. */
+void dd_heal_abort(dd_heal *h);
+/* Leaves the store; NULL is fine. */
+void dd_heal_free(dd_heal *h);
+
 #endif

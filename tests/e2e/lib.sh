@@ -169,6 +169,28 @@ get_until() {
 	return 0
 }
 
+# flip_record STORE FILE OFFSET...: flips a byte inside the stored record of
+# the block of FILE at each OFFSET (found by its bytes in the packs: a
+# store without compression).
+flip_record() {
+	python3 - "$@" <<'EOF'
+import glob, os, sys
+store, src, offs = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
+data = open(src, 'rb').read()
+for off in offs:
+    needle = data[off:off + 64]
+    for p in sorted(glob.glob(os.path.join(store, 'packs', '*.pack'))):
+        b = bytearray(open(p, 'rb').read())
+        i = b.find(needle)
+        if i >= 0:
+            b[i + 32] ^= 0x5a
+            open(p, 'wb').write(b)
+            break
+    else:
+        sys.exit('no record holds the block at %d' % off)
+EOF
+}
+
 [ -x "$DEDUP" ] || fail "$DEDUP not built"
 
 # mount_tmpfs SIZE: mounts a tmpfs of SIZE (as mount's size=) at $M

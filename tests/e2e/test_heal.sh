@@ -10,27 +10,6 @@
 
 BS=4096
 
-# flip STORE FILE OFFSET...: flips a byte inside the stored record of the
-# block of FILE at each OFFSET (found by its bytes in the packs).
-flip() {
-	python3 - "$@" <<'EOF'
-import glob, os, sys
-store, src, offs = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
-data = open(src, 'rb').read()
-for off in offs:
-    needle = data[off:off + 64]
-    for p in sorted(glob.glob(os.path.join(store, 'packs', '*.pack'))):
-        b = bytearray(open(p, 'rb').read())
-        i = b.find(needle)
-        if i >= 0:
-            b[i + 32] ^= 0x5a
-            open(p, 'wb').write(b)
-            break
-    else:
-        sys.exit('no record holds the block at %d' % off)
-EOF
-}
-
 # zeroed FILE OUT OFF:LEN...: FILE with each range zeroed, into OUT.
 zeroed() {
 	python3 - "$@" <<'EOF'
@@ -62,7 +41,7 @@ note "scrub: several damaged blocks"
 S="$T/s1"
 new_store "$S"
 "$DEDUP" put "$S@c" "$T/c.img"
-flip "$S" "$T/a.img" $A5 $A9 $A300
+flip_record "$S" "$T/a.img" $A5 $A9 $A300
 run "$DEDUP" scrub "$S"
 assert_rc 1 "scrub of a store with three damaged blocks"
 for off in $A5 $A9 $A300; do
@@ -174,7 +153,7 @@ O="$T/other"
 new_store "$S2"
 "$DEDUP" init --block-size $BS "$O"
 "$DEDUP" put "$O@good" "$T/a.img"
-flip "$S2" "$T/a.img" $A9
+flip_record "$S2" "$T/a.img" $A9
 run "$DEDUP" scrub "$S2"
 assert_rc 1 "scrub names the damaged block"
 assert_grep "used by a at offset $A9\$" "$T/out" "scrub names a@$A9"
@@ -190,7 +169,7 @@ note "put after rm, before gc"
 S3="$T/s3"
 new_store "$S3"
 "$DEDUP" rm "$S3@a"
-flip "$S3" "$T/a.img" $A5
+flip_record "$S3" "$T/a.img" $A5
 "$DEDUP" put "$S3@a" "$T/a.img"
 run "$DEDUP" get "$S3@a" "$T/got"
 assert_rc 0 "get after put after rm"
