@@ -131,6 +131,26 @@ set +e
 python3 "$T/ttyrun.py" "$T/pty.out" 2 "$DDRECV" -n -v <"$T/a.dds" >/dev/null
 set -e
 grep -q $'\r' "$T/pty.out" || fail "progress on a terminal is not redrawn with '\\r'"
+# a slow receive into a log: a whole line every 5 seconds, each with the
+# rate and an ETA (the stream announces its size), then the last at 100%.
+# 8 MiB of 4 KiB blocks reach ddrecv at 1 MiB every 1.5 s (progress is
+# heard every 256 blocks, 1 MiB).
+"$DEDUP" init --block-size 4K "$T/s4" >/dev/null
+gen_random "$T/slow.img" $((8 * 1024 * 1024)) cli-slow
+"$DEDUP" put "$T/s4@slow" "$T/slow.img" 2>"$T/err" || fail "put slow.img"
+"$DDSEND" "$T/s4@slow" >"$T/slow.dds" 2>"$T/err" || fail "ddsend slow"
+python3 -c '
+import sys, time
+d = open(sys.argv[1], "rb").read()
+step = 1 << 20
+for i in range(0, len(d), step):
+    sys.stdout.buffer.write(d[i:i + step]); sys.stdout.flush(); time.sleep(1.5)
+' "$T/slow.dds" | "$DDRECV" -v "$T/s4b@slow" 2>"$T/err" || fail "slow receive"
+n=$(grep -c 'MiB/s  ETA [0-9]*:[0-9][0-9]$' "$T/err" || true)
+[ "$n" -ge 2 ] || fail "a slow receive into a log: $n progress lines with an ETA, expected 2 or more ($(tr '\n' '|' <"$T/err"))"
+[ "$n" -le 3 ] || fail "a slow receive into a log: $n progress lines in ~12 s, expected one per 5 s"
+assert_grep '^ddrecv: 8 MiB / 8 MiB \(100%\).*MiB/s  in ' "$T/err" "a slow receive ends at 100%"
+! grep -q $'\r' "$T/err" || fail "a slow receive into a log wrote '\\r'"
 
 # ---- --json ---------------------------------------------------------------------
 note "--json"

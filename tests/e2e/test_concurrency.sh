@@ -257,6 +257,23 @@ ms=$(((t1 - t0) / 1000000))
 run "$DEDUP" put --wait "$S@late" "$T/late.img"
 assert_rc 0 "put --wait once repair is done"
 get_exact late
+# ddrecv the same way: refused at once, or after --wait=S, or waiting
+flock -x "$S/lock" sleep 3 &
+PIDS+=("$!")
+sleep 0.3
+run bash -c "'$DDRECV' '$S@prw' <'$T/pr.dds'"
+assert_rc 1 "ddrecv while repair has the store"
+assert_grep 'busy.*pid 4242 on elsewhere' "$T/err" "ddrecv's busy message names the holder"
+t0=$(date +%s%N)
+run bash -c "'$DDRECV' --wait=1 '$S@prw' <'$T/pr.dds'"
+t1=$(date +%s%N)
+assert_rc 1 "ddrecv --wait=1 while repair has the store for longer"
+ms=$(((t1 - t0) / 1000000))
+[ "$ms" -ge 900 ] && [ "$ms" -lt 2500 ] || fail "ddrecv --wait=1 gave up after $ms ms"
+run bash -c "'$DDRECV' --wait '$S@prw' <'$T/pr.dds'"
+assert_rc 0 "ddrecv --wait once repair is done"
+cp "$T/pr.img" "$T/prw.img"
+get_exact prw
 printf '%s\n' "$holder" >"$S/gc.lock"
 flock -x "$S/gc.lock" sleep 2 &
 PIDS+=("$!")
