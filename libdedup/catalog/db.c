@@ -184,7 +184,7 @@ int dd_db_check(dd_db *db, dd_err *err)
 
 /* LMDB does not tell where its map is (me_mapaddr is set only with
  * MDB_FIXEDMAP): find the read-only mapping of data.mdb by device and
- * inode in /proc/self/maps.  Without it, trimming is skipped. */
+ * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint. */
 static void dd_db_find_map(dd_db *db)
 {
 	const char *dir;
@@ -342,8 +342,10 @@ static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
 	dd_db_find_map(db);
 	/* DDT lookups are random: a hint against read-ahead.  It does not
 	 * stop fault-around (measured on Linux 6.18: 16 pages mapped per
-	 * fault with or without it), which is why callers trim by fault
-	 * count (store/replica.h) */
+	 * fault with or without it).  The map's pages are page cache, not
+	 * memory this process owns (docs/design.md, Memory): they are never
+	 * trimmed -- dropping them cost a 4 KiB put of a 1 GiB copy 11 s of
+	 * system time in faults once the catalog was 300 MiB */
 	if (db->db_map)
 		madvise(db->db_map, db->db_map_len, MADV_RANDOM);
 	/* the guard's probe first: it checks that the file holds every page
@@ -711,22 +713,3 @@ int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid)
 	return 0;
 }
 
-void dd_db_trim_map(dd_db *db)
-{
-	MDB_envinfo info;
-	MDB_stat st;
-	size_t used;
-
-	/* no lock: db_map is set once, at open.  (Taking the registry
-	 * lock here, inside a writer's LMDB transaction, ordered it after
-	 * LMDB's write mutex, while dd_db_open orders it before: a lock
-	 * order inversion ThreadSanitizer reported.) */
-	if (!db->db_map || mdb_env_info(db->db_env, &info) ||
-	    mdb_env_stat(db->db_env, &st))
-		return;
-	used = (size_t)(info.me_last_pgno + 1) * st.ms_psize;
-	/* MDB_WRITEMAP is not used: the map is read-only and shared, so
-	 * MADV_DONTNEED only unmaps clean page-cache pages */
-	madvise(db->db_map, used < db->db_map_len ? used : db->db_map_len,
-		MADV_DONTNEED);
-}

@@ -265,11 +265,6 @@ typedef int (*dd_doomed_walk_fn)(void *ctx, uint32_t id, uint64_t since);
 int dd_packs_walk_doomed(dd_txn *txn, dd_err *err, dd_doomed_walk_fn fn,
 			 void *ctx);
 
-/* Drops the LMDB map's pages from this process's page tables.  They stay
- * in the page cache and fault back in when read: the map is a shared
- * file mapping, so nothing is lost -- but RSS no longer grows with the
- * size of the tables a long walk or a big receive has touched. */
-void dd_db_trim_map(dd_db *db);
 
 /* The id this transaction has (a write transaction: the one it commits
  * as). */

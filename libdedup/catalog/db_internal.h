@@ -36,7 +36,7 @@ struct dd_db {
 	ino_t db_ino;
 	int db_refs;
 	struct dd_db *db_next;
-	void *db_map;              /* LMDB's map, for dd_db_trim_map; set */
+	void *db_map;              /* LMDB's map, for MADV_RANDOM; set */
 	size_t db_map_len;         /* at open (NULL: not found) */
 	/* guard.c */
 	bool db_guard_off;         /* an LMDB whose page layout the guard and

@@ -69,7 +69,6 @@ struct dd_reader {
 	uint64_t r_next_off;   /* where the last pread ended */
 	uint64_t r_run;        /* contiguous bytes up to there */
 	unsigned r_flags;      /* DD_CACHE_SEQ while in a long run */
-	uint64_t r_touched;    /* blocks looked up, for dd_db_trim_map */
 	dd_digest *r_digest;   /* the content digest of blocks read in order */
 	uint64_t r_dig_next;   /* the next block it wants (var: byte);
 				  DD_DIG_OFF: none */
@@ -287,9 +286,6 @@ static int dd_reader_queue(dd_reader *r, const dd_ddt_key *key,
 				  rb->rb_ent.de_lsize,
 				  (unsigned long long)(len ? len
 						       : to - bstart));
-	/* a long read touches the whole DDT: keep RSS bounded (db.h) */
-	if ((++r->r_touched & 511) == 0)
-		dd_db_trim_map(r->r_store->st_db);
 	rb->rb_key = *key;
 	rb->rb_dst = buf + (from - off);
 	rb->rb_skip = (uint32_t)(from - bstart);

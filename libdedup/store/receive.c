@@ -173,8 +173,7 @@ static int dd_replica_account(dd_replica_writer *rw, dd_wop *op,
 	else
 		w->w_size = (w->w_blocks - 1) * (uint64_t)w->w_bs + lsize;
 	w->w_uncommitted += lsize;
-	/* lookups touch random DDT pages: keep RSS bounded (replica.h) */
-	dd_replica_trim_map(w->w_store, ++w->w_uncommitted_blocks);
+	++w->w_uncommitted_blocks;
 	if (dd_writer_commit_due(w, 0, 0))
 		return dd_writer_sync_commit(w);
 	if (w->w_uncommitted_blocks % DD_REPLICA_RENEW_BLOCKS == 0)

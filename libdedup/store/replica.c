@@ -13,32 +13,10 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "common/alloc.h"
 #include "store/replica.h"
 #include "store/store_internal.h"
-
-#define DD_TRIM_CHECK 16u           /* blocks between fault counts */
-#define DD_TRIM_FAULTS 128          /* x 64 KiB of fault-around: 8 MiB */
-
-/* This thread's page-fault count when it last trimmed (counts are per
- * thread, RUSAGE_THREAD, and so is the mark). */
-static _Thread_local long dd_trim_mark;
-
-void dd_replica_trim_map(dd_store *s, uint64_t n)
-{
-	struct rusage ru;
-	long faults;
-
-	if (n % DD_TRIM_CHECK != 0 || getrusage(RUSAGE_THREAD, &ru) != 0)
-		return;
-	faults = ru.ru_minflt + ru.ru_majflt;
-	if (faults - dd_trim_mark < DD_TRIM_FAULTS)
-		return;
-	dd_db_trim_map(s->st_db);
-	dd_trim_mark = faults;
-}
 
 struct dd_replica_iter {
 	dd_store *ri_store;
@@ -48,7 +26,6 @@ struct dd_replica_iter {
 	bool ri_started;
 	uint64_t ri_idx;          /* the current block */
 	dd_ddt_key ri_key;        /* ... its DDT key */
-	uint64_t ri_walked;       /* blocks walked, for dd_replica_trim_map */
 	dd_replica_snap ri_info;
 };
 
@@ -104,7 +81,6 @@ int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
 		return rc;
 	/* a long walk touches the whole block map and, through
 	 * dd_replica_iter_load, the DDT: keep RSS bounded */
-	dd_replica_trim_map(it->ri_store, ++it->ri_walked);
 	memset(blk, 0, sizeof(*blk));
 	if (it->ri_info.rps_chunker != DD_CHUNKER_FIXED) {
 		/* a content-defined map: offsets, and lengths of its own */

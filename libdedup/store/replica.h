@@ -40,18 +40,6 @@ int dd_store_fail(dd_store *s, const dd_err *err);
 int dd_store_failf(dd_store *s, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Keeps the RSS of a long walk or receive bounded: call once per block
- * with the count of blocks so far.  LMDB reads its map through page
- * faults, and the kernel maps up to 16 pages of the page cache around
- * each fault (fault-around, which MADV_RANDOM does not turn off), so one
- * random DDT lookup can add 64 KiB of file-backed RSS: trimming every 512
- * blocks let 4 KiB-block sends and receives keep 30-40 MiB of the map.
- * Every 16th call reads the calling thread's page-fault count (getrusage)
- * and, once 128 faults have happened since this thread last trimmed,
- * drops the map's pages (dd_db_trim_map): about 8 MiB of the map stay
- * mapped at most, and lookups that do not fault cost nothing more. */
-void dd_replica_trim_map(dd_store *s, uint64_t n);
-
 /* ---- sending ------------------------------------------------------------*/
 
 typedef struct dd_replica_iter dd_replica_iter;

@@ -310,6 +310,5 @@ int dd_writer_sync_commit(dd_writer *w)
 	dd_wops_reset(&w->w_ops);
 	w->w_uncommitted = 0;
 	w->w_uncommitted_blocks = 0;
-	dd_db_trim_map(w->w_store->st_db);
 	return 0;
 }

@@ -86,8 +86,6 @@ static bool dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
 	dd_ddt_ent ent;
 	dd_err err;
 
-	/* the probes fault DDT pages in too, on their own threads */
-	dd_replica_trim_map(w->w_store, idx + 1);
 	if (!*t && dd_txn_begin(w->w_store->st_db, &err, false, t)) {
 		*t = NULL;
 		return false;
@@ -259,9 +257,6 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 			dd_digest_block(w->w_digest, NULL, bk->bk_len);
 			continue;
 		}
-		/* lookups touch random DDT pages: keep RSS bounded
-		 * (store/replica.h) */
-		dd_replica_trim_map(w->w_store, bk->bk_idx + 1);
 		rc = dd_lookup_blk(w, b, i);
 		if (!rc)
 			dd_digest_block(w->w_digest, bk->bk_hash, bk->bk_len);

@@ -161,16 +161,31 @@ bench_warm() {
 }
 
 # bench_time KEY CMD [ARG...]: runs CMD under /usr/bin/time -v and records
-# KEY_seconds (wall clock, ns resolution) and KEY_maxrss_kib.  CMD's stdout
+# KEY_seconds (wall clock, ns resolution), KEY_maxrss_kib (file maps
+# included) and KEY_anon_kib (peak RssAnon: what the process owns).  CMD's stdout
 # is the caller's (redirect it there); its stderr goes to $BENCH_RUN/KEY.err.
 # A non-zero exit stops the benchmark.
 bench_time() {
 	local key=$1
 	shift
 	local tf=$BENCH_RUN/$key.time ef=$BENCH_RUN/$key.err t0 t1 rc=0 rss secs
+	local pid child="" peak=0 k v rest
 	bench_log "timing $key: $*"
 	t0=$(date +%s%N)
-	/usr/bin/time -v -o "$tf" "$@" 2>"$ef" || rc=$?
+	/usr/bin/time -v -o "$tf" "$@" 2>"$ef" &
+	pid=$!
+	# peak RssAnon of the command (time's child), read every 50 ms
+	# without forking: what the process owns, not its file maps
+	while kill -0 "$pid" 2>/dev/null; do
+		[[ -n $child ]] || child=$(pgrep -P "$pid" | head -n 1 || true)
+		if [[ -n $child && -r /proc/$child/status ]]; then
+			while read -r k v rest; do
+				[[ $k == RssAnon: ]] && ((v > peak)) && peak=$v
+			done <"/proc/$child/status" 2>/dev/null || true
+		fi
+		sleep 0.05
+	done
+	wait "$pid" || rc=$?
 	t1=$(date +%s%N)
 	if ((rc != 0)); then
 		tail -n 20 "$ef" >&2 || true
@@ -180,6 +195,7 @@ bench_time() {
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
 	bench_record "${key}_seconds" "$secs"
 	bench_record "${key}_maxrss_kib" "$rss"
+	bench_record "${key}_anon_kib" "$peak"
 }
 
 # bench_openssl_sha256 BYTES [PROCS]: prints SHA-256 throughput in bytes/s as
