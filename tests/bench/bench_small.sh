@@ -63,20 +63,11 @@ data_file() {
 measure() {
 	local key=$1
 	shift
-	local tf=$BENCH_RUN/$key.time t0 t1 pid child="" peak=0 k v rest
+	local tf=$BENCH_RUN/$key.time t0 t1 pid peak
 	t0=$(date +%s%N)
 	/usr/bin/time -f '%F' -o "$tf" "$@" >/dev/null 2>"$BENCH_RUN/$key.err" &
 	pid=$!
-	while kill -0 "$pid" 2>/dev/null; do
-		[[ -n $child ]] || child=$(pgrep -P "$pid" | head -n 1 || true)
-		if [[ -n $child && -r /proc/$child/status ]]; then
-			while read -r k v rest; do
-				[[ $k == RssAnon: ]] && ((v > peak)) && peak=$v
-			done <"/proc/$child/status" 2>/dev/null || true
-		fi
-		sleep 0.05
-	done
-	wait "$pid" || bench_die "$key: '$*' failed; stderr in $BENCH_RUN/$key.err"
+	bench_wait_anon "$pid" peak || bench_die "$key: '$*' failed; stderr in $BENCH_RUN/$key.err"
 	t1=$(date +%s%N)
 	bench_record "${key}_seconds" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')"
 	bench_record "${key}_anon_kib" "$peak"

@@ -160,6 +160,25 @@ bench_warm() {
 	cat "$@" >/dev/null
 }
 
+# bench_wait_anon PID VAR: waits for PID (a /usr/bin/time or sh wrapper),
+# sampling the peak RssAnon (KiB) of its child every 50 ms without
+# forking -- what the process owns, not its file maps -- into VAR; returns
+# PID's exit status.
+bench_wait_anon() {
+	local pid=$1 child="" top=0 k v rest
+	while kill -0 "$pid" 2>/dev/null; do
+		[[ -n $child ]] || child=$(pgrep -P "$pid" | head -n 1 || true)
+		if [[ -n $child && -r /proc/$child/status ]]; then
+			while read -r k v rest; do
+				[[ $k == RssAnon: ]] && ((v > top)) && top=$v
+			done <"/proc/$child/status" 2>/dev/null || true
+		fi
+		sleep 0.05
+	done
+	printf -v "$2" '%s' "$top"
+	wait "$pid"
+}
+
 # bench_time KEY CMD [ARG...]: runs CMD under /usr/bin/time -v and records
 # KEY_seconds (wall clock, ns resolution), KEY_maxrss_kib (file maps
 # included) and KEY_anon_kib (peak RssAnon: what the process owns).  CMD's stdout
@@ -169,23 +188,14 @@ bench_time() {
 	local key=$1
 	shift
 	local tf=$BENCH_RUN/$key.time ef=$BENCH_RUN/$key.err t0 t1 rc=0 rss secs
-	local pid child="" peak=0 k v rest
+	local pid peak
 	bench_log "timing $key: $*"
 	t0=$(date +%s%N)
-	/usr/bin/time -v -o "$tf" "$@" 2>"$ef" &
+	# <&0: an asynchronous command's stdin is otherwise /dev/null, and
+	# some callers feed the command (bench_time K ddrecv ... <stream)
+	/usr/bin/time -v -o "$tf" "$@" 2>"$ef" <&0 &
 	pid=$!
-	# peak RssAnon of the command (time's child), read every 50 ms
-	# without forking: what the process owns, not its file maps
-	while kill -0 "$pid" 2>/dev/null; do
-		[[ -n $child ]] || child=$(pgrep -P "$pid" | head -n 1 || true)
-		if [[ -n $child && -r /proc/$child/status ]]; then
-			while read -r k v rest; do
-				[[ $k == RssAnon: ]] && ((v > peak)) && peak=$v
-			done <"/proc/$child/status" 2>/dev/null || true
-		fi
-		sleep 0.05
-	done
-	wait "$pid" || rc=$?
+	bench_wait_anon "$pid" peak || rc=$?
 	t1=$(date +%s%N)
 	if ((rc != 0)); then
 		tail -n 20 "$ef" >&2 || true
