@@ -19,9 +19,8 @@
  *
  * Speed (§4, "two bytes at a time", from the TPDS version): the hash of
  * the first byte of a pair is tested shifted left by one, against the
- * mask shifted left by one, with a table of the entries shifted left by
- * one (dd_gear_ls): fp = (fp << 2) + 2G[a] is 2 H(a), and fp + G[b] is
- * H(b).  The same cut points as one byte a step, half the loop overhead.
+ * mask shifted left by one: fp = (fp << 2) + 2G[a] is 2 H(a), and
+ * fp + G[b] is H(b).  The same cut points as one byte a step, half the loop overhead.
  * Nothing before s + min - 64 is read at all: a quarter of the bytes.
  *
  * The hash starts from zero 64 bytes before the first candidate, so each
@@ -128,94 +127,6 @@ static const uint64_t dd_gear[256] = {
 	0x45872cb6772f32c5u, 0xbdfd904fc15f71c3u, 0x7b7da0f14e2f003au,
 	0xc2966f35244f3b47u,
 };
-static const uint64_t dd_gear_ls[256] = {
-	0x795aab01d26158deu, 0x2d4df0c04020d5fcu, 0x02a8f1e3cd12542eu,
-	0x6c46cedfbf156674u, 0x8d1cba5503c47364u, 0x754a0a9a475f4d46u,
-	0xaeabff9958497018u, 0x0f2100896615e278u, 0x9c75dac9351fc97cu,
-	0xdffed6d3be4551deu, 0xeb3291437c74a008u, 0x973d9bd1e02016bcu,
-	0x433488dfbeaf379eu, 0x7037731cb74c2a4eu, 0x045bf0cf10ccd826u,
-	0x16c987d409844ddcu, 0xc887782b6c2e516cu, 0x5259ca94cee8c74eu,
-	0x5159fc4b2582ace2u, 0xfacf8c66ce2f54fau, 0x0c9ae905662f1566u,
-	0x397190a6c7271bd0u, 0x00bdd5773580d790u, 0xe47ec5c6e34ddbaau,
-	0x5a7727c74cfe4f78u, 0x3bdb0b83db9f0084u, 0x23c0f6948e4307e8u,
-	0x123d6660ce0b845cu, 0x6a17816b932cfb88u, 0xfb727e5a5eabfc4au,
-	0x3e5f2f4cb67841deu, 0x2110632a9e435910u, 0x8211f37e7fc3437au,
-	0x6228f25de5ad6592u, 0xe3ab747b1aea7572u, 0xa04b45813456dc88u,
-	0x38042c7fd1cf2aa2u, 0x972b52e80f0b9dbcu, 0x134f592cb2c838ccu,
-	0xd05d32e477b6e3b8u, 0xe4771de8ec209c1au, 0x25a5c0ba75497e92u,
-	0x7fdc5a188cffab04u, 0x8bd2c9eb5a4ff0ceu, 0x23607a20e820ca86u,
-	0x1c387e21c1d2fd4au, 0xf828401f80400602u, 0x218e0120e6a9e216u,
-	0x94aa1e958b521f46u, 0xaa8983ff6ef947a8u, 0xa50b8bcdc98419d6u,
-	0x0ac9b2d17c596dc4u, 0xc1232ae2e71cc0ecu, 0x3c56495db489540au,
-	0x369da787fd6f595cu, 0x219c68ea63579c4au, 0xac0d1ab3ccaaaff8u,
-	0xe8739065d9774256u, 0xff35e547844dc0b0u, 0xdb46f4aca83d758au,
-	0x470e620dcf810842u, 0x86388adc7ba08af8u, 0x2c8b45f34832f058u,
-	0x0c5a49b71d9168e4u, 0x148774e07def8002u, 0xfec47a9bce5b5c8cu,
-	0x11ac0d4d7b08718eu, 0x6bdbf5743a6e425eu, 0x38e319f9470dc53cu,
-	0x697ae4f2060a36b2u, 0xfdf50bd226ca982au, 0xb0a40f185cbe5618u,
-	0xf76e9ff6d2859dbcu, 0x366b551d67f2cbdeu, 0x147f63cf3df8ea64u,
-	0xf73cb776469ebe86u, 0xe95d708d71ee452eu, 0xac714cea2e4fcdf8u,
-	0x4ce64f2f817d633eu, 0xa0249be2a0ae4fbeu, 0x88205e262d44360eu,
-	0x4a53c4ba5f9a4f44u, 0xd1bfde5f6a8d90a4u, 0x768994647eb3c118u,
-	0xe0a0a173b529026cu, 0x1d0be0a05f21e5e6u, 0x2d29f923cfe1c6e4u,
-	0x90309c5d4ae53d30u, 0x4af3dcc29965d1f6u, 0x1209a10d7853892eu,
-	0x1a99f9643170b6b0u, 0xd66744acbc0de16au, 0x6a14bf5f995129f6u,
-	0xcd92946b0c213bbcu, 0xb560f4389c5a20bcu, 0x024c87853c419cccu,
-	0xe110e31f9670193au, 0x27f1f623235da1aau, 0x2b4ac92de1eb4b42u,
-	0xa9c3e39bcbf4fbbau, 0x2ccd38bc8b7940a4u, 0xa98c275d4c10893cu,
-	0xe2016f0cece97a10u, 0x4889ad9435f6691au, 0x1fd590f9be228808u,
-	0xfba109ffc8764a7au, 0x81879c50554909e6u, 0x7a924bf7d31921a6u,
-	0x8ac80548dc81c2bcu, 0xc626c2a9c5ae2e30u, 0x02cc0e765782f95eu,
-	0xa4d390bad66ea566u, 0xb0655f5f93df67acu, 0x62b6262cd64266bcu,
-	0x746023255f5f717cu, 0x00366f472a16999cu, 0xb7649bd59f2215beu,
-	0x29eafb65211641fau, 0x58bfc6fd04cb7ce0u, 0x9f78ee9ad469b208u,
-	0x9a4f36c5c6767da6u, 0x595710b852ffb236u, 0xbe524273ab8826a2u,
-	0xf6219bbcf60e02beu, 0x1343a4a332574832u, 0x77a91e8cc12b1854u,
-	0x8fa6e0c2b3d1bd2cu, 0x237a0aab8d758598u, 0x402bc8bafab787acu,
-	0x36f11e5784960bcau, 0xd847efef42e18920u, 0x8e8bd8d79637c35cu,
-	0xe822d75860d5bac8u, 0x1ee5fd04375a12dau, 0x66511429a352b466u,
-	0x755ea5cbd9b80b66u, 0xf9abc718cc0b2a34u, 0x273c03b78e6de294u,
-	0x2f55d49c7ee9b172u, 0x7618efbb60287e9au, 0xca59820dccecccd0u,
-	0xf64b51d3949ec63eu, 0x3e956ae2b1240036u, 0xa38719737379092cu,
-	0xd644fa6ac399c768u, 0x73f104b6a9edbfacu, 0x9530c747c334db14u,
-	0x982fba319c05c988u, 0x3fb7748966914fa0u, 0x58c9cc44b38dd372u,
-	0x843900334f8c5b8au, 0xdf3dc13dcf259e44u, 0x97c9ef875aab690cu,
-	0xb9c998079e64f0dau, 0x17542e0a579cbc3eu, 0xb3127999a7bb5ee8u,
-	0xe6774609604d55fau, 0x2819f13920fcaee8u, 0xfab712280dbdb7eau,
-	0x52f5ddafa0353d9au, 0x08a16fa55c8c8ff0u, 0x0279179d7abb7efau,
-	0xe34ee8a52ac170ccu, 0x86b2d34f61b29ce6u, 0x2dbf8cc5f771818eu,
-	0xaec8ae6387c1f30cu, 0x2749f79de79287b0u, 0xbb83eebc3e41c756u,
-	0xc835430cfa89ac3eu, 0xa3e68592f5b65c5au, 0x9fa0e9a981915448u,
-	0xb5fad5d4f274b5aeu, 0x1dfa737d4c8868e2u, 0xcab018d705046f3eu,
-	0xd34989f369a63f88u, 0x1b0ffd50e991ea52u, 0x2a08bad44c256a90u,
-	0x902bb1a125a420e0u, 0x0654ce0ca625c9b4u, 0x775f3f79ffd5cc4au,
-	0x828cce21addb1822u, 0xa50457ffd2dde72cu, 0x73b1cc09d76aa970u,
-	0x6d52443b3ed9c79cu, 0xa6b1dac39ca6d4c0u, 0x50dabdb516da316au,
-	0xff8340edfd40cd1eu, 0x29ea26bfb67cc3ecu, 0x72dbcc00c41e5d48u,
-	0xb87d2449f1f07468u, 0x2593fc5099664188u, 0x6834df287c219276u,
-	0xc652ef76cb252b22u, 0x7488d1fb212df022u, 0xd119b2f510048998u,
-	0xb8bac19eb4d3b17au, 0x30100dc8cc18cc8eu, 0x6a6115ac50b34f16u,
-	0x38821203e35017b4u, 0x3ceedbea11e82318u, 0x51d0662ad3deb63cu,
-	0xc537fb9aabe28afeu, 0x72d5c78e2d86588cu, 0xeb8d7f242dcd29d4u,
-	0xfa99c1ad29d01fb0u, 0x635686900d973f88u, 0x445666aadf842b46u,
-	0x7f409c8e2899f274u, 0x5a249f93b9ed0b44u, 0xa7a02f7851f9bb2au,
-	0x73d2102753731428u, 0xe24f454d0beaedb8u, 0x8887ed1b25e90cf4u,
-	0xe516ade7f55b9f98u, 0xead6da49ad59fa7au, 0xa591c7c905c22e6au,
-	0x12d7631aec491b14u, 0xd01d5f3fd4928468u, 0xc66c57cb314e2496u,
-	0x463897493457f242u, 0xe6d5598d92687dd0u, 0x52a56d8a4e7ab350u,
-	0x8cfed4b88453aa6au, 0x442589fe11ae8a88u, 0xd296444f51b23134u,
-	0xe59745033058ed62u, 0xb8c4efc9babbfc32u, 0xe37b8b739aa86a3au,
-	0xc9df1f374879a15au, 0xe1598d7ee3d5dc8cu, 0xad159bce0e64934eu,
-	0xd0c904aabf7626cau, 0x6d2b13e1f571710eu, 0xac9e1cba4c7e77aeu,
-	0xdea44a2806d2784cu, 0x2f8016b979a0574au, 0x63bb018632a3be7eu,
-	0x369312758bc25c14u, 0x24ff6585efccc43cu, 0x49e913b593c564f4u,
-	0xc203d8f8deb37030u, 0xec7b879dde637c98u, 0x39581648bc09382cu,
-	0x95bed2b1da4bd7cau, 0xe0e255e05d6dc326u, 0x2965773f5edeec1eu,
-	0xe08417fdc51b7c92u, 0xeb4ce6345f361972u, 0xef5a185d7e43a022u,
-	0xaebda3a8b0aa6040u, 0x44eadcecba0addb4u, 0x9f65977ad72f40eau,
-	0x8b0e596cee5e658au, 0x7bfb209f82bee386u, 0xf6fb41e29c5e0074u,
-	0x852cde6a489e768eu,
-};
 
 const uint64_t *dd_fastcdc_gear(void)
 {
@@ -234,7 +145,7 @@ static inline size_t dd_gear_scan(const uint8_t *p, size_t from, size_t to,
 	size_t l = from;
 
 	for (; l < to; l += 2) {
-		fp = (fp << 2) + dd_gear_ls[p[l - 1]];
+		fp = (fp << 2) + (dd_gear[p[l - 1]] << 1);
 		if (!(fp & mls))
 			return l;
 		fp += dd_gear[p[l]];
