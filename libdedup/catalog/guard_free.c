@@ -68,6 +68,11 @@ static int lg_mark(dd_txn *txn, dd_err *err, struct lg_live *lv, int tree,
 	unsigned n;
 	int rc;
 
+	/* every page belongs to one place in one tree: a page reached twice
+	 * is damage, and following it again could cost nkeys^depth reads */
+	if (lg_live_has(lv, pgno))
+		return dd_guard_bad(txn, err, tree, pgno,
+				    "a page two branches name");
 	lg_live_set(lv, pgno);
 	if (level + 1 >= depth)
 		return 0;            /* a leaf: not read */
