@@ -121,6 +121,12 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent);
+/* The entry (any variant of hash) that names the record at pack, off:
+ * 0 with *ent, DD_ENOENT when none does, or the lookup's error -- a
+ * damaged entry is not "none": callers about to destroy an unnamed record
+ * must stop on it. */
+int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
+		       uint32_t pack, uint64_t off, dd_ddt_ent *ent);
 /* Adds key unless it is there: 0 when added, DD_EEXIST with *old its entry
  * when it was (one descent of the tree where get + put take two). */
 int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,

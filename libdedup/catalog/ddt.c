@@ -141,6 +141,25 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			    "ddt put");
 }
 
+int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
+		       uint32_t pack, uint64_t off, dd_ddt_ent *ent)
+{
+	dd_ddt_key key;
+
+	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
+	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
+		int rc;
+
+		key.dk_variant = (uint8_t)v;
+		rc = dd_ddt_get(txn, err, &key, ent);
+		if (rc)
+			return rc;   /* DD_ENOENT: variants end at the first gap */
+		if (ent->de_pack == pack && ent->de_offset == off)
+			return 0;
+	}
+	return DD_ENOENT;
+}
+
 int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		  const dd_ddt_ent *ent, dd_ddt_ent *old)
 {

@@ -231,32 +231,31 @@ struct dd_live_probe {
 	uint64_t lp_from;
 	bool lp_live;
 	uint64_t lp_offset;
+	dd_err lp_err;
+	int lp_rc;                /* a lookup that failed */
 };
 
 static int dd_live_probe_rec(void *ctx, uint64_t offset,
 			     const dd_pack_rec *rec, const void *payload)
 {
 	struct dd_live_probe *lp = ctx;
-	dd_ddt_key key;
 	dd_ddt_ent ent;
-	dd_err e;
+	int rc;
 
 	(void)payload;
 	if (offset + DD_PACK_REC_HDR_SIZE + rec->pr_psize <= lp->lp_from)
 		return 0; /* wholly before the cut */
-	memcpy(key.dk_hash, rec->pr_hash, DD_HASH_SIZE);
-	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
-		key.dk_variant = (uint8_t)v;
-		if (dd_ddt_get(lp->lp_txn, &e, &key, &ent) != 0)
-			return 0; /* no (more) entries with this hash */
-		if (ent.de_pack == lp->lp_pack && ent.de_offset == offset &&
-		    !(ent.de_flags & DD_DDE_PENDING)) {
-			lp->lp_live = true;
-			lp->lp_offset = offset;
-			return 1;
-		}
+	rc = dd_ddt_find_record(lp->lp_txn, &lp->lp_err, rec->pr_hash,
+				lp->lp_pack, offset, &ent);
+	if (rc == DD_ENOENT || (!rc && (ent.de_flags & DD_DDE_PENDING)))
+		return 0;
+	if (rc) {
+		lp->lp_rc = rc;   /* a damaged entry: nothing is cut on it */
+		return 1;
 	}
-	return 0;
+	lp->lp_live = true;
+	lp->lp_offset = offset;
+	return 1;
 }
 
 /* May recovery cut pack p back to `from` (remove it: from 0)?  Only if
@@ -277,6 +276,8 @@ static int dd_pack_tail_is_dead(dd_txn *txn, dd_err *err, dd_pack *p,
 	int rc = dd_pack_walk_headers(p, &walk_err, dd_live_probe_rec, &lp,
 				      NULL);
 
+	if (lp.lp_rc)
+		return dd_err_copy(err, &lp.lp_err);
 	if (lp.lp_live) {
 		dd_pack_name(name, sizeof(name), lp.lp_pack);
 		return dd_err_set(err, DD_ECORRUPT, "pack %s: the store's "

@@ -42,26 +42,6 @@ struct dd_punch {
 	int pu_rc;               /* a punch that failed */
 };
 
-/* Does a DDT entry (any of the hash's variants) name the record at off? */
-static bool dd_punch_named(struct dd_punch *pu, uint64_t off,
-			   const dd_pack_rec *rec)
-{
-	dd_ddt_key key;
-	dd_ddt_ent ent;
-	dd_err e;
-
-	memcpy(key.dk_hash, rec->pr_hash, DD_HASH_SIZE);
-	for (unsigned v = 0; v <= DD_DDT_MAX_VARIANT; v++) {
-		key.dk_variant = (uint8_t)v;
-		if (dd_ddt_get(pu->pu_txn, &e, &key, &ent) != 0)
-			return false;
-		if (ent.de_pack == dd_pack_id(pu->pu_pack) &&
-		    ent.de_offset == off)
-			return true;
-	}
-	return false;
-}
-
 static int dd_punch_flush(struct dd_punch *pu)
 {
 	int rc;
@@ -83,10 +63,20 @@ static int dd_punch_rec(void *ctx, uint64_t off, const dd_pack_rec *rec,
 	uint64_t end = off + DD_PACK_REC_HDR_SIZE + rec->pr_psize;
 	bool named;
 
+	dd_ddt_ent ent;
+	int rc;
+
 	(void)payload;
 	if (end > pu->pu_limit)
 		return 1;   /* past the committed end: a writer's, or a tail */
-	named = dd_punch_named(pu, off, rec);
+	/* a lookup that fails (a damaged entry) punches nothing more */
+	rc = dd_ddt_find_record(pu->pu_txn, pu->pu_err, rec->pr_hash,
+				dd_pack_id(pu->pu_pack), off, &ent);
+	if (rc && rc != DD_ENOENT) {
+		pu->pu_rc = rc;
+		return 1;
+	}
+	named = rc == 0;
 	if (named || pu->pu_to != off) {
 		/* a live record, or a gap (punched before) ends the run */
 		pu->pu_rc = dd_punch_flush(pu);
@@ -105,12 +95,23 @@ int dd_space_punch_pack(dd_store *s, dd_err *err, dd_pack *p,
 {
 	struct dd_punch pu = {.pu_pack = p, .pu_err = err};
 	dd_err walk_err = {0};
+	uint64_t oldest;
 	int rc = dd_txn_begin(s->st_db, err, false, &pu.pu_txn);
 
 	*punched = 0;
 	if (rc)
 		return rc;
-	rc = dd_packs_get(pu.pu_txn, err, dd_pack_id(p), &pu.pu_limit);
+	/* what is unnamed is decided from this snapshot: a reader of an
+	 * older one may still need a record a later commit moved away from
+	 * (a writer's takeover), so no punch while such a reader is open */
+	rc = dd_db_oldest_reader(s->st_db, err, &oldest);
+	if (!rc && oldest < dd_txn_id(pu.pu_txn)) {
+		dd_txn_abort(pu.pu_txn);
+		return 0;
+	}
+	if (!rc)
+		rc = dd_packs_get(pu.pu_txn, err, dd_pack_id(p),
+				  &pu.pu_limit);
 	if (rc == DD_ENOENT) {
 		dd_txn_abort(pu.pu_txn);
 		return 0;   /* doomed meanwhile: it goes whole */
