@@ -131,8 +131,8 @@ static int dd_recv_records(dd_receiver *rv)
 	}
 }
 
-static void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
-			      const char *name)
+void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
+		       const char *name)
 {
 	in->format_version = h->sh_version;
 	in->block_size = h->sh_block_size;

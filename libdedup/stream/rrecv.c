@@ -750,21 +750,6 @@ static void dd_rrecv_cleanup(dd_rrecv *r)
 	pthread_mutex_destroy(&r->rr_mu);
 }
 
-static void dd_rrecv_info(dd_rrecv *r)
-{
-	dd_stream_info *i = &r->rr_info;
-	const dd_stream_hdr *h = &r->rr_h;
-
-	i->format_version = h->sh_version;
-	i->block_size = h->sh_block_size;
-	snprintf(i->name, sizeof(i->name), "%s", h->sh_name);
-	snprintf(i->base, sizeof(i->base), "%s", h->sh_base);
-	i->size = h->sh_size;
-	memcpy(i->digest, h->sh_digest, 32);
-	memcpy(i->base_digest, h->sh_base_digest, 32);
-	i->resume_from = h->sh_resume_from;
-}
-
 /* Prepares the output: a regular file is emptied and sized (so an image
  * too large for it fails now, and zero runs stay holes); a device must
  * be large enough.  A file that is empty already is not truncated to 0:
@@ -808,7 +793,7 @@ static int dd_rrecv_run(dd_rrecv *r, dd_read_fn fn, void *ctx)
 		rc = dd_sdec_header(r->rr_dec, r->rr_err, &r->rr_h);
 	if (rc)
 		return rc;
-	dd_rrecv_info(r);
+	dd_stream_info_of(&r->rr_info, &r->rr_h, r->rr_h.sh_name);
 	if (r->rr_fd >= 0 && (r->rr_h.sh_flags & DD_SH_INCREMENTAL))
 		return dd_err_set(r->rr_err, DD_ENOTSUP, "incremental stream "
 				  "(base '%s'): it needs its base, receive it "

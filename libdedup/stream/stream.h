@@ -140,6 +140,11 @@ typedef struct dd_sdec dd_sdec;
 int dd_sdec_new(dd_sdec **out, dd_err *err, dd_read_fn fn, void *ctx);
 void dd_sdec_free(dd_sdec *d);
 
+/* The public description of a stream with header h, named name (the
+ * header's, or the name it is received under). */
+void dd_stream_info_of(dd_stream_info *in, const dd_stream_hdr *h,
+		       const char *name);
+
 /* Reads and checks the HEADER: magic, version (DD_EVERSION if newer),
  * features (DD_ENOTSUP), block size, name (no '/', "..", NUL), limits. */
 int dd_sdec_header(dd_sdec *d, dd_err *err, dd_stream_hdr *out);
