@@ -14,8 +14,8 @@
  *    calls each otherwise, most of a small-block put); nothing is durable
  *    until dd_pack_sync, and the store commits its LMDB transaction only
  *    after the sync returned 0;
- *  - a tail past the store's committed length is cut by dd_pack_truncate
- *    when the next writer starts.
+ *  - a tail past the store's committed length is cut by dd_pack_truncate,
+ *    by recovery or the next writer that takes the pack's lock.
  * After a failed fdatasync the kernel may have dropped dirty pages of
  * records we already reported as appended, and after a failed write of the
  * buffer those records are gone for sure, so the handle refuses all

@@ -3,7 +3,8 @@
  * lock and the registry of running writers (format/store.md §1, §7).
  *
  *   STORE/lock        flock(2): shared by every writer (put, receive, rm,
- *                     gc) for as long as it runs, exclusive for what needs
+ *                     gc, scrub, repair --from) for as long as it runs,
+ *                     exclusive for what needs
  *                     the store to itself (repair, the format upgrade).
  *                     An exclusive holder writes who it is into it, so
  *                     that a refused writer can name it.
