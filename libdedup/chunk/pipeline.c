@@ -44,6 +44,7 @@
 
 #include "dedup.h"
 #include "chunk/pipeline.h"
+#include "chunk/pstage.h"
 #include "common/alloc.h"
 #include "common/io.h"
 
@@ -64,15 +65,13 @@ struct dd_pipe {
 	dd_pbatch *pp_hashing;    /* stage 1 of the running job, or NULL */
 	dd_pbatch *pp_working;    /* stage 3 of the running job, or NULL */
 	size_t pp_job_nwork;      /* job items below this are stage 3's */
-	bool pp_job_running;
-	bool pp_pool_held;
-	bool pp_solo;             /* running a job alone (pc_pool_lock busy) */
+	dd_pstage pp_stage;       /* the job, on the pool or alone (pstage.h),
+				     and the workers' hashers */
 	size_t pp_pos[DD_PIPE_MAX_CUT];   /* the next block's first byte */
 	uint64_t pp_idx[DD_PIPE_MAX_CUT]; /* ... its index in the image */
 	uint64_t pp_ioff[DD_PIPE_MAX_CUT];/* ... and its offset there */
 	uint64_t pp_image;        /* images ended */
 	unsigned pp_width;
-	dd_hasher **pp_hasher;    /* per pool worker */
 	uint8_t **pp_hot;         /* per pool worker: one region */
 	/* stage 3's output: pc_zkeep, two of a batch's payloads, else one
 	 * payload per worker */
@@ -191,7 +190,7 @@ static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
 			return;
 		}
 	}
-	dd_blk_hash(p->pp_hasher[worker], b->pb_blk + first, last - first, buf,
+	dd_blk_hash(p->pp_stage.ps_hasher[worker], b->pb_blk + first, last - first, buf,
 		    buf_off);
 	for (size_t j = first; hot && j < last; j++) {
 		dd_blk *bk = &b->pb_blk[j];
@@ -230,7 +229,7 @@ static void dd_pipe_compress(dd_pipe *p, dd_pbatch *b, size_t j,
 	const dd_pipe_cfg *c = &p->pp_cfg;
 	dd_blk *bk = &b->pb_blk[b->pb_new[j]];
 	dd_err err;
-	int rc = c->pc_compress(p->pp_solo ? c->pc_zctx_solo
+	int rc = c->pc_compress(dd_pstage_solo(&p->pp_stage) ? c->pc_zctx_solo
 					   : c->pc_zctx[worker], &err,
 				dd_pipe_zdst(p, b, j, worker),
 				b->pb_data + bk->bk_off, bk->bk_len,
@@ -465,15 +464,8 @@ static void dd_pbatch_reset(dd_pbatch *b)
 
 void dd_pipe_wait(dd_pipe *p)
 {
-	if (!p || !p->pp_job_running)
-		return;
-	/* the caller has filled its next batch: help instead of idling */
-	dd_pool_join(p->pp_cfg.pc_pool);
-	p->pp_job_running = false;
-	if (p->pp_pool_held) {
-		pthread_mutex_unlock(p->pp_cfg.pc_pool_lock);
-		p->pp_pool_held = false;
-	}
+	if (p)
+		dd_pstage_wait(&p->pp_stage);
 }
 
 static int dd_pipe_store(dd_pipe *p, dd_pbatch *b)
@@ -582,20 +574,7 @@ int dd_pipe_step(dd_pipe *p)
 		size_t n = p->pp_job_nwork +
 			   (p->pp_hashing ? p->pp_hashing->pb_nreg : 0);
 
-		if (p->pp_cfg.pc_pool_lock &&
-		    pthread_mutex_trylock(p->pp_cfg.pc_pool_lock) != 0) {
-			/* another pipeline has the pool for its job: this one
-			 * works alone, on the caller's thread (waiting could
-			 * be for ever when both are the same thread's) */
-			p->pp_solo = true;
-			for (size_t i = 0; i < n; i++)
-				dd_pipe_job(p, i, 0);
-			p->pp_solo = false;
-		} else {
-			p->pp_pool_held = p->pp_cfg.pc_pool_lock != NULL;
-			dd_pool_start(p->pp_cfg.pc_pool, dd_pipe_job, p, n);
-			p->pp_job_running = true;
-		}
+		dd_pstage_start(&p->pp_stage, dd_pipe_job, p, n);
 	}
 	if (done)
 		rc = dd_pipe_store(p, done);
@@ -612,7 +591,7 @@ int dd_pipe_drain(dd_pipe *p)
 	if (dd_pipe_uncut(p) < b->pb_fill)
 		rc = dd_pipe_end_image(p);
 	while (!rc && (p->pp_b[p->pp_cur].pb_nblk > 0 || p->pp_hashing ||
-		       p->pp_working || p->pp_job_running))
+		       p->pp_working || dd_pstage_busy(&p->pp_stage)))
 		rc = dd_pipe_step(p);
 	return rc;
 }
@@ -748,6 +727,7 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 static int dd_pipe_alloc(dd_pipe *p)
 {
 	const dd_pipe_cfg *c = &p->pp_cfg;
+	int rc;
 
 	for (unsigned i = 0; i < DD_PIPE_RING; i++) {
 		dd_pbatch *b = &p->pp_b[i];
@@ -762,17 +742,11 @@ static int dd_pipe_alloc(dd_pipe *p)
 			return dd_err_set(c->pc_err, DD_ENOMEM,
 					  "out of memory");
 	}
-	p->pp_width = dd_pool_width(c->pc_pool);
-	p->pp_hasher = dd_calloc(p->pp_width, sizeof(*p->pp_hasher));
-	if (!p->pp_hasher)
-		return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
-	for (unsigned i = 0; i < p->pp_width; i++) {
-		int rc = dd_hasher_new(&p->pp_hasher[i], c->pc_hash_kind);
-
-		if (rc)
-			return dd_err_set(c->pc_err, rc,
-					  "cannot set up hashing");
-	}
+	rc = dd_pstage_init(&p->pp_stage, c->pc_err, c->pc_pool,
+			    c->pc_pool_lock, c->pc_hash_kind);
+	if (rc)
+		return rc;
+	p->pp_width = p->pp_stage.ps_width;
 	if (c->pc_compress) {
 		unsigned n = c->pc_zkeep ? 2 : p->pp_width;
 		size_t each = c->pc_zkeep ? p->pp_maxblk * c->pc_zbound
@@ -840,13 +814,11 @@ void dd_pipe_free(dd_pipe *p)
 		dd_free(b->pb_new);
 		dd_free(b->pb_reg_first);
 	}
-	for (unsigned i = 0; p->pp_hasher && i < p->pp_width; i++)
-		dd_hasher_free(p->pp_hasher[i]);
+	dd_pstage_fini(&p->pp_stage);
 	for (unsigned i = 0; p->pp_hot && i < p->pp_width; i++)
 		dd_free(p->pp_hot[i]);
 	for (unsigned i = 0; i < p->pp_nzout; i++)
 		dd_free(p->pp_zout[i]);
-	dd_free(p->pp_hasher);
 	dd_free(p->pp_hot);
 	dd_free(p->pp_zout);
 	dd_free(p);
