@@ -5,7 +5,8 @@
  *
  * The calling thread decodes records (framing, CRCs, stream digest:
  * serial by nature) and queues DATA and REF blocks in a batch; full
- * batches go to the pool threads (dd_pool_start), which decompress DATA
+ * batches go to the pool threads (chunk/pstage.h, the pool stage the
+ * block pipeline uses too), which decompress DATA
  * or read a REF's earlier copy back from the output, and check each
  * block's SHA-256 with the block pipeline's hash stage (dd_blk_hash: the
  * zero test, and two blocks at a time), while the calling thread decodes
@@ -40,6 +41,7 @@
 
 #include "dedup.h"
 #include "chunk/pipeline.h"
+#include "chunk/pstage.h"
 #include "common/alloc.h"
 #include "common/hmap.h"
 #include "common/io.h"
@@ -120,6 +122,7 @@ typedef struct dd_rrecv {
 	bool rr_var;               /* content-defined: positions are bytes */
 	uint32_t rr_max;           /* the longest block */
 	dd_pool *rr_pool;
+	dd_pstage rr_stage;        /* the batch with the pool, and hashers */
 	unsigned rr_width;
 	dd_codec_ctx **rr_codec;
 	size_t rr_cap;             /* jobs (and out slots) per batch */
@@ -138,7 +141,6 @@ typedef struct dd_rrecv {
 	uint64_t rr_nwritten;      /* batches written (or skipped) */
 	dd_err rr_werr;            /* the writer's first failure */
 	dd_hmap *rr_seen;          /* hash -> block index of the first copy */
-	dd_hasher **rr_hasher;     /* per pool worker */
 	dd_digest *rr_digest;
 	bool rr_digest_on;         /* resume_from == 0: every block is seen */
 	uint64_t rr_base_refs;     /* REFs to blocks not in this stream */
@@ -234,7 +236,7 @@ static void dd_rrecv_job(void *ctx, size_t p, unsigned worker)
 				  .bk_len = j->rj_lsize};
 		job[n++] = j;
 	}
-	dd_blk_hash(r->rr_hasher[worker], blk, n, b->rrb_out, 0);
+	dd_blk_hash(r->rr_stage.ps_hasher[worker], blk, n, b->rrb_out, 0);
 	for (size_t k = 0; k < n; k++) {
 		const dd_rjob *j = job[k];
 
@@ -431,7 +433,7 @@ static int dd_rrecv_land(dd_rrecv *r)
 
 	if (!b)
 		return 0;
-	dd_pool_join(r->rr_pool);
+	dd_pstage_wait(&r->rr_stage);
 	r->rr_fly = NULL;
 	if (b->rrb_fail_idx != UINT64_MAX) {
 		rc = dd_rrecv_wait_writer(r, 0);
@@ -456,7 +458,7 @@ static int dd_rrecv_submit(dd_rrecv *r)
 		return rc;
 	b->rrb_fail_idx = UINT64_MAX;
 	r->rr_fly = b;
-	dd_pool_start(r->rr_pool, dd_rrecv_job, r, (b->rrb_n + 1) / 2);
+	dd_pstage_start(&r->rr_stage, dd_rrecv_job, r, (b->rrb_n + 1) / 2);
 	r->rr_nfilled++;
 	r->rr_cur = &r->rr_b[r->rr_nfilled % DD_RRECV_RING];
 	/* in flight: rr_fly and the queued ones; the ring holds one more */
@@ -709,12 +711,9 @@ static int dd_rrecv_setup(dd_rrecv *r)
 	r->rr_width = dd_pool_width(r->rr_pool);
 	rc = dd_raw_codecs(&r->rr_codec, r->rr_err, r->rr_width,
 			   DD_CODEC_NONE, 0);
-	if (!rc && !(r->rr_hasher = dd_calloc(r->rr_width,
-					      sizeof(*r->rr_hasher))))
-		rc = dd_err_set(r->rr_err, DD_ENOMEM, "out of memory");
-	for (unsigned i = 0; !rc && i < r->rr_width; i++)
-		if ((rc = dd_hasher_new(&r->rr_hasher[i], DD_HASH_SHA256)))
-			dd_err_set(r->rr_err, rc, "cannot set up hashing");
+	if (!rc)
+		rc = dd_pstage_init(&r->rr_stage, r->rr_err, r->rr_pool, NULL,
+				    DD_HASH_SHA256);
 	if (rc)
 		return rc;
 	r->rr_digest_on = r->rr_h.sh_resume_from == 0;
@@ -729,8 +728,7 @@ static int dd_rrecv_setup(dd_rrecv *r)
  * once the buffers are freed. */
 static void dd_rrecv_cleanup(dd_rrecv *r)
 {
-	if (r->rr_fly)
-		dd_pool_wait(r->rr_pool);
+	dd_pstage_fini(&r->rr_stage);
 	dd_rwriter_stop(r);
 	dd_pool_free(r->rr_pool);
 	dd_raw_codecs_free(r->rr_codec, r->rr_width);
@@ -740,9 +738,6 @@ static void dd_rrecv_cleanup(dd_rrecv *r)
 		dd_free(r->rr_b[i].rrb_out);
 	}
 	dd_hmap_free(r->rr_seen);
-	for (unsigned i = 0; r->rr_hasher && i < r->rr_width; i++)
-		dd_hasher_free(r->rr_hasher[i]);
-	dd_free(r->rr_hasher);
 	dd_digest_free(r->rr_digest);
 	dd_sdec_free(r->rr_dec);
 	pthread_cond_destroy(&r->rr_wcv);
