@@ -17,7 +17,7 @@
  *             through the block pipeline (chunk/pipeline.h);
  *   heal.c    good copies for a heal, from another store or a stream;
  *   rrecv.c   dd_recv_fd and dd_stream_check: a stream rebuilt into a file
- *             or device, or only checked;
+ *             or device, or only checked (rrbatch.c its ring of batches);
  *   rawio.c   what rsend.c and rrecv.c share: fd callbacks, codecs.
  */
 #ifndef DD_STREAM_STREAM_H
