@@ -73,7 +73,56 @@ static void dd_mf_rewind(dd_manifest_reader *mr)
 	mr->mr_buf_pos = 0;
 }
 
-/* The same for a list of content-defined blocks (§4.1): each entry one
+/* The bytes of an entry with this tag in a list of fixed (§4) or
+ * content-defined (§4.1) blocks; 0 for a tag that list does not have. */
+static size_t dd_mf_ent_len(uint8_t tag, bool var)
+{
+	switch (tag) {
+	case DD_MF_TAG_BLOCK:
+		return var ? 0 : 1 + DD_HASH_SIZE;
+	case DD_MF_TAG_VBLOCK:
+		return var ? 0 : 2 + DD_HASH_SIZE;
+	case DD_MF_TAG_HOLES:
+		return var ? 0 : 9;
+	case DD_MF_TAG_LBLOCK:
+		return var ? 5 + DD_HASH_SIZE : 0;
+	case DD_MF_TAG_LVBLOCK:
+		return var ? 6 + DD_HASH_SIZE : 0;
+	case DD_MF_TAG_LHOLE:
+		return var ? 9 : 0;
+	default:
+		return 0;
+	}
+}
+
+/* Starts entry e at the list's next byte: a tag of the list's kind, and
+ * all of its *len bytes, at *p, in the buffer. */
+static int dd_mf_entry(dd_manifest_reader *mr, dd_err *err,
+		       dd_manifest_ent *e, const uint8_t **p, size_t *len)
+{
+	bool var = mr->mr_hdr.mh_chunker != DD_CHUNKER_FIXED;
+	int rc = dd_mf_fill(mr, err, var ? DD_MF_LENT_MAX : DD_MF_ENT_MAX);
+
+	if (rc)
+		return rc;
+	*p = mr->mr_buf + mr->mr_beg;
+	memset(e, 0, sizeof(*e));
+	e->me_index = mr->mr_index;
+	e->me_count = 1;
+	e->me_off = mr->mr_off;
+	*len = dd_mf_ent_len((*p)[0], var);
+	if (*len == 0)
+		return dd_err_set(err, DD_ECORRUPT, "%s: unknown manifest "
+				  "entry tag %#x at list offset %llu",
+				  mr->mr_label, (*p)[0],
+				  (unsigned long long)mr->mr_pos);
+	if (*len > mr->mr_end - mr->mr_beg)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list ends "
+				  "inside an entry", mr->mr_label);
+	return 0;
+}
+
+/* dd_mf_parse for a list of content-defined blocks (§4.1): each entry one
  * block or one hole, with its bytes; they must fit the image's size. */
 static int dd_mf_parse_var(dd_manifest_reader *mr, dd_err *err,
 			   dd_manifest_ent *e, bool prev_hole)
@@ -81,37 +130,11 @@ static int dd_mf_parse_var(dd_manifest_reader *mr, dd_err *err,
 	const dd_manifest_hdr *h = &mr->mr_hdr;
 	const uint8_t *p;
 	size_t len, at;
-	int rc = dd_mf_fill(mr, err, DD_MF_LENT_MAX);
+	int rc = dd_mf_entry(mr, err, e, &p, &len);
 
 	if (rc)
 		return rc;
-	p = mr->mr_buf + mr->mr_beg;
-	memset(e, 0, sizeof(*e));
-	e->me_index = mr->mr_index;
-	e->me_count = 1;
-	e->me_off = mr->mr_off;
-	switch (p[0]) {
-	case DD_MF_TAG_LBLOCK:
-		len = 5 + DD_HASH_SIZE;
-		at = 1;
-		break;
-	case DD_MF_TAG_LVBLOCK:
-		len = 6 + DD_HASH_SIZE;
-		at = 2;
-		break;
-	case DD_MF_TAG_LHOLE:
-		len = 9;
-		at = 1;
-		break;
-	default:
-		return dd_err_set(err, DD_ECORRUPT, "%s: unknown manifest "
-				  "entry tag %#x at list offset %llu",
-				  mr->mr_label, p[0],
-				  (unsigned long long)mr->mr_pos);
-	}
-	if (len > mr->mr_end - mr->mr_beg)
-		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list ends "
-				  "inside an entry", mr->mr_label);
+	at = p[0] == DD_MF_TAG_LVBLOCK ? 2 : 1;
 	if (p[0] == DD_MF_TAG_LHOLE) {
 		e->me_hole = true;
 		e->me_len = dd_get_le64(p + 1);
@@ -160,32 +183,9 @@ static int dd_mf_parse(dd_manifest_reader *mr, dd_err *err,
 
 	if (h->mh_chunker != DD_CHUNKER_FIXED)
 		return dd_mf_parse_var(mr, err, e, prev_hole);
-	rc = dd_mf_fill(mr, err, DD_MF_ENT_MAX);
+	rc = dd_mf_entry(mr, err, e, &p, &len);
 	if (rc)
 		return rc;
-	p = mr->mr_buf + mr->mr_beg;
-	memset(e, 0, sizeof(*e));
-	e->me_index = mr->mr_index;
-	e->me_count = 1;
-	switch (p[0]) {
-	case DD_MF_TAG_BLOCK:
-		len = 1 + DD_HASH_SIZE;
-		break;
-	case DD_MF_TAG_VBLOCK:
-		len = 2 + DD_HASH_SIZE;
-		break;
-	case DD_MF_TAG_HOLES:
-		len = 9;
-		break;
-	default:
-		return dd_err_set(err, DD_ECORRUPT, "%s: unknown manifest "
-				  "entry tag %#x at list offset %llu",
-				  mr->mr_label, p[0],
-				  (unsigned long long)mr->mr_pos);
-	}
-	if (len > mr->mr_end - mr->mr_beg)
-		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list ends "
-				  "inside an entry", mr->mr_label);
 	if (p[0] == DD_MF_TAG_HOLES) {
 		e->me_hole = true;
 		e->me_count = dd_get_le64(p + 1);
