@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "dedup.h"
+#include "chunk/chunk.h"
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "catalog/db_internal.h"
@@ -73,8 +74,8 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, bool var,
 	memcpy(r->sr_digest, p + 48, DD_HASH_SIZE);
 	if (r->sr_block_size == 0 || r->sr_zero_blocks > r->sr_blocks ||
 	    (var ? r->sr_blocks > r->sr_size || (r->sr_size && !r->sr_blocks)
-		 : r->sr_blocks != r->sr_size / r->sr_block_size +
-				   (r->sr_size % r->sr_block_size != 0)))
+		 : r->sr_blocks != dd_block_count(r->sr_size,
+						  r->sr_block_size)))
 		return dd_db_damage(err,
 				    "snapshot record sizes disagree");
 	return 0;
