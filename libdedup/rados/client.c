@@ -163,6 +163,22 @@ static int dd_rados_settle(rados_t cl, dd_err *err, const char *key,
 	return 0;
 }
 
+/* The bounded waits, in the order of dd_rados_conf's fields: the option,
+ * Ceph's default, ours. */
+static const struct dd_rados_bound {
+	const char *rb_key;
+	unsigned rb_ceph, rb_ours;
+} dd_rados_bounds[] = {
+	{"rados_osd_op_timeout", DD_CEPH_OSD_OP_TIMEOUT,
+	 DD_RADOS_OSD_OP_TIMEOUT_DEFAULT},
+	{"rados_mon_op_timeout", DD_CEPH_MON_OP_TIMEOUT,
+	 DD_RADOS_MON_OP_TIMEOUT_DEFAULT},
+	{"client_mount_timeout", DD_CEPH_MOUNT_TIMEOUT,
+	 DD_RADOS_MOUNT_TIMEOUT_DEFAULT},
+};
+_Static_assert(sizeof(dd_rados_bounds) / sizeof(dd_rados_bounds[0]) == 3,
+	       "one bound per field of dd_rados_conf");
+
 int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 {
 	static const dd_rados_conf none;
@@ -194,26 +210,24 @@ int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 		rc = dd_rados_fail(err, r, NULL, "parse CEPH_ARGS", NULL);
 		goto fail;
 	}
-	rc = dd_rados_settle(ra->ra_cluster, err, "rados_osd_op_timeout",
-			     conf->rc_osd_op_timeout, DD_CEPH_OSD_OP_TIMEOUT,
-			     DD_RADOS_OSD_OP_TIMEOUT_DEFAULT,
-			     &ra->ra_conf.rc_osd_op_timeout);
-	if (!rc)
-		rc = dd_rados_settle(ra->ra_cluster, err,
-				     "rados_mon_op_timeout",
-				     conf->rc_mon_op_timeout,
-				     DD_CEPH_MON_OP_TIMEOUT,
-				     DD_RADOS_MON_OP_TIMEOUT_DEFAULT,
-				     &ra->ra_conf.rc_mon_op_timeout);
-	if (!rc)
-		rc = dd_rados_settle(ra->ra_cluster, err,
-				     "client_mount_timeout",
-				     conf->rc_mount_timeout,
-				     DD_CEPH_MOUNT_TIMEOUT,
-				     DD_RADOS_MOUNT_TIMEOUT_DEFAULT,
-				     &ra->ra_conf.rc_mount_timeout);
-	if (rc)
-		goto fail;
+	{
+		const unsigned caller[] = {conf->rc_osd_op_timeout,
+					   conf->rc_mon_op_timeout,
+					   conf->rc_mount_timeout};
+		unsigned *in_force[] = {&ra->ra_conf.rc_osd_op_timeout,
+					&ra->ra_conf.rc_mon_op_timeout,
+					&ra->ra_conf.rc_mount_timeout};
+
+		for (size_t i = 0; i < 3; i++) {
+			const struct dd_rados_bound *b = &dd_rados_bounds[i];
+
+			rc = dd_rados_settle(ra->ra_cluster, err, b->rb_key,
+					     caller[i], b->rb_ceph, b->rb_ours,
+					     in_force[i]);
+			if (rc)
+				goto fail;
+		}
+	}
 	if (rados_conf_get(ra->ra_cluster, "mon_host", mon, sizeof(mon)) < 0)
 		mon[0] = 0;
 	if (!mon[0]) {
