@@ -274,24 +274,29 @@ static int dd_rados_pool_name_ok(dd_err *err, const char *pool)
 	return 0;
 }
 
-int dd_rados_pool_create(dd_rados *r, dd_err *err, const char *pool)
+/* Creates or deletes a pool: call is rados_pool_create or _delete. */
+static int dd_rados_pool_admin(dd_rados *r, dd_err *err, const char *pool,
+			       int (*call)(rados_t, const char *),
+			       const char *what)
 {
 	int rc = dd_rados_pool_name_ok(err, pool);
 
 	if (rc)
 		return rc;
-	rc = rados_pool_create(r->ra_cluster, pool);
-	return rc < 0 ? dd_rados_fail(err, rc, NULL, "create pool", pool) : 0;
+	rc = call(r->ra_cluster, pool);
+	return rc < 0 ? dd_rados_fail(err, rc, NULL, what, pool) : 0;
+}
+
+int dd_rados_pool_create(dd_rados *r, dd_err *err, const char *pool)
+{
+	return dd_rados_pool_admin(r, err, pool, rados_pool_create,
+				   "create pool");
 }
 
 int dd_rados_pool_delete(dd_rados *r, dd_err *err, const char *pool)
 {
-	int rc = dd_rados_pool_name_ok(err, pool);
-
-	if (rc)
-		return rc;
-	rc = rados_pool_delete(r->ra_cluster, pool);
-	return rc < 0 ? dd_rados_fail(err, rc, NULL, "delete pool", pool) : 0;
+	return dd_rados_pool_admin(r, err, pool, rados_pool_delete,
+				   "delete pool");
 }
 
 int dd_rados_pool_open(dd_rados_pool **out, dd_err *err, dd_rados *r,
