@@ -16,8 +16,16 @@
  * and a holder whose renewal fails has lost the lock (someone may have
  * taken it since): renewing uses LIBRADOS_LOCK_FLAG_MUST_RENEW, which
  * the OSD refuses (ENOENT) unless this holder still holds it.
+ *
+ * The keeper (dd_rados_lock_keep) renews from a thread of its own every
+ * third of the duration.  A renewal refused means the lock is lost; one
+ * that fails otherwise (a timeout: the OSD is away) is retried until a
+ * whole duration has passed since the last renewal that succeeded -- the
+ * OSD may have let the lock expire by then --, and the lock is then lost
+ * too.  A lost lock stays lost: dd_rados_lock_check says so from then on.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +47,13 @@ struct dd_rados_lock {
 	unsigned rl_duration;
 	char rl_oid[256];
 	char rl_cookie[DD_RADOS_COOKIE_MAX];
+	/* the keeper (dd_rados_lock_keep): rl_mutex guards the fields below */
+	bool rl_keeping;
+	pthread_t rl_keeper;
+	pthread_mutex_t rl_mutex;
+	pthread_cond_t rl_wake;
+	bool rl_stop;
+	dd_err rl_lost;           /* DD_OK while the lock is held */
 };
 
 static atomic_uint dd_rados_lock_seq;
@@ -174,12 +189,104 @@ int dd_rados_lock_renew(dd_rados_lock *l, dd_err *err)
 			  "expired or was broken)", where);
 }
 
+static void *dd_rados_lock_keeper(void *arg)
+{
+	dd_rados_lock *l = arg;
+	/* a third of the duration, at least 200 ms: well inside it */
+	double every = l->rl_duration / 3.0 < 0.2 ? 0.2 : l->rl_duration / 3.0;
+	/* the OSD counts a duration from when it takes a renewal, which is
+	 * after it was sent: from the sending is on the safe side */
+	double held_until = dd_rados_now() + l->rl_duration;
+	double next = dd_rados_now() + every;
+
+	pthread_mutex_lock(&l->rl_mutex);
+	while (!l->rl_stop) {
+		struct timespec ts = {(time_t)next,
+				      (long)((next - (time_t)next) * 1e9)};
+		dd_err e = {0};
+		double sent;
+		int rc;
+
+		pthread_cond_timedwait(&l->rl_wake, &l->rl_mutex, &ts);
+		if (l->rl_stop || dd_rados_now() < next)
+			continue;
+		pthread_mutex_unlock(&l->rl_mutex);
+		sent = dd_rados_now();
+		rc = dd_rados_lock_renew(l, &e);
+		pthread_mutex_lock(&l->rl_mutex);
+		next = dd_rados_now() + every;
+		if (rc == 0) {
+			held_until = sent + l->rl_duration;
+			continue;
+		}
+		if (rc == DD_EBUSY || dd_rados_now() >= held_until) {
+			if (rc != DD_EBUSY)
+				dd_err_wrap(&e, DD_EBUSY, "lock lost: not "
+					    "renewed within its duration", NULL);
+			dd_err_copy(&l->rl_lost, &e);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&l->rl_mutex);
+	return NULL;
+}
+
+int dd_rados_lock_keep(dd_rados_lock *l, dd_err *err)
+{
+	pthread_condattr_t attr;
+	int rc;
+
+	if (!l || l->rl_keeping)
+		return dd_err_set(err, DD_EINVAL, "rados: keep: no lock, or "
+				  "one already kept");
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->rl_wake, &attr);
+	pthread_condattr_destroy(&attr);
+	pthread_mutex_init(&l->rl_mutex, NULL);
+	l->rl_stop = false;
+	dd_err_clear(&l->rl_lost);
+	rc = pthread_create(&l->rl_keeper, NULL, dd_rados_lock_keeper, l);
+	if (rc) {
+		pthread_cond_destroy(&l->rl_wake);
+		pthread_mutex_destroy(&l->rl_mutex);
+		return dd_err_set_errno(err, rc, "rados: keep the lock on %s",
+					l->rl_oid);
+	}
+	l->rl_keeping = true;
+	return 0;
+}
+
+int dd_rados_lock_check(dd_rados_lock *l, dd_err *err)
+{
+	int rc = 0;
+
+	if (!l)
+		return dd_err_set(err, DD_EINVAL, "rados: check: no lock");
+	if (!l->rl_keeping)
+		return 0;
+	pthread_mutex_lock(&l->rl_mutex);
+	if (l->rl_lost.de_code)
+		rc = dd_err_copy(err, &l->rl_lost);
+	pthread_mutex_unlock(&l->rl_mutex);
+	return rc;
+}
+
 int dd_rados_lock_release(dd_rados_lock *l, dd_err *err)
 {
 	int r, rc = 0;
 
 	if (!l)
 		return 0;
+	if (l->rl_keeping) {
+		pthread_mutex_lock(&l->rl_mutex);
+		l->rl_stop = true;
+		pthread_cond_signal(&l->rl_wake);
+		pthread_mutex_unlock(&l->rl_mutex);
+		pthread_join(l->rl_keeper, NULL);
+		pthread_cond_destroy(&l->rl_wake);
+		pthread_mutex_destroy(&l->rl_mutex);
+	}
 	r = rados_unlock(l->rl_pool->rp_io, l->rl_oid, DD_RADOS_LOCK_NAME,
 			 l->rl_cookie);
 	/* ENOENT: expired, nothing left to release */

@@ -146,6 +146,15 @@ int dd_rados_lock_take(dd_rados_lock **out, dd_err *err, dd_rados_pool *p,
 int dd_rados_lock_renew(dd_rados_lock *l, dd_err *err);
 int dd_rados_lock_release(dd_rados_lock *l, dd_err *err);
 
+/* keep renews l from a thread of its own every third of its duration,
+ * until release (which stops it); the caller then calls no renew.  check
+ * is 0 while l is held, and once a renewal was refused -- or none
+ * succeeded for a whole duration (the OSD away) -- DD_EBUSY "...lock
+ * lost..." for good: a holder checks before each step the lock protects
+ * (a commit).  check of a lock not kept is 0. */
+int dd_rados_lock_keep(dd_rados_lock *l, dd_err *err);
+int dd_rados_lock_check(dd_rados_lock *l, dd_err *err);
+
 /* Who holds the lock on oid, as above; "" when nobody does. */
 int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 			 char *buf, size_t len);

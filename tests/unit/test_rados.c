@@ -565,6 +565,34 @@ static void test_lock_expires(void **state)
 	dd_rados_pool_close(p);
 }
 
+static void test_lock_kept(void **state)
+{
+	dd_rados *other = t_connect(10);
+	dd_rados_pool *p = t_open(t_ra, "lk"), *q = t_open(other, "lk");
+	dd_rados_lock *la = NULL, *lb = NULL;
+	dd_err err = {0};
+
+	(void)state;
+	/* a 2 s lock kept by its thread for 5 s, never once free */
+	assert_int_equal(dd_rados_lock_take(&la, &err, p, "kept", 2, 0), 0);
+	assert_int_equal(dd_rados_lock_check(la, &err), 0);
+	assert_int_equal(dd_rados_lock_keep(la, &err), 0);
+	assert_int_equal(dd_rados_lock_keep(la, &err), DD_EINVAL);
+	for (int i = 0; i < 5; i++) {
+		sleep(1);
+		assert_int_equal(dd_rados_lock_take(&lb, &err, q, "kept", 2, 0),
+				 DD_EBUSY);
+		assert_int_equal(dd_rados_lock_check(la, &err), 0);
+	}
+	/* release stops the keeper and frees the lock at once */
+	assert_int_equal(dd_rados_lock_release(la, &err), 0);
+	assert_int_equal(dd_rados_lock_take(&lb, &err, q, "kept", 2, 0), 0);
+	assert_int_equal(dd_rados_lock_release(lb, &err), 0);
+	dd_rados_pool_close(q);
+	dd_rados_disconnect(other);
+	dd_rados_pool_close(p);
+}
+
 /* The helper: takes the lock and sleeps until killed. */
 static int t_hold_lock(char **argv)
 {
@@ -662,6 +690,7 @@ static void test_osd_down(void **state)
 {
 	dd_rados *ra = t_connect(T_OP_TIMEOUT);
 	dd_rados_pool *p = t_open(ra, "down");
+	dd_rados_lock *kept = NULL;
 	char buf[64];
 	dd_err err = {0};
 	double t0, took;
@@ -670,6 +699,9 @@ static void test_osd_down(void **state)
 
 	(void)state;
 	assert_int_equal(dd_rados_write_full(p, &err, "before", "kept", 4), 0);
+	/* a kept 2 s lock: its renewals cannot reach the OSD either */
+	assert_int_equal(dd_rados_lock_take(&kept, &err, p, "kept", 2, 0), 0);
+	assert_int_equal(dd_rados_lock_keep(kept, &err), 0);
 	t_osd_stopped = true;
 	assert_int_equal(t_cluster("osd-stop"), 0);
 
@@ -699,6 +731,10 @@ static void test_osd_down(void **state)
 		assert_true(t_now() - t0 < T_OP_TIMEOUT + T_SLACK);
 	}
 
+	/* more than 2 s without a renewal: the keeper says the lock is lost */
+	assert_int_equal(dd_rados_lock_check(kept, &err), DD_EBUSY);
+	assert_non_null(strstr(err.de_msg, "lock lost"));
+
 	/* the OSD back: everything works again, nothing lost */
 	assert_int_equal(t_cluster("osd-start"), 0);
 	t_osd_stopped = false;
@@ -709,6 +745,9 @@ static void test_osd_down(void **state)
 	assert_int_equal(dd_rados_write_full(p, &err, "after", "new", 3), 0);
 	assert_int_equal(dd_rados_remove(p, &err, "after"), 0);
 	assert_int_equal(dd_rados_remove(p, &err, "before"), 0);
+	/* lost stays lost; releasing it is no error */
+	assert_int_equal(dd_rados_lock_check(kept, &err), DD_EBUSY);
+	assert_int_equal(dd_rados_lock_release(kept, &err), 0);
 	dd_rados_pool_close(p);
 	dd_rados_disconnect(ra);
 }
@@ -761,6 +800,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_versions),
 		cmocka_unit_test(test_lock_two_clients),
 		cmocka_unit_test(test_lock_expires),
+		cmocka_unit_test(test_lock_kept),
 		cmocka_unit_test(test_lock_dead_holder),
 		cmocka_unit_test_teardown(test_osd_down, t_osd_restart),
 	};
