@@ -79,6 +79,30 @@ static void t_assert_msg(const char *msg, const char *fmt)
 	assert_string_equal(msg, want);
 }
 
+/* Two clients of the pool's namespace ns: p through the group's
+ * connection, q through a second one -- another machine, to the OSD. */
+struct t_two {
+	dd_rados *other;
+	dd_rados_pool *p, *q;
+};
+
+static struct t_two t_two_open(const char *ns)
+{
+	struct t_two t;
+
+	t.other = t_connect(10);
+	t.p = t_open(t_ra, ns);
+	t.q = t_open(t.other, ns);
+	return t;
+}
+
+static void t_two_close(struct t_two *t)
+{
+	dd_rados_pool_close(t->q);
+	dd_rados_disconnect(t->other);
+	dd_rados_pool_close(t->p);
+}
+
 static void t_fill(unsigned char *buf, size_t len, unsigned seed)
 {
 	uint32_t x = seed * 2654435761u + 1;
@@ -135,39 +159,37 @@ static void test_spec(void **state)
 
 /* ---- connecting ---------------------------------------------------------- */
 
-static void test_timeouts(void **state)
+/* A connection with conf has these timeouts in force. */
+static void t_timeouts_are(const dd_rados_conf *conf, unsigned osd,
+			   unsigned mon, unsigned mount)
 {
-	dd_rados_conf in_force, conf = {7, 8, 9};
+	dd_rados_conf in_force;
 	dd_err err = {0};
 	dd_rados *ra;
+
+	assert_int_equal(dd_rados_connect(&ra, &err, conf), 0);
+	dd_rados_timeouts(ra, &in_force);
+	assert_int_equal(in_force.rc_osd_op_timeout, osd);
+	assert_int_equal(in_force.rc_mon_op_timeout, mon);
+	assert_int_equal(in_force.rc_mount_timeout, mount);
+	dd_rados_disconnect(ra);
+}
+
+static void test_timeouts(void **state)
+{
+	const dd_rados_conf conf = {7, 8, 9};
 
 	(void)state;
 	/* the test cluster's conf bounds nothing: ours */
 	unsetenv("CEPH_ARGS");
-	assert_int_equal(dd_rados_connect(&ra, &err, NULL), 0);
-	dd_rados_timeouts(ra, &in_force);
-	assert_int_equal(in_force.rc_osd_op_timeout,
-			 DD_RADOS_OSD_OP_TIMEOUT_DEFAULT);
-	assert_int_equal(in_force.rc_mon_op_timeout,
-			 DD_RADOS_MON_OP_TIMEOUT_DEFAULT);
-	assert_int_equal(in_force.rc_mount_timeout,
-			 DD_RADOS_MOUNT_TIMEOUT_DEFAULT);
-	dd_rados_disconnect(ra);
-
+	t_timeouts_are(NULL, DD_RADOS_OSD_OP_TIMEOUT_DEFAULT,
+		       DD_RADOS_MON_OP_TIMEOUT_DEFAULT,
+		       DD_RADOS_MOUNT_TIMEOUT_DEFAULT);
 	/* CEPH_ARGS bounds one: kept; the caller's win over it */
 	setenv("CEPH_ARGS", "--rados_osd_op_timeout 12", 1);
-	assert_int_equal(dd_rados_connect(&ra, &err, NULL), 0);
-	dd_rados_timeouts(ra, &in_force);
-	assert_int_equal(in_force.rc_osd_op_timeout, 12);
-	assert_int_equal(in_force.rc_mon_op_timeout,
-			 DD_RADOS_MON_OP_TIMEOUT_DEFAULT);
-	dd_rados_disconnect(ra);
-	assert_int_equal(dd_rados_connect(&ra, &err, &conf), 0);
-	dd_rados_timeouts(ra, &in_force);
-	assert_int_equal(in_force.rc_osd_op_timeout, 7);
-	assert_int_equal(in_force.rc_mon_op_timeout, 8);
-	assert_int_equal(in_force.rc_mount_timeout, 9);
-	dd_rados_disconnect(ra);
+	t_timeouts_are(NULL, 12, DD_RADOS_MON_OP_TIMEOUT_DEFAULT,
+		       DD_RADOS_MOUNT_TIMEOUT_DEFAULT);
+	t_timeouts_are(&conf, 7, 8, 9);
 	unsetenv("CEPH_ARGS");
 }
 
@@ -394,15 +416,14 @@ static void test_missing_pool(void **state)
 
 static void test_versions(void **state)
 {
-	dd_rados_pool *p = t_open(t_ra, "cas"), *q;
-	dd_rados *other = t_connect(10);
+	struct t_two two = t_two_open("cas");
+	dd_rados_pool *p = two.p, *q = two.q;
 	uint64_t v1 = 0, v2 = 0, v3 = 0, vr = 0;
 	char buf[64];
 	size_t len = 0;
 	dd_err err = {0};
 
 	(void)state;
-	q = t_open(other, "cas");
 	/* create only if missing: the first wins, the second is told */
 	assert_int_equal(dd_rados_write_full_if(p, &err, "head", "one", 3, 0,
 						&v1), 0);
@@ -456,9 +477,7 @@ static void test_versions(void **state)
 						 sizeof(buf), &len, &vr),
 			 DD_ENOENT);
 	assert_non_null(strstr(err.de_msg, "no such object"));
-	dd_rados_pool_close(q);
-	dd_rados_disconnect(other);
-	dd_rados_pool_close(p);
+	t_two_close(&two);
 }
 
 /* ---- locks --------------------------------------------------------------- */
@@ -480,8 +499,8 @@ static void t_assert_held_by(const char *msg, long pid)
 
 static void test_lock_two_clients(void **state)
 {
-	dd_rados *other = t_connect(10);
-	dd_rados_pool *p = t_open(t_ra, "lk"), *q = t_open(other, "lk");
+	struct t_two two = t_two_open("lk");
+	dd_rados_pool *p = two.p, *q = two.q;
 	dd_rados_lock *la = NULL, *lb = NULL, *lc = NULL;
 	char holder[400];
 	dd_err err = {0};
@@ -525,15 +544,13 @@ static void test_lock_two_clients(void **state)
 	/* bad durations */
 	assert_int_equal(dd_rados_lock_take(&la, &err, p, "commit", 0, 0),
 			 DD_EINVAL);
-	dd_rados_pool_close(q);
-	dd_rados_disconnect(other);
-	dd_rados_pool_close(p);
+	t_two_close(&two);
 }
 
 static void test_lock_expires(void **state)
 {
-	dd_rados *other = t_connect(10);
-	dd_rados_pool *p = t_open(t_ra, "lk"), *q = t_open(other, "lk");
+	struct t_two two = t_two_open("lk");
+	dd_rados_pool *p = two.p, *q = two.q;
 	dd_rados_lock *la = NULL, *lb = NULL;
 	dd_err err = {0};
 	double t0, waited;
@@ -560,15 +577,13 @@ static void test_lock_expires(void **state)
 	assert_non_null(strstr(err.de_msg, "lock lost"));
 	assert_int_equal(dd_rados_lock_release(la, &err), 0);
 	assert_int_equal(dd_rados_lock_release(lb, &err), 0);
-	dd_rados_pool_close(q);
-	dd_rados_disconnect(other);
-	dd_rados_pool_close(p);
+	t_two_close(&two);
 }
 
 static void test_lock_kept(void **state)
 {
-	dd_rados *other = t_connect(10);
-	dd_rados_pool *p = t_open(t_ra, "lk"), *q = t_open(other, "lk");
+	struct t_two two = t_two_open("lk");
+	dd_rados_pool *p = two.p, *q = two.q;
 	dd_rados_lock *la = NULL, *lb = NULL;
 	dd_err err = {0};
 
@@ -588,9 +603,7 @@ static void test_lock_kept(void **state)
 	assert_int_equal(dd_rados_lock_release(la, &err), 0);
 	assert_int_equal(dd_rados_lock_take(&lb, &err, q, "kept", 2, 0), 0);
 	assert_int_equal(dd_rados_lock_release(lb, &err), 0);
-	dd_rados_pool_close(q);
-	dd_rados_disconnect(other);
-	dd_rados_pool_close(p);
+	t_two_close(&two);
 }
 
 /* The helper: takes the lock and sleeps until killed. */
