@@ -742,6 +742,7 @@ static void test_osd_down(void **state)
 		assert_int_equal(dd_rados_lock_take(&l, &err, p, "lock", 30, 0),
 				 DD_EIO);
 		assert_true(t_now() - t0 < T_OP_TIMEOUT + T_SLACK);
+		assert_non_null(strstr(err.de_msg, "timed out"));
 	}
 
 	/* more than 2 s without a renewal: the keeper says the lock is lost */
