@@ -165,9 +165,17 @@ typedef struct dd_open_opts {
 	/* ---- version 3 ---- */
 	unsigned lock_timeout_ms; /* with wait_for_lock: DD_EBUSY after this
 				     many milliseconds (0 = wait for ever) */
+	/* ---- version 4 ---- */
+	int defer_catalog_check; /* 1: skip the whole-file check of the
+				    catalog at open (format/store.md §10), as
+				    on a store too big for it, so that a
+				    damaged catalog opens for
+				    dd_store_scrub_ext to name every damaged
+				    page and what it holds; each call still
+				    checks the pages it reads */
 } dd_open_opts;
-#define DD_OPEN_OPTS_VERSION 3
-#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0}
+#define DD_OPEN_OPTS_VERSION 4
+#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Creates a new store in directory `path` (created if missing; it must be
  * empty otherwise) and opens it.  opts may be NULL for the defaults.
