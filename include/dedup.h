@@ -812,6 +812,16 @@ DD_API int dd_recv_abort_partial(dd_store *store);
  * terminated); DD_ENOENT when there is none. */
 DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
 
+/* Calls fn once for every partial receive kept in the store (there may be
+ * several, of different snapshots), oldest first, with the snapshot name
+ * it will have and its resume token (both valid during the call).
+ * Errors: DD_EINVAL (no callback), DD_ECANCELED when fn returns
+ * non-zero, the catalog's errors. */
+typedef int (*dd_recv_partial_fn)(const char *name, const char *token,
+				  void *ctx);
+DD_API int dd_recv_partial_walk(dd_store *store, dd_recv_partial_fn fn,
+				void *ctx);
+
 /* The message of the last failed call in this thread that has no handle
  * (dd_store_open, dd_store_create, dd_send_fd, dd_recv_fd,
  * dd_stream_check, dd_stream_header, dd_scan_*).  Never NULL. */

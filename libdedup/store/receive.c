@@ -659,6 +659,45 @@ int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
 	return 0;
 }
 
+struct dd_partial_each {
+	dd_replica_token_fn pe_fn;
+	void *pe_ctx;
+	bool pe_stopped;
+};
+
+static int dd_partial_each(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_partial_each *pe = arg;
+	dd_replica_state st;
+	char tok[128];
+
+	(void)id;
+	if (!rec->pr_state_len || dd_replica_state_decode(rec, &st) ||
+	    dd_token_format(tok, sizeof(tok), st.rcs_digest, st.rcs_next))
+		return 0;    /* not a kept receive (a running writer) */
+	if (pe->pe_fn(rec->pr_name, tok, pe->pe_ctx) == 0)
+		return 0;
+	pe->pe_stopped = true;
+	return 1;
+}
+
+int dd_replica_tokens(dd_store *s, dd_err *err, dd_replica_token_fn fn,
+		      void *ctx)
+{
+	struct dd_partial_each pe = {fn, ctx, false};
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_pend_walk(txn, err, dd_partial_each, &pe);
+	dd_txn_abort(txn);
+	if (rc < 0)
+		return rc;
+	return pe.pe_stopped ? dd_err_set(err, DD_ECANCELED, "stopped by the "
+					  "callback") : 0;
+}
+
 int dd_replica_writer_token(const dd_replica_writer *rw, char *buf, size_t len)
 {
 	if (rw->rpw_w->w_state != DD_W_SUSPENDED)
