@@ -102,7 +102,7 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
 	rc = dd_replica_geometry(err, s, chunker, block_size);
 	if (rc)
 		return rc;
-	rc = dd_writer_open(&w, s, name, 0);
+	rc = dd_writer_open(&w, s, name, 0, true);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	rc = dd_replica_new(out, w);
@@ -462,6 +462,9 @@ int dd_replica_suspend(dd_replica_writer *rw)
 
 struct dd_partial {
 	const uint8_t *pa_digest;   /* NULL: any */
+	const uint64_t *pa_next;    /* NULL: any; else where it resumes (two
+				       kept receives of one stream, cut at
+				       different places, may be there) */
 	uint64_t pa_id;
 	dd_pend_rec pa_rec;
 	dd_replica_state pa_state;
@@ -476,6 +479,8 @@ static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
 	if (!rec->pr_state_len || dd_replica_state_decode(rec, &st))
 		return 0;
 	if (pa->pa_digest && memcmp(pa->pa_digest, st.rcs_digest, 32))
+		return 0;
+	if (pa->pa_next && *pa->pa_next != st.rcs_next)
 		return 0;
 	pa->pa_id = id;
 	pa->pa_rec = *rec;
@@ -553,13 +558,17 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 		      const uint8_t digest[32], uint64_t from, int chunker,
 		      uint32_t block_size)
 {
-	struct dd_partial pa = {.pa_digest = digest};
+	struct dd_partial pa = {.pa_digest = digest, .pa_next = &from};
 	dd_replica_writer *rw = NULL;
 	dd_writer *w;
 	int rc = dd_replica_geometry(err, s, chunker, block_size);
 
 	if (!rc)
 		rc = dd_partial_find(s, err, &pa);
+	if (rc == DD_ENOENT) {   /* one of this stream, elsewhere: say where */
+		pa.pa_next = NULL;
+		rc = dd_partial_find(s, err, &pa);
+	}
 
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ENOENT,
@@ -577,7 +586,7 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 				  "partial receive at block %llu",
 				  (unsigned long long)from,
 				  (unsigned long long)pa.pa_state.rcs_next);
-	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id);
+	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id, true);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	w->w_zero = pa.pa_state.rcs_zero;

@@ -245,9 +245,10 @@ bool dd_manifest_present(const dd_store *s, uint64_t id, int state);
 /* The catalog snapshot with this id, by a walk (used after crashes). */
 int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
 		    char name[DD_NAME_MAX + 1], dd_snap_rec *rec);
-/* The pending writer of snapshot name, by a walk of the few pending. */
-int dd_pend_find_name(dd_txn *txn, dd_err *err, const char *name,
-		      uint64_t *id);
+/* The pending writer of snapshot name whose manifest is published (one
+ * committed, not yet in the catalog), by a walk of the few pending. */
+int dd_pend_find_published(const dd_store *s, dd_txn *txn, dd_err *err,
+			   const char *name, uint64_t *id);
 /* A snapshot record from its manifest header. */
 struct dd_manifest_hdr;
 void dd_snap_rec_from_manifest(dd_snap_rec *rec,

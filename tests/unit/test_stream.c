@@ -1730,6 +1730,110 @@ static void test_fault_walk_recv_fd(void **state)
 	free(back);
 }
 
+/* dd_recv_partial_walk's callback: counts the kept receives. */
+static int count_kept(const char *name, const char *token, void *ctx)
+{
+	(void)name;
+	(void)token;
+	++*(int *)ctx;
+	return 0;
+}
+
+static int kept_receives(dd_store *s)
+{
+	int n = 0;
+
+	assert_int_equal(dd_recv_partial_walk(s, count_kept, &n), 0);
+	return n;
+}
+
+/* A receive into the name of a kept partial receive (issue 21): a put of
+ * that name is refused; a receive is admitted beside it, and its commit
+ * drops it: the snapshot reads exact and nothing is kept.  A second
+ * resumable receive of a name that has a kept one, cut too, keeps a
+ * second one beside it; resuming the second commits the name and drops
+ * the first.  A name whose writer runs still refuses a receive. */
+static void test_recv_over_kept(void **state)
+{
+	enum { N = 64 * BS + 100 };
+	char *sp = th_tmp_store(), *dp = th_tmp_store();
+	dd_store *src = th_create(sp, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	dd_store *dst = th_create(dp, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *img = malloc(N);
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	struct mem full = {0}, cut, rest = {0};
+	dd_stream_info info;
+	dd_writer *w;
+	char tok[128];
+
+	(void)state;
+	assert_non_null(img);
+	fill_random(img, N, 77);
+	assert_int_equal(th_put(src, "a", img, N, N), 0);
+	assert_int_equal(dd_send(src, "a", NULL, mem_write, &full), 0);
+
+	/* a resumable receive of x, cut half-way: kept */
+	ro.name = "x";
+	ro.resumable = 1;
+	cut = mem_of(full.p, full.len / 2);
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	assert_int_equal(kept_receives(dst), 1);
+	/* a put of x is refused, naming the kept receive */
+	assert_int_equal(dd_writer_begin(&w, dst, "x"), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(dst), "kept for resuming"));
+	/* a whole receive of x commits and drops it */
+	ro.resumable = 0;
+	full.pos = 0;
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), 0);
+	th_check_image(dst, "x", img, N);
+	assert_int_equal(kept_receives(dst), 0);
+	assert_int_equal(dd_recv_resume_token(dst, tok, sizeof(tok)), DD_ENOENT);
+
+	/* y: two cut resumable receives, two kept */
+	ro.name = "y";
+	ro.resumable = 1;
+	cut.pos = 0;
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	cut = mem_of(full.p, full.len / 3);
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	snprintf(tok, sizeof(tok), "%s", info.resume_token);
+	assert_true(strncmp(tok, "ddr1:", 5) == 0);
+	assert_int_equal(kept_receives(dst), 2);
+	assert_int_equal(dd_snapshot_stat(dst, "y", &(dd_snapshot_info){0}),
+			 DD_ENOENT);
+	/* the second resumed: y committed, both gone */
+	so.resume_token = tok;
+	assert_int_equal(dd_send(src, "a", &so, mem_write, &rest), 0);
+	assert_true(rest.len < full.len);
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &rest, &info), 0);
+	assert_true(info.resume_from > 0);
+	th_check_image(dst, "y", img, N);
+	assert_int_equal(kept_receives(dst), 0);
+
+	/* a name whose writer runs refuses a receive of it */
+	assert_int_equal(dd_writer_begin(&w, dst, "z"), 0);
+	ro.name = "z";
+	ro.resumable = 0;
+	full.pos = 0;
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(dst), "being written"));
+	dd_writer_abort(w);
+
+	/* gc then leaves exactly x and y, both exact */
+	assert_int_equal(dd_store_gc(dst, NULL, NULL), 0);
+	th_check_image(dst, "x", img, N);
+	th_check_image(dst, "y", img, N);
+	assert_int_equal(dd_store_scrub(dst, NULL, NULL, NULL), 0);
+	free(full.p);
+	free(rest.p);
+	free(img);
+	dd_store_close(src);
+	dd_store_close(dst);
+	th_rm_store(sp);
+	th_rm_store(dp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1759,6 +1863,7 @@ int main(void)
 		cmocka_unit_test(test_refused_over_socketpair),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
+		cmocka_unit_test(test_recv_over_kept),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
