@@ -489,15 +489,24 @@ static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
 	return 1;
 }
 
-static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
+/* fn for every pend entry, in a read transaction of its own. */
+static int dd_pend_read_walk(dd_store *s, dd_err *err, dd_pend_walk_fn fn,
+			     void *ctx)
 {
 	dd_txn *txn;
 	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
 	if (rc)
 		return rc;
-	rc = dd_pend_walk(txn, err, dd_partial_match, pa);
+	rc = dd_pend_walk(txn, err, fn, ctx);
 	dd_txn_abort(txn);
+	return rc;
+}
+
+static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
+{
+	int rc = dd_pend_read_walk(s, err, dd_partial_match, pa);
+
 	if (rc < 0)
 		return rc;
 	if (!pa->pa_found)
@@ -694,13 +703,8 @@ int dd_replica_tokens(dd_store *s, dd_err *err, dd_replica_token_fn fn,
 		      void *ctx)
 {
 	struct dd_partial_each pe = {fn, ctx, false};
-	dd_txn *txn;
-	int rc = dd_txn_begin(s->st_db, err, false, &txn);
+	int rc = dd_pend_read_walk(s, err, dd_partial_each, &pe);
 
-	if (rc)
-		return rc;
-	rc = dd_pend_walk(txn, err, dd_partial_each, &pe);
-	dd_txn_abort(txn);
 	if (rc < 0)
 		return rc;
 	return pe.pe_stopped ? dd_err_set(err, DD_ECANCELED, "stopped by the "

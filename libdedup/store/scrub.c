@@ -326,6 +326,19 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 	return 0;
 }
 
+/* A damaged snapshot, its message in sc_err: reported, the first one's
+ * message kept, and on to the next snapshot. */
+static int dd_scrub_snap_damaged(dd_scrub *sc, const char *name)
+{
+	if (sc->sc_nbad_snaps++ == 0)
+		sc->sc_snap_err = *sc->sc_err;
+	if (sc->sc_snap_cb(name, DD_ECORRUPT, sc->sc_err->de_msg,
+			   sc->sc_snap_ctx) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub stopped by its callback");
+	return 0;
+}
+
 /* A snapshot whose block map is (partly) on a damaged page: reported,
  * its map not read. */
 static int dd_scrub_map_on_page(dd_scrub *sc, const char *name,
@@ -338,13 +351,7 @@ static int dd_scrub_map_on_page(dd_scrub *sc, const char *name,
 	if (!*hit)
 		return 0;
 	dd_err_set(sc->sc_err, DD_ECORRUPT, "snapshot '%s': %s", name, msg);
-	if (sc->sc_nbad_snaps++ == 0)
-		sc->sc_snap_err = *sc->sc_err;
-	if (sc->sc_snap_cb(name, DD_ECORRUPT, sc->sc_err->de_msg,
-			   sc->sc_snap_ctx) != 0)
-		return dd_err_set(sc->sc_err, DD_ECANCELED,
-				  "scrub stopped by its callback");
-	return 0;
+	return dd_scrub_snap_damaged(sc, name);
 }
 
 static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
@@ -381,16 +388,8 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 	}
 	dd_bmap_close(cur);
 	dd_digest_free(dg);
-	if (rc == DD_ECORRUPT && sc->sc_snap_cb) {
-		/* reported, and on to the next snapshot */
-		if (sc->sc_nbad_snaps++ == 0)
-			sc->sc_snap_err = *sc->sc_err;
-		if (sc->sc_snap_cb(name, rc, sc->sc_err->de_msg,
-				   sc->sc_snap_ctx) != 0)
-			return dd_err_set(sc->sc_err, DD_ECANCELED,
-					  "scrub stopped by its callback");
-		rc = 0;
-	}
+	if (rc == DD_ECORRUPT && sc->sc_snap_cb)
+		return dd_scrub_snap_damaged(sc, name);
 	return rc;
 }
 

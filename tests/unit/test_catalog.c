@@ -1985,6 +1985,34 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 	return pgno;
 }
 
+/* N random DDT keys in a table of many leaves, the db closed; *other
+ * the first key on another leaf than keys[0], leaf[] the two leaves. */
+static dd_ddt_key *ddt_two_leaves(struct fixture *fx, int n, uint64_t leaf[2],
+				  int *other)
+{
+	dd_ddt_key *keys = calloc((size_t)n, sizeof(*keys));
+	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
+	dd_txn *txn;
+
+	assert_non_null(keys);
+	txn = begin(fx, true);
+	for (int i = 0; i < n; i++) {
+		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	}
+	commit(fx, txn);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	leaf[0] = ddt_leaf_of(fx->fx_dir, &keys[0]);
+	*other = -1;
+	for (int i = 1; i < n && *other < 0; i++)
+		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf[0])
+			*other = i;
+	assert_true(*other > 0);
+	leaf[1] = ddt_leaf_of(fx->fx_dir, &keys[*other]);
+	return keys;
+}
+
 static int ddt_walk_count(void *ctx, const dd_ddt_key *key,
 			  const dd_ddt_ent *ent)
 {
@@ -2002,30 +2030,17 @@ static void test_db_guard(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 20000 };
-	dd_ddt_key *keys = calloc(N, sizeof(*keys));
 	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
 	dd_ddt_ent got;
 	uint8_t bad[2] = {2, 0}, old[2];
-	uint64_t leaf;
+	uint64_t leaves[2], leaf;
 	off_t ptr_off;
 	char page[32];
-	int other = -1, count = 0;
+	int other, count = 0;
 	dd_txn *txn;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaves, &other);
 
-	assert_non_null(keys);
-	txn = begin(fx, true);
-	for (int i = 0; i < N; i++) {
-		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
-		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
-	}
-	commit(fx, txn);
-	dd_db_close(fx->fx_db);
-	fx->fx_db = NULL;
-	leaf = ddt_leaf_of(fx->fx_dir, &keys[0]);
-	for (int i = 1; i < N && other < 0; i++)
-		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf)
-			other = i;
-	assert_true(other > 0);
+	leaf = leaves[0];
 
 	/* node 0's offset into the page header */
 	ptr_off = (off_t)(leaf * 4096 + LM_PAGEHDR);
@@ -2120,33 +2135,16 @@ static void test_db_check_pages(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 20000 };
-	dd_ddt_key *keys = calloc(N, sizeof(*keys));
-	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
 	uint8_t bad[2] = {2, 0}, old[2][2], pg[4096];
 	struct damage_seen ds = {0};
 	uint64_t leaf[2];
 	unsigned held = 0;
-	int other = -1, in_range[2] = {0, 0};
+	int other, in_range[2] = {0, 0};
 	char path[128];
-	dd_txn *txn;
 	dd_db *db;
 	int fd;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
 
-	assert_non_null(keys);
-	txn = begin(fx, true);
-	for (int i = 0; i < N; i++) {
-		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
-		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
-	}
-	commit(fx, txn);
-	dd_db_close(fx->fx_db);
-	fx->fx_db = NULL;
-	leaf[0] = ddt_leaf_of(fx->fx_dir, &keys[0]);
-	for (int i = 1; i < N && other < 0; i++)
-		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf[0])
-			other = i;
-	assert_true(other > 0);
-	leaf[1] = ddt_leaf_of(fx->fx_dir, &keys[other]);
 	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
