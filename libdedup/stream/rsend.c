@@ -108,12 +108,22 @@ static void dd_fsend_digest_gap(dd_fsend *s)
 		dd_digest_zeros(s->fs_digest, count);
 }
 
-/* Both passes' lookup starts here: the digest, in block order, and the
- * progress (each pass is half of it). */
-static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
+/* The progress: bytes hashed or passed over as holes, each pass half. */
+static int dd_fsend_progress(dd_fsend *s)
 {
 	const dd_send_opts *o = s->fs_opts;
 
+	if (o->progress && o->progress(o->progress_ctx, s->fs_done / 2,
+				       s->fs_size) != 0)
+		return dd_err_set(s->fs_err, DD_ECANCELED,
+				  "stopped by the progress callback");
+	return 0;
+}
+
+/* Both passes' lookup starts here: the digest, in block order, and the
+ * progress. */
+static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
+{
 	for (size_t i = 0; i < b->pb_nblk; i++) {
 		if (b->pb_blk[i].bk_ioff == 0)   /* an extent's first block */
 			dd_fsend_digest_gap(s);
@@ -123,11 +133,7 @@ static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
 				b->pb_blk[i].bk_len);
 	}
 	s->fs_done += b->pb_bytes;
-	if (o->progress && o->progress(o->progress_ctx, s->fs_done / 2,
-				       s->fs_size) != 0)
-		return dd_err_set(s->fs_err, DD_ECANCELED,
-				  "stopped by the progress callback");
-	return 0;
+	return dd_fsend_progress(s);
 }
 
 static int dd_fsend_pass1(void *ctx, dd_pbatch *b)
@@ -274,9 +280,11 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 		rc = dd_pipe_drain(s->fs_pipe);
 	dd_pipe_free(s->fs_pipe);
 	s->fs_pipe = NULL;
-	/* the holes after the last extent */
-	if (!rc)
+	/* the holes after the last extent; the progress up to the end */
+	if (!rc) {
 		dd_fsend_digest_gap(s);
+		rc = dd_fsend_progress(s);
+	}
 	if (!rc && second)
 		rc = dd_fsend_emit_gap(s);
 	return rc;

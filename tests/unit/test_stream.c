@@ -1012,6 +1012,84 @@ static void send_image(const uint8_t *img, size_t size, struct mem *out)
 	tmp_close(&in);
 }
 
+/* The last progress dd_send_fd reported. */
+static int send_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	uint64_t *last = ctx;
+
+	assert_true(done <= total);
+	assert_true(done >= last[0]);
+	last[0] = done;
+	last[1] = total;
+	return 0;
+}
+
+/* img[0..size) written sparsely: only its 4 KiB pieces that are not all
+ * zeros, the rest left as holes (ftruncate), into a temporary file. */
+static void sparse_file(struct tmpfile *t, const uint8_t *img, size_t size)
+{
+	static const uint8_t zero[4096];
+
+	tmp_open(t);
+	assert_int_equal(ftruncate(t->fd, (off_t)size), 0);
+	for (size_t k = 0; k < size; k += 4096) {
+		size_t n = size - k < 4096 ? size - k : 4096;
+
+		if (memcmp(img + k, zero, n) != 0)
+			assert_int_equal(pwrite(t->fd, img + k, n, (off_t)k),
+					 (ssize_t)n);
+	}
+}
+
+/* ddsend -f of a sparse file (format/stream.md §10.2): the holes found by
+ * SEEK_DATA are not read, and the stream is the one the same bytes give
+ * written whole, byte for byte -- holes of whole blocks, inside a block
+ * (a block partly data), and at the end --; the progress ends at the
+ * size; the round trip is exact. */
+static void test_send_fd_sparse(void **state)
+{
+	enum { TAIL = 3 * RT_BS + 100 };   /* zeros after the image */
+	uint8_t *img = calloc(1, RT_SIZE + TAIL), *base = rt_image(), *back;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	uint64_t last[2] = {0, 0};
+	struct tmpfile in, out;
+	dd_stream_info info;
+
+	(void)state;
+	assert_non_null(img);
+	memcpy(img, base, RT_SIZE);
+	img[3 * RT_BS + 5000] = 7;    /* a block of holes but one piece */
+	for (size_t size = RT_SIZE; size <= RT_SIZE + TAIL; size += TAIL) {
+		struct mem dense = {0}, sparse = {0};
+
+		send_image(img, size, &dense);
+		sparse_file(&in, img, size);
+		so.progress = send_progress;
+		so.progress_ctx = last;
+		last[0] = 0;
+		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
+					    mem_write, &sparse), 0);
+		tmp_close(&in);
+		assert_int_equal(last[0], size);
+		assert_int_equal(last[1], size);
+		assert_int_equal(sparse.len, dense.len);
+		assert_memory_equal(sparse.p, dense.p, dense.len);
+		tmp_open(&out);
+		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &sparse,
+					    &info), 0);
+		back = malloc(size);
+		assert_non_null(back);
+		assert_int_equal(pread(out.fd, back, size, 0), (ssize_t)size);
+		assert_memory_equal(back, img, size);
+		free(back);
+		tmp_close(&out);
+		free(dense.p);
+		free(sparse.p);
+	}
+	free(base);
+	free(img);
+}
+
 static void test_send_recv_fd_roundtrip(void **state)
 {
 	uint8_t *img = rt_image(), *back, want[32];
@@ -1864,6 +1942,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
 		cmocka_unit_test(test_recv_over_kept),
+		cmocka_unit_test(test_send_fd_sparse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
