@@ -1873,6 +1873,7 @@ static void test_recv_over_kept(void **state)
 	ro.resumable = 1;
 	cut.pos = 0;
 	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	free(cut.p);
 	cut = mem_of(full.p, full.len / 3);
 	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
 	snprintf(tok, sizeof(tok), "%s", info.resume_token);
@@ -1897,12 +1898,14 @@ static void test_recv_over_kept(void **state)
 	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EEXIST);
 	assert_non_null(strstr(dd_store_errmsg(dst), "being written"));
 	dd_writer_abort(w);
+	dd_writer_free(w);
 
 	/* gc then leaves exactly x and y, both exact */
 	assert_int_equal(dd_store_gc(dst, NULL, NULL), 0);
 	th_check_image(dst, "x", img, N);
 	th_check_image(dst, "y", img, N);
 	assert_int_equal(dd_store_scrub(dst, NULL, NULL, NULL), 0);
+	free(cut.p);
 	free(full.p);
 	free(rest.p);
 	free(img);
