@@ -53,6 +53,34 @@ int dd_db_sync(dd_db *db, dd_err *err);
 #define DD_DB_CHECK_AT_OPEN_MAX ((uint64_t)64 << 20)
 int dd_db_check(dd_db *db, dd_err *err);
 
+/* A damaged page of one of libdedup's tables, found by
+ * dd_db_check_pages: the page, the one-line DD_ECORRUPT message, and the
+ * keys it held or led to -- those from dp_lo (NULL: the table's first)
+ * up to, not including, dp_hi (NULL: to the table's end), the bounds
+ * its parent page gives it.  Valid during the call only. */
+typedef struct dd_db_damage_page {
+	const char *dp_table;
+	uint64_t dp_pgno;
+	const char *dp_msg;
+	const uint8_t *dp_lo, *dp_hi;
+	size_t dp_lolen, dp_hilen;
+} dd_db_damage_page;
+typedef int (*dd_db_damage_fn)(void *ctx, const dd_db_damage_page *p);
+
+/* dd_db_check that goes on past a damaged page of a named table (its
+ * subtree is skipped) after reporting it through fn, so that scrub can
+ * name what each one holds.  DD_ECORRUPT with the first one's message
+ * when any was reported; damage to LMDB's own trees (the free list, the
+ * table of tables) stops the walk as in dd_db_check, unreported.  A
+ * non-zero return from fn stops it with DD_ECANCELED. */
+int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx);
+
+/* Opens like dd_db_open, without the whole-file check: for scrub, which
+ * runs it itself and reports every damaged page (the guard still checks
+ * every page each call reads). */
+int dd_db_open_unchecked(dd_db **out, dd_err *err, const char *dir,
+			 bool readonly);
+
 /* A write transaction must stay on the thread that began it. */
 int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out);
 int dd_txn_commit(dd_txn *txn, dd_err *err);

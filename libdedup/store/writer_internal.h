@@ -82,6 +82,9 @@ struct dd_writer {
 	int w_state;
 	char w_name[DD_NAME_MAX + 1];
 	uint64_t w_id;
+	bool w_receive;           /* a receive: admitted beside dead kept
+				     receives of its name, which its commit
+				     drops (wlife.c) */
 	int w_lockfd;             /* STORE/lock, shared */
 	int w_regfd;              /* STORE/writers/ID: this writer runs */
 	uint64_t w_start;         /* entries dead at or before it are not
@@ -121,9 +124,11 @@ int dd_writer_fail(dd_writer *w, int rc);
 
 /* Enters the store (shared lock, recovery), reserves the snapshot id and
  * name (pending) -- or continues pending resume_id when not 0 --, and
- * registers the writer as running. */
+ * registers the writer as running.  receive: a receive (dd_replica),
+ * which a kept partial receive of the same name does not stop and whose
+ * commit drops it (format/store.md §5). */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
-		   uint64_t resume_id);
+		   uint64_t resume_id, bool receive);
 
 /* May this DDT entry, as w_rtxn (or a probe) saw it, be referenced?
  * Alive, or dead since this writer started (gc keeps those); never a
