@@ -73,8 +73,9 @@ int dd_writer_renew(dd_writer *w)
 /* ---- stage 1: hash (chunk/pipeline.c) ----------------------------------*/
 
 /* Does the DDT hold this key, usable?  Then the block is a reference and
- * its bytes are never needed: the lookup stage, later, finds the entry
- * usable too, as gc keeps it for this writer.  Each pool worker asks its
+ * its bytes are never needed: the lookup stage takes this answer without
+ * a descent of its own (bk_nodata), as gc keeps the entry usable for
+ * this writer.  Each pool worker asks its
  * own read transaction, begun after the writer's start and moved to the
  * newest commit only after each commit parks it (a transaction per
  * probe would cost the guard's page checks afresh every time).  Any
@@ -202,15 +203,16 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i)
 			op.op_target = at;
 			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
 		}
+		if (bk->bk_nodata) {
+			/* dd_writer_probe found the entry usable, and gc keeps
+			 * it so for this writer: no second descent (a commit
+			 * that no longer finds it fails, dd_apply_ref) */
+			op.op_kind = DD_OP_REF;
+			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
+		}
 		rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op.op_key, &ent);
 		if (rc == 0 && !dd_writer_usable(w, &ent))
 			rc = DD_ENOENT;
-		if (rc == DD_ENOENT && bk->bk_nodata)
-			/* dd_writer_probe found it usable: see why it stays */
-			return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: "
-					  "a DDT entry this writer may use "
-					  "vanished",
-					  (unsigned long long)bk->bk_idx);
 		if (rc == DD_ENOENT) {
 			op.op_kind = DD_OP_NEW;
 			/* where the bytes are until stored: the pipeline's

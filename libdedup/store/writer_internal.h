@@ -64,6 +64,8 @@ typedef struct dd_wops {
 	uint32_t *wo_ix;          /* NEW ops by key: op index + 1, 0 empty */
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
+	dd_wop **wo_ord;          /* the commit's order (wops.c) */
+	size_t wo_ordcap;
 } dd_wops;
 
 void dd_wops_free(dd_wops *wo);
