@@ -369,6 +369,7 @@ int dd_writer_sync_commit(dd_writer *w)
 		return rc;
 	dd_writer_close_full(w);
 	dd_wops_reset(&w->w_ops);
+	w->w_ncommit++;
 	w->w_uncommitted = 0;
 	w->w_uncommitted_blocks = 0;
 	return 0;

@@ -105,6 +105,8 @@ struct dd_writer {
 	 * every commit, and the store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
 	dd_txn **w_probe;
+	uint64_t w_ncommit;       /* commits so far: a probe's answer of no
+				     holds only until the next (writer.c) */
 	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
 	uint64_t w_size;
