@@ -12,8 +12,10 @@
  *               commit at every batch: each block is a hole, a reference
  *               (to a usable DDT entry, or to a block new earlier in this
  *               commit interval), or new -- an op of the interval each
- *               (wops.c).  In verify mode a hash match is compared byte
- *               by byte (the batch's own bytes for a block not yet
+ *               (wops.c).  A block read from a file was asked about
+ *               already by the hash stage's probe, and its answer stands
+ *               (dd_writer_keep).  In verify mode a hash match is compared
+ *               byte by byte (the batch's own bytes for a block not yet
  *               stored, a checked read otherwise); a mismatch tries the
  *               next variant of the key (format/ddt.md §2);
  *   3. compress on the pool (the pipeline), new blocks only -- never
