@@ -301,6 +301,8 @@ static int dd_apply_ops(dd_writer *w)
 	dd_wops *wo = &w->w_ops;
 	int rc = 0;
 
+	if (!wo->wo_n)
+		return 0;                /* holes only */
 	if (wo->wo_n > wo->wo_ordcap) {
 		dd_wop **ord = dd_realloc(wo->wo_ord, wo->wo_cap * sizeof(*ord));
 
