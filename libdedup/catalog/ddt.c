@@ -185,6 +185,7 @@ int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		out->de_dead_since = 0;  /* alive again */
 	out->de_refcnt += n;
 	dd_ddt_val_encode(vb, out);
+	k = (MDB_val){sizeof(kb), kb};   /* not the page's copy it points at */
 	v = (MDB_val){sizeof(vb), vb};
 	/* same size: LMDB rewrites the value in place, no second descent */
 	rc = mdb_cursor_put(cur, &k, &v, MDB_CURRENT);

@@ -22,8 +22,9 @@
  * appended.  The DDT changes go in key order, one update per key (all
  * its references counted at once, a NEW entry inserted with its PREF
  * ops counted): a descent per distinct key where one per op and two per
- * reference were, its upper pages shared with the key before.  Other writers wait for the LMDB lock only as long as that
- * transaction, a few milliseconds per thousand blocks.
+ * reference were, its upper pages shared with the key before.  Other
+ * writers wait for the LMDB lock only as long as that transaction, a few
+ * milliseconds per thousand blocks.
  */
 #include <stdlib.h>
 #include <string.h>
