@@ -149,6 +149,13 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent);
+/* n more references to the entry of key, in one descent of the tree (a
+ * cursor's get, then its put in place) where get + put take two; a dead
+ * entry comes alive again.  *out is the entry as written.  DD_ENOENT
+ * (err unset) when key is absent or its entry MISSING (no bytes to
+ * reference); DD_ECORRUPT when the count would overflow. */
+int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    uint64_t n, dd_ddt_ent *out);
 /* The entry (any variant of hash) that names the record at pack, off:
  * 0 with *ent, DD_ENOENT when none does, or the lookup's error -- a
  * damaged entry is not "none": callers about to destroy an unnamed record

@@ -64,6 +64,8 @@ typedef struct dd_wops {
 	uint32_t *wo_ix;          /* NEW ops by key: op index + 1, 0 empty */
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
+	dd_wop **wo_ord;          /* the commit's order (wops.c) */
+	size_t wo_ordcap;
 } dd_wops;
 
 void dd_wops_free(dd_wops *wo);
@@ -106,6 +108,8 @@ struct dd_writer {
 	 * every commit, and the store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
 	dd_txn **w_probe;
+	uint64_t w_ncommit;       /* commits so far: a probe's answer of no
+				     holds only until the next (writer.c) */
 	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
 	uint64_t w_size;

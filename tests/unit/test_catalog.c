@@ -334,6 +334,65 @@ static void test_ddt_roundtrip(void **state)
 	dd_txn_abort(txn);
 }
 
+/* dd_ddt_add_refs: n references in one descent, a dead entry alive
+ * again, an absent or MISSING entry refused (DD_ENOENT) and an overflow
+ * refused (DD_ECORRUPT), each leaving every entry as it was. */
+static void test_ddt_add_refs(void **state)
+{
+	struct fixture *fx = *state;
+	struct edge e[NEDGE];
+	dd_ddt_ent got, want;
+	dd_ddt_key absent;
+	dd_txn *txn;
+
+	edge_entries(e);
+	e[0].ek_ent.de_refcnt = 5;
+	e[3].ek_ent.de_refcnt = 0;          /* dead since transaction 77 */
+	e[3].ek_ent.de_dead_since = 77;
+	e[4].ek_ent = (dd_ddt_ent){.de_flags = DD_DDE_MISSING,
+				   .de_lsize = 4096, .de_refcnt = 2};
+	e[5].ek_ent.de_refcnt = DD_DDT_DEAD - 2;
+	txn = begin(fx, true);
+	for (int i = 0; i < NEDGE; i++)
+		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
+	commit(fx, txn);
+
+	txn = begin(fx, true);
+	memset(&got, 0xa5, sizeof(got));
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[0].ek_key, 3, &got));
+	want = e[0].ek_ent;
+	want.de_refcnt = 8;
+	assert_ent_equal(&got, &want);
+	e[0].ek_ent = want;
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[3].ek_key, 1, &got));
+	want = e[3].ek_ent;
+	want.de_refcnt = 1;
+	want.de_dead_since = 0;
+	assert_ent_equal(&got, &want);
+	e[3].ek_ent = want;
+	absent = e[0].ek_key;
+	absent.dk_hash[7] ^= 0x40;
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &absent, 1, &got),
+			 DD_ENOENT);
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &e[4].ek_key, 1,
+					 &got), DD_ENOENT);
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &e[5].ek_key, 2,
+					 &got), DD_ECORRUPT);
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[5].ek_key, 1, &got));
+	e[5].ek_ent.de_refcnt = DD_DDT_DEAD - 1;
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < NEDGE; i++) {
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key, &got));
+		assert_ent_equal(&got, &e[i].ek_ent);
+	}
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &absent, &got),
+			 DD_ENOENT);
+	assert_int_equal(table_entries(txn, txn->tx_ddt), NEDGE);
+	dd_txn_abort(txn);
+}
+
 /* format/ddt.md §2-§3 on the bytes LMDB stores. */
 static void test_ddt_encoding_bytes(void **state)
 {
@@ -2224,6 +2283,7 @@ int main(void)
 		cmocka_unit_test(test_guard_layout_known),
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fixture_setup, fixture_teardown)
 		T(test_ddt_roundtrip),
+		T(test_ddt_add_refs),
 		T(test_ddt_encoding_bytes),
 		T(test_ddt_damaged),
 		T(test_ddt_compact),
