@@ -251,7 +251,8 @@ dd_store *open_store(const char *path, int wait, int readonly)
 
 	oo.wait_for_lock = wait != 0;
 	oo.lock_timeout_ms = wait > 0 ? (unsigned)wait : 0;
-	oo.readonly = readonly;
+	oo.readonly = readonly & 1;
+	oo.defer_catalog_check = (readonly & OPEN_DEFER_CHECK) != 0;
 	cache_cli_apply(&oo);         /* --no-cache, --l1-size, ... */
 	rc = dd_store_open(&s, path, &oo);
 	if (rc != 0)

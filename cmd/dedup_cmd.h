@@ -111,8 +111,11 @@ void parse_common(int argc, char **argv, const int *allow,
 /* ---- the store (dedup.c) ------------------------------------------------*/
 
 /* Opens the store with the cache options given, or dies; wait as
- * parse_wait gives it (0: fail at once when busy).  Closed with
- * cache_cli_close. */
+ * parse_wait gives it (0: fail at once when busy).  readonly: 1 for a
+ * read-only handle; OPEN_DEFER_CHECK added: without the whole-file check
+ * of the catalog (scrub runs it, naming every damaged page).  Closed
+ * with cache_cli_close. */
+#define OPEN_DEFER_CHECK 2
 dd_store *open_store(const char *path, int wait, int readonly);
 
 /* The subcommands that take options and one STORE (ls stat gc scrub):

@@ -376,7 +376,9 @@ int cmd_scrub(int argc, char **argv)
 	char hs[32];
 	int rc;
 
-	s = open_store_arg(argc, argv, allow, &o, 0);   /* it records what it finds (dd_store_scrub) */
+	/* read-write: it records what it finds (dd_store_scrub); a damaged
+	 * catalog opens, for scrub to name each damaged page */
+	s = open_store_arg(argc, argv, allow, &o, OPEN_DEFER_CHECK);
 	memset(&res, 0, sizeof(res));
 	if (o.json && (!(json.tmp = tmpfile()) || !(json.snaps = tmpfile())))
 		die("scrub: cannot make a temporary file: %s", strerror(errno));

@@ -553,10 +553,37 @@ static dd_snapshot_usage *ls_usage(dd_store *s, const dd_snapshot_info *list,
 	return u;
 }
 
-/* A kept partial receive (ddrecv -s) is one more element, last, with no
- * name: {"name": null, "partial": true, "resume_token": "..."}. */
+/* The partial receives kept in a store (ddrecv -s), oldest first. */
+struct ls_partials {
+	char (*name)[DD_NAME_MAX + 1];
+	char (*token)[128];
+	size_t n;
+};
+
+static int ls_partial_add(const char *name, const char *token, void *ctx)
+{
+	struct ls_partials *p = ctx;
+	void *nn = realloc(p->name, (p->n + 1) * sizeof(*p->name));
+	void *nt = nn ? realloc(p->token, (p->n + 1) * sizeof(*p->token))
+		      : NULL;
+
+	if (nn)
+		p->name = nn;
+	if (!nt)
+		die("out of memory");
+	p->token = nt;
+	snprintf(p->name[p->n], sizeof(*p->name), "%s", name);
+	snprintf(p->token[p->n], sizeof(*p->token), "%s", token);
+	p->n++;
+	return 0;
+}
+
+/* Each kept partial receive (ddrecv -s) is one more element, after the
+ * snapshots, with no name: {"name": null, "partial": true, "snapshot":
+ * "the name it will have", "resume_token": "..."}. */
 static void ls_json(const dd_snapshot_info *list,
-		    const dd_snapshot_usage *u, size_t count, const char *token)
+		    const dd_snapshot_usage *u, size_t count,
+		    const struct ls_partials *pa)
 {
 	char hex[65], when[40];
 	size_t i;
@@ -582,14 +609,16 @@ static void ls_json(const dd_snapshot_info *list,
 			       "\"unique_blocks\": %" PRIu64 "}",
 			       u[i].unique_bytes, u[i].unique_blocks);
 	}
-	if (token) {
-		fputs(count ? ",\n  {" : "\n  {", stdout);
-		fputs("\"name\": null, \"partial\": true, \"resume_token\": ",
+	for (i = 0; i < pa->n; i++) {
+		fputs(count || i ? ",\n  {" : "\n  {", stdout);
+		fputs("\"name\": null, \"partial\": true, \"snapshot\": ",
 		      stdout);
-		json_string(stdout, token);
+		json_string(stdout, pa->name[i]);
+		fputs(", \"resume_token\": ", stdout);
+		json_string(stdout, pa->token[i]);
 		fputs("}", stdout);
 	}
-	fputs(count || token ? "\n]\n" : "]\n", stdout);
+	fputs(count || pa->n ? "\n]\n" : "]\n", stdout);
 }
 
 static void ls_text(const dd_snapshot_info *list,
@@ -635,8 +664,8 @@ int cmd_ls(int argc, char **argv)
 	struct common_opts o;
 	dd_snapshot_info *list = NULL;
 	dd_snapshot_usage *u;
+	struct ls_partials pa = {NULL, NULL, 0};
 	size_t count = 0;
-	char token[128];
 	dd_store *s;
 	int rc;
 
@@ -645,20 +674,23 @@ int cmd_ls(int argc, char **argv)
 	if (rc != 0)
 		die_store(s, rc);
 	u = ls_usage(s, list, count, o.no_unique);
-	rc = dd_recv_resume_token(s, token, sizeof(token));
-	if (rc != 0 && rc != DD_ENOENT)
+	rc = dd_recv_partial_walk(s, ls_partial_add, &pa);
+	if (rc != 0)
 		die_store(s, rc);
 	if (o.json) {
-		ls_json(list, u, count, rc == 0 ? token : NULL);
+		ls_json(list, u, count, &pa);
 	} else {
 		ls_text(list, u, count);
-		/* a kept partial receive (ddrecv -s) and how to finish it */
-		if (rc == 0)
-			printf("partial receive: resume with "
+		/* each kept partial receive (ddrecv -s) and how to finish it */
+		for (size_t i = 0; i < pa.n; i++)
+			printf("partial receive of %s: resume with "
 			       "'ddsend -t %s STORE@SNAP | ddrecv -s %s', "
 			       "or drop it with 'ddrecv -A %s'\n",
-			       token, argv[optind], argv[optind]);
+			       pa.name[i], pa.token[i], argv[optind],
+			       argv[optind]);
 	}
+	free(pa.name);
+	free(pa.token);
 	free(u);
 	dd_snapshot_list_free(list);
 	cache_cli_close(s);

@@ -3,8 +3,10 @@
  */
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <getopt.h>
@@ -652,6 +654,54 @@ _Noreturn void print_tool_version(const char *prog)
 
 /* ---- outputs that look whole only once they are ----------------------------*/
 
+/* Removes the temporary files ".NAME.ddtmp.PID" of earlier writes of
+ * this output whose process is gone (killed before it could remove its
+ * own): only regular files of this user, named for this output, whose
+ * PID names no running process (kill(2) says ESRCH; a PID reused since
+ * keeps its file, and so does one of another host or PID namespace that
+ * happens to run).  Best effort: a failure leaves the file. */
+static void outfile_clean_stale(const char *path, size_t dlen)
+{
+	char dirpath[4096], prefix[512];
+	struct dirent *de;
+	size_t plen;
+	DIR *d;
+
+	if (dlen >= sizeof(dirpath) ||
+	    snprintf(prefix, sizeof(prefix), ".%s.ddtmp.", path + dlen) >=
+		    (int)sizeof(prefix))
+		return;
+	if (dlen)
+		snprintf(dirpath, sizeof(dirpath), "%.*s", (int)dlen, path);
+	else
+		snprintf(dirpath, sizeof(dirpath), ".");
+	plen = strlen(prefix);
+	d = opendir(dirpath);
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		const char *num = de->d_name + plen;
+		char *end;
+		long pid;
+		struct stat st;
+
+		if (strncmp(de->d_name, prefix, plen) != 0 || !*num ||
+		    *num == '-' || *num == '+')
+			continue;
+		errno = 0;
+		pid = strtol(num, &end, 10);
+		if (errno || *end || pid <= 0 || pid == (long)getpid())
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+}
+
 int outfile_open(struct outfile *of, const char *path, int flags)
 {
 	const char *slash = strrchr(path, '/');
@@ -667,6 +717,7 @@ int outfile_open(struct outfile *of, const char *path, int flags)
 		of->fd = open(path, flags | O_CLOEXEC);
 		return of->fd < 0 ? -1 : 0;
 	}
+	outfile_clean_stale(path, dlen);
 	len = strlen(path) + 32;
 	of->tmp = malloc(len);
 	if (!of->tmp)

@@ -178,7 +178,9 @@ const char *best_errmsg(const char *handle_msg, int rc);
  * path that does not exist yet) is written under a temporary name beside
  * it, ".NAME.ddtmp.PID", renamed over PATH by outfile_commit; a device or
  * a FIFO is written in place (it cannot be renamed).  A failure removes
- * the temporary file and never PATH, which keeps what it held. */
+ * the temporary file and never PATH, which keeps what it held.  One left
+ * by a process that was killed is removed by the next outfile_open of
+ * the same PATH, once no process of its PID runs. */
 struct outfile {
 	int fd;
 	const char *path;

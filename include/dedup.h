@@ -165,9 +165,17 @@ typedef struct dd_open_opts {
 	/* ---- version 3 ---- */
 	unsigned lock_timeout_ms; /* with wait_for_lock: DD_EBUSY after this
 				     many milliseconds (0 = wait for ever) */
+	/* ---- version 4 ---- */
+	int defer_catalog_check; /* 1: skip the whole-file check of the
+				    catalog at open (format/store.md §10), as
+				    on a store too big for it, so that a
+				    damaged catalog opens for
+				    dd_store_scrub_ext to name every damaged
+				    page and what it holds; each call still
+				    checks the pages it reads */
 } dd_open_opts;
-#define DD_OPEN_OPTS_VERSION 3
-#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0}
+#define DD_OPEN_OPTS_VERSION 4
+#define DD_OPEN_OPTS_INIT {DD_OPEN_OPTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Creates a new store in directory `path` (created if missing; it must be
  * empty otherwise) and opens it.  opts may be NULL for the defaults.
@@ -803,6 +811,16 @@ DD_API int dd_recv_abort_partial(dd_store *store);
 /* The resume token of a partial receive, if any: copied into buf (NUL-
  * terminated); DD_ENOENT when there is none. */
 DD_API int dd_recv_resume_token(dd_store *store, char *buf, size_t len);
+
+/* Calls fn once for every partial receive kept in the store (there may be
+ * several, of different snapshots), oldest first, with the snapshot name
+ * it will have and its resume token (both valid during the call).
+ * Errors: DD_EINVAL (no callback), DD_ECANCELED when fn returns
+ * non-zero, the catalog's errors. */
+typedef int (*dd_recv_partial_fn)(const char *name, const char *token,
+				  void *ctx);
+DD_API int dd_recv_partial_walk(dd_store *store, dd_recv_partial_fn fn,
+				void *ctx);
 
 /* The message of the last failed call in this thread that has no handle
  * (dd_store_open, dd_store_create, dd_send_fd, dd_recv_fd,

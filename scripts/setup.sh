@@ -10,10 +10,15 @@ set -euo pipefail
 # "Dependencies"; libfuse3-dev for `dedup mount`.  Tests: cmocka, zstd and
 # python3 (data generators), clang (libFuzzer harnesses, sanitizers), fuse3
 # (fusermount3) and e2fsprogs (mkfs.ext4 -d) for the mount test.
+# RADOS stores (issue #15): librados-dev to build them (-DDD_RADOS), and
+# ceph-mon, ceph-osd, ceph-common for the one-node test cluster that
+# tests/ceph/cluster.sh starts (ceph-common brings the `ceph` command,
+# monmaptool and ceph-authtool).
 PACKAGES=(
 	build-essential cmake pkg-config
 	libssl-dev libzstd-dev liblmdb-dev libcmocka-dev libfuse3-dev
 	zstd python3 clang fuse3 e2fsprogs
+	librados-dev ceph-mon ceph-osd ceph-common
 )
 
 missing=()

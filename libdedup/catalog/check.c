@@ -37,6 +37,8 @@
 #include "catalog/db_internal.h"
 #include "catalog/lmdb_page.h"
 
+#define DD_LM_NOBOUND SIZE_MAX
+
 struct dd_lm_check {
 	int fd;
 	const char *path;
@@ -48,11 +50,25 @@ struct dd_lm_check {
 	uint8_t *big;           /* a value read from overflow pages */
 	size_t big_cap;
 	dd_err *err;
+	uint64_t bad_pgno;      /* the page dd_lm_bad named last */
+	/* With on_damage, a damaged page of a named table is reported with
+	 * the key range its parent sends to it, and the walk goes on past
+	 * it (dd_db_check_pages).  bound[d][0..1] is the range [lo, hi) of
+	 * the page at depth d of the table being walked: the keys its
+	 * parent gives (trusted: that parent passed dd_lm_page_verify and
+	 * its own bounds), DD_LM_NOBOUND in blen for the table's ends. */
+	dd_db_damage_fn on_damage;
+	void *damage_ctx;
+	uint64_t ndamaged;
+	char first_msg[DD_ERRMSG_MAX];  /* the first damaged page's */
+	uint8_t (*bound)[2][LM_MAXKEY];
+	size_t blen[LM_MAXDEPTH][2];
 };
 
 static int dd_lm_bad(struct dd_lm_check *c, const char *table, uint64_t pgno,
 		  const char *what)
 {
+	c->bad_pgno = pgno;
 	return dd_db_damage(c->err, "%s: page %llu of LMDB table "
 			    "'%s': %s", c->path,
 			    (unsigned long long)pgno, table, what);
@@ -158,6 +174,85 @@ static int dd_lm_leaf_value(struct dd_lm_check *c, const char *table,
 	return rc;
 }
 
+/* The range of child i of the branch page in c->page, at depth d, into
+ * depth d + 1: from its key (node 0: the page's own lower bound) to the
+ * next node's key (the last node: the page's own upper bound). */
+static void dd_lm_child_bounds(struct dd_lm_check *c, int d, unsigned i,
+			    unsigned nkeys)
+{
+	for (int side = 0; side < 2; side++) {
+		unsigned n = i + (unsigned)side;
+
+		if (n == 0 || n >= nkeys) {
+			c->blen[d + 1][side] = c->blen[d][side];
+			if (c->blen[d][side] != DD_LM_NOBOUND)
+				memcpy(c->bound[d + 1][side], c->bound[d][side],
+				       c->blen[d][side]);
+			continue;
+		}
+		const uint8_t *node = dd_lm_node(c->page, n);
+
+		c->blen[d + 1][side] = dd_lm_node_ksize(node);
+		memcpy(c->bound[d + 1][side], dd_lm_node_key(node),
+		       dd_lm_node_ksize(node));
+	}
+}
+
+/* The keys of the page in c->page (which dd_lm_page_verify passed: they
+ * increase) lie in the range its parent sends to it: a key outside it
+ * is one LMDB would never find, and would make the range reported for a
+ * damaged child wrong. */
+static const char *dd_lm_in_bounds(const struct dd_lm_check *c, int d,
+				bool leaf)
+{
+	unsigned nkeys = dd_lm_nkeys(c->page), first = leaf ? 0 : 1;
+	const uint8_t *node;
+
+	if (nkeys <= first)
+		return NULL;
+	node = dd_lm_node(c->page, first);
+	if (c->blen[d][0] != DD_LM_NOBOUND &&
+	    dd_lm_cmp(dd_lm_node_key(node), dd_lm_node_ksize(node),
+		      c->bound[d][0], c->blen[d][0]) < 0)
+		return "a key below the range its parent gives";
+	node = dd_lm_node(c->page, nkeys - 1);
+	if (c->blen[d][1] != DD_LM_NOBOUND &&
+	    dd_lm_cmp(dd_lm_node_key(node), dd_lm_node_ksize(node),
+		      c->bound[d][1], c->blen[d][1]) >= 0)
+		return "a key above the range its parent gives";
+	return NULL;
+}
+
+/* Damage rc found at depth d of a named table: with on_damage, reported
+ * with the key range that page covers, and 0 so that the walk goes on
+ * past its subtree; otherwise (or for LMDB's own trees, whose damage
+ * leaves nothing to trust, or an I/O error) rc. */
+static int dd_lm_skip(struct dd_lm_check *c, const char *table,
+		   enum dd_lm_tree_kind kind, int d, int rc)
+{
+	struct dd_db_damage_page p = { .dp_table = table,
+				       .dp_pgno = c->bad_pgno,
+				       .dp_msg = c->err->de_msg };
+
+	if (!c->on_damage || kind != LM_TREE_TABLE || rc != DD_ECORRUPT)
+		return rc;
+	if (c->blen[d][0] != DD_LM_NOBOUND) {
+		p.dp_lo = c->bound[d][0];
+		p.dp_lolen = c->blen[d][0];
+	}
+	if (c->blen[d][1] != DD_LM_NOBOUND) {
+		p.dp_hi = c->bound[d][1];
+		p.dp_hilen = c->blen[d][1];
+	}
+	if (c->ndamaged++ == 0)
+		snprintf(c->first_msg, sizeof(c->first_msg), "%s",
+			 c->err->de_msg);
+	if (c->on_damage(c->damage_ctx, &p) != 0)
+		return dd_err_set(c->err, DD_ECANCELED,
+				  "catalog check stopped by its caller");
+	return 0;
+}
+
 typedef int (*dd_lm_value_fn)(struct dd_lm_check *c, uint64_t pgno,
 			   const uint8_t *node, const uint8_t *val,
 			   size_t vlen);
@@ -168,7 +263,9 @@ typedef int (*dd_lm_value_fn)(struct dd_lm_check *c, uint64_t pgno,
  * numbers and node indexes instead of pages keeps memory at one page.
  * `on_value` sees each leaf value (the main table's table records, the
  * free list's page lists); it may read pages, but must not use `node` or
- * `val` after it does.
+ * `val` after it does.  A damaged page of a named table goes to
+ * dd_lm_skip, which may let the walk go on past its subtree; the counts
+ * of a table with such a page are not compared (they cannot agree).
  */
 static int dd_lm_walk(struct dd_lm_check *c, const char *table,
 		   const struct dd_lm_db *db, enum dd_lm_tree_kind kind,
@@ -176,35 +273,51 @@ static int dd_lm_walk(struct dd_lm_check *c, const char *table,
 {
 	struct { uint64_t pgno; unsigned next; } stack[LM_MAXDEPTH];
 	uint64_t branch = 0, leaf = 0, overflow = 0, entries = 0;
+	uint64_t damaged = c->ndamaged;
 	int depth = 0, rc;
 
+	c->blen[0][0] = c->blen[0][1] = DD_LM_NOBOUND;
 	if (db->root == LM_P_INVALID) {
 		if (db->depth || db->branch || db->leaf || db->overflow ||
 		    db->entries)
-			return dd_lm_bad(c, table, 0, "an empty table with counts");
+			return dd_lm_skip(c, table, kind, 0,
+				       dd_lm_bad(c, table, 0, "an empty table "
+					      "with counts"));
 		return 0;
 	}
 	if (db->depth == 0 || db->depth > LM_MAXDEPTH)
-		return dd_lm_bad(c, table, db->root, "an impossible tree depth");
+		return dd_lm_skip(c, table, kind, 0,
+			       dd_lm_bad(c, table, db->root,
+				      "an impossible tree depth"));
 	rc = dd_lm_reach(c, table, db->root, 1);
+	if (rc)
+		return dd_lm_skip(c, table, kind, 0, rc);
 	stack[0].pgno = db->root;
 	stack[0].next = 0;
-	while (!rc && depth >= 0) {
+	while (depth >= 0) {
 		uint64_t pgno = stack[depth].pgno;
 		bool is_leaf = depth == db->depth - 1;
 		unsigned nkeys, i = stack[depth].next;
 
 		rc = dd_lm_read(c, table, pgno);
-		if (rc)
-			break;
-		if (i == 0) { /* the first visit; later ones re-read it */
+		if (!rc && i == 0) { /* the first visit; later ones re-read it */
 			const char *why = dd_lm_page_verify(c->page, c->psize,
 							 pgno, c->last_pg,
 							 is_leaf, kind);
 
+			if (!why && kind == LM_TREE_TABLE)
+				why = dd_lm_in_bounds(c, depth, is_leaf);
 			if (why)
-				return dd_lm_bad(c, table, pgno, why);
-			is_leaf ? leaf++ : branch++;
+				rc = dd_lm_bad(c, table, pgno, why);
+			else
+				is_leaf ? leaf++ : branch++;
+		}
+		if (rc) {
+			rc = dd_lm_skip(c, table, kind, depth, rc);
+			if (rc)
+				return rc;
+			depth--; /* past this page and its subtree */
+			continue;
 		}
 		nkeys = dd_lm_nkeys(c->page);
 		for (; i < nkeys; i++) {
@@ -215,9 +328,16 @@ static int dd_lm_walk(struct dd_lm_check *c, const char *table,
 			if (!is_leaf) {
 				uint64_t child = dd_lm_node_child(node);
 
+				if (kind == LM_TREE_TABLE)
+					dd_lm_child_bounds(c, depth, i, nkeys);
 				rc = dd_lm_reach(c, table, child, 1);
-				if (rc)
-					return rc;
+				if (rc) {
+					rc = dd_lm_skip(c, table, kind,
+						     depth + 1, rc);
+					if (rc)
+						return rc;
+					continue; /* on to the next child */
+				}
 				/* descend; this page is re-read on return */
 				stack[depth].next = i + 1;
 				depth++;
@@ -234,18 +354,27 @@ static int dd_lm_walk(struct dd_lm_check *c, const char *table,
 					rc = dd_lm_read(c, table, pgno);
 			}
 			if (rc)
-				return rc;
+				break;
 			entries++;
+		}
+		if (rc) { /* a leaf's value: the leaf is damaged */
+			rc = dd_lm_skip(c, table, kind, depth, rc);
+			if (rc)
+				return rc;
+			depth--;
+			continue;
 		}
 		if (i >= nkeys)
 			depth--; /* this page is done */
 	}
-	if (rc)
-		return rc;
+	if (c->ndamaged != damaged)
+		return 0;
 	if (branch != db->branch || leaf != db->leaf ||
 	    overflow != db->overflow || entries != db->entries)
-		return dd_lm_bad(c, table, db->root, "its table record's page or "
-			      "entry counts disagree with the tree");
+		return dd_lm_skip(c, table, kind, 0,
+			       dd_lm_bad(c, table, db->root, "its table "
+				      "record's page or entry counts disagree "
+				      "with the tree"));
 	return 0;
 }
 
@@ -298,10 +427,12 @@ static bool dd_lm_meta(struct dd_lm_check *c, unsigned m, uint32_t psize,
 }
 
 int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
-		     uint64_t txnid)
+		     uint64_t txnid, dd_db_damage_fn on_damage, void *ctx)
 {
 	struct dd_lm_check c = { .fd = fd, .path = path, .psize = psize,
-			      .err = err };
+			      .err = err, .on_damage = on_damage,
+			      .damage_ctx = ctx };
+
 	struct dd_lm_db freedb, maindb;
 	const uint8_t *meta = NULL;
 	size_t nbits;
@@ -337,7 +468,8 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 	nbits = (size_t)(c.last_pg / 8 + 1);
 	c.seen = c.last_pg < ((uint64_t)1 << 40) ? dd_calloc(1, nbits) : NULL;
 	c.freed = c.seen ? dd_calloc(1, nbits) : NULL;
-	if (!c.page || !c.seen || !c.freed) {
+	c.bound = dd_malloc(LM_MAXDEPTH * sizeof(*c.bound));
+	if (!c.page || !c.seen || !c.freed || !c.bound) {
 		rc = c.last_pg >= ((uint64_t)1 << 40)
 			     ? dd_lm_bad(&c, "(meta)", 0, "an impossible last page")
 			     : dd_err_set(err, DD_ENOMEM, "out of memory");
@@ -350,6 +482,11 @@ int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
 			rc = dd_lm_walk(&c, "(main)", &maindb, LM_TREE_MAIN,
 				     dd_lm_main_value);
 	}
+	/* each damaged page reported went on: the walk's result is the
+	 * first one's message */
+	if (!rc && c.ndamaged)
+		rc = dd_err_set_msg(err, DD_ECORRUPT, c.first_msg);
+	dd_free(c.bound);
 	dd_free(c.page);
 	dd_free(c.big);
 	dd_free(c.seen);

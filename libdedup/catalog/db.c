@@ -146,7 +146,8 @@ static bool dd_db_layout_known(void)
 	return dd_lm_layout_known(major, minor);
 }
 
-static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes)
+static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes,
+			   dd_db_damage_fn fn, void *ctx)
 {
 	char path[4096];
 	const char *dir = NULL;
@@ -169,7 +170,7 @@ static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes)
 		if (rc)
 			return dd_mdb_error(err, rc, "lmdb begin");
 		rc = dd_db_check_file(err, fd, path, ms.ms_psize,
-				      mdb_txn_id(txn));
+				      mdb_txn_id(txn), fn, ctx);
 		mdb_txn_abort(txn);
 		if (rc != DD_DB_CHECK_RETRY)
 			return rc;
@@ -179,7 +180,12 @@ static int dd_db_check_env(MDB_env *env, dd_err *err, uint64_t max_bytes)
 
 int dd_db_check(dd_db *db, dd_err *err)
 {
-	return dd_db_check_env(db->db_env, err, UINT64_MAX);
+	return dd_db_check_env(db->db_env, err, UINT64_MAX, NULL, NULL);
+}
+
+int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx)
+{
+	return dd_db_check_env(db->db_env, err, UINT64_MAX, fn, ctx);
 }
 
 /* LMDB does not tell where its map is (me_mapaddr is set only with
@@ -271,17 +277,26 @@ static dd_db *dd_db_registry_find(dev_t dev, ino_t ino)
 }
 
 static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
-			    bool create, bool readonly, unsigned mdb_flags);
+			    bool create, bool readonly, unsigned mdb_flags,
+			    uint64_t check_max);
 
 int dd_db_open(dd_db **out, dd_err *err, const char *dir, bool create,
 	       bool readonly)
 {
-	return dd_db_open_flags(out, err, dir, create, readonly, 0);
+	return dd_db_open_flags(out, err, dir, create, readonly, 0,
+				dd_db_check_at_open_max());
+}
+
+int dd_db_open_unchecked(dd_db **out, dd_err *err, const char *dir,
+			 bool readonly)
+{
+	return dd_db_open_flags(out, err, dir, false, readonly, 0, 0);
 }
 
 int dd_db_open_unsynced(dd_db **out, dd_err *err, const char *dir)
 {
-	return dd_db_open_flags(out, err, dir, true, false, MDB_NOSYNC);
+	return dd_db_open_flags(out, err, dir, true, false, MDB_NOSYNC,
+				dd_db_check_at_open_max());
 }
 
 int dd_db_sync(dd_db *db, dd_err *err)
@@ -292,7 +307,8 @@ int dd_db_sync(dd_db *db, dd_err *err)
 }
 
 static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
-			    bool create, bool readonly, unsigned mdb_flags)
+			    bool create, bool readonly, unsigned mdb_flags,
+			    uint64_t check_max)
 {
 	struct stat st, data;
 	char file[4200];
@@ -352,8 +368,7 @@ static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
 	 * the meta page counts, before anything reads the pages */
 	rc = dd_db_guard_open(db, err, dir);
 	if (!rc)
-		rc = dd_db_check_env(db->db_env, err,
-				     dd_db_check_at_open_max());
+		rc = dd_db_check_env(db->db_env, err, check_max, NULL, NULL);
 	if (!rc)
 		rc = dd_db_open_dbis(db, err, create);
 	if (rc)

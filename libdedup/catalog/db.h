@@ -53,6 +53,34 @@ int dd_db_sync(dd_db *db, dd_err *err);
 #define DD_DB_CHECK_AT_OPEN_MAX ((uint64_t)64 << 20)
 int dd_db_check(dd_db *db, dd_err *err);
 
+/* A damaged page of one of libdedup's tables, found by
+ * dd_db_check_pages: the page, the one-line DD_ECORRUPT message, and the
+ * keys it held or led to -- those from dp_lo (NULL: the table's first)
+ * up to, not including, dp_hi (NULL: to the table's end), the bounds
+ * its parent page gives it.  Valid during the call only. */
+typedef struct dd_db_damage_page {
+	const char *dp_table;
+	uint64_t dp_pgno;
+	const char *dp_msg;
+	const uint8_t *dp_lo, *dp_hi;
+	size_t dp_lolen, dp_hilen;
+} dd_db_damage_page;
+typedef int (*dd_db_damage_fn)(void *ctx, const dd_db_damage_page *p);
+
+/* dd_db_check that goes on past a damaged page of a named table (its
+ * subtree is skipped) after reporting it through fn, so that scrub can
+ * name what each one holds.  DD_ECORRUPT with the first one's message
+ * when any was reported; damage to LMDB's own trees (the free list, the
+ * table of tables) stops the walk as in dd_db_check, unreported.  A
+ * non-zero return from fn stops it with DD_ECANCELED. */
+int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx);
+
+/* Opens like dd_db_open, without the whole-file check: for scrub, which
+ * runs it itself and reports every damaged page (the guard still checks
+ * every page each call reads). */
+int dd_db_open_unchecked(dd_db **out, dd_err *err, const char *dir,
+			 bool readonly);
+
 /* A write transaction must stay on the thread that began it. */
 int dd_txn_begin(dd_db *db, dd_err *err, bool write, dd_txn **out);
 int dd_txn_commit(dd_txn *txn, dd_err *err);
@@ -121,6 +149,13 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent);
+/* n more references to the entry of key, in one descent of the tree (a
+ * cursor's get, then its put in place) where get + put take two; a dead
+ * entry comes alive again.  *out is the entry as written.  DD_ENOENT
+ * (err unset) when key is absent or its entry MISSING (no bytes to
+ * reference); DD_ECORRUPT when the count would overflow. */
+int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    uint64_t n, dd_ddt_ent *out);
 /* The entry (any variant of hash) that names the record at pack, off:
  * 0 with *ent, DD_ENOENT when none does, or the lookup's error -- a
  * damaged entry is not "none": callers about to destroy an unnamed record
@@ -255,10 +290,6 @@ int dd_pend_put_state(dd_txn *txn, dd_err *err, uint64_t id, const char *name,
 		      const void *state, size_t len);
 typedef int (*dd_pend_walk_fn)(void *ctx, uint64_t id, const dd_pend_rec *rec);
 int dd_pend_walk(dd_txn *txn, dd_err *err, dd_pend_walk_fn fn, void *ctx);
-/* The pending writer of snapshot name, by a walk of the few pending;
- * DD_ENOENT. */
-int dd_pend_find_name(dd_txn *txn, dd_err *err, const char *name,
-		      uint64_t *id);
 int dd_pend_del(dd_txn *txn, dd_err *err, uint64_t id);
 /* First pending id, 1 if found, 0 if none. */
 int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id);

@@ -122,12 +122,13 @@ struct dd_txn {
 };
 
 /* check.c: the structural check of data.mdb (fd, page size psize) for
- * the snapshot whose meta page has this txnid.  DD_DB_CHECK_RETRY when
+ * the snapshot whose meta page has this txnid; on_damage as
+ * dd_db_check_pages' (may be NULL).  DD_DB_CHECK_RETRY when
  * neither meta page has it any more (a writer committed twice since the
  * txnid was read). */
 #define DD_DB_CHECK_RETRY 1
 int dd_db_check_file(dd_err *err, int fd, const char *path, uint32_t psize,
-		     uint64_t txnid);
+		     uint64_t txnid, dd_db_damage_fn on_damage, void *ctx);
 
 /*
  * guard.c: before each LMDB call, the pages it will read in the

@@ -141,6 +141,61 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			    "ddt put");
 }
 
+int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    uint64_t n, dd_ddt_ent *out)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	MDB_val k = {sizeof(kb), kb}, v;
+	MDB_cursor *cur;
+	int tree = dd_ddt_tree(txn, true);
+	int rc;
+
+	dd_ddt_key_encode(kb, key);
+	/* the pages the cursor's descent reads, and its put rewrites */
+	rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
+	if (rc)
+		return rc;
+	rc = mdb_cursor_open(txn->tx_mdb, txn->tx_db->db_dbi[tree], &cur);
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt cursor");
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+	if (rc == MDB_NOTFOUND) {
+		rc = DD_ENOENT;
+		goto out;
+	}
+	if (rc) {
+		rc = dd_mdb_error(err, rc, "ddt get");
+		goto out;
+	}
+	rc = dd_ddt_val_decode(err, &v, out);
+	if (rc)
+		goto out;
+	if (out->de_flags & DD_DDE_MISSING) {
+		rc = DD_ENOENT;          /* no bytes to reference */
+		goto out;
+	}
+	if (out->de_refcnt > (DD_DDT_DEAD - 1) - n) {
+		rc = dd_db_damage(err, "ddt reference count %llu cannot take "
+				  "%llu more",
+				  (unsigned long long)out->de_refcnt,
+				  (unsigned long long)n);
+		goto out;
+	}
+	if (out->de_refcnt == 0)
+		out->de_dead_since = 0;  /* alive again */
+	out->de_refcnt += n;
+	dd_ddt_val_encode(vb, out);
+	k = (MDB_val){sizeof(kb), kb};   /* not the page's copy it points at */
+	v = (MDB_val){sizeof(vb), vb};
+	/* same size: LMDB rewrites the value in place, no second descent */
+	rc = mdb_cursor_put(cur, &k, &v, MDB_CURRENT);
+	if (rc)
+		rc = dd_mdb_error(err, rc, "ddt put");
+out:
+	mdb_cursor_close(cur);
+	return rc;
+}
+
 int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
 		       uint32_t pack, uint64_t off, dd_ddt_ent *ent)
 {

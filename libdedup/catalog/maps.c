@@ -1,6 +1,6 @@
 /*
  * maps.c -- snapshots, block maps, pending writers and packs in LMDB;
- * the walks that find a snapshot by id or a pending writer by name, and
+ * the walk that finds a snapshot by id, and
  * dropping a snapshot's references.
  *
  * Encodings are in format/store.md §3-§4: every key that is a number is
@@ -508,7 +508,6 @@ int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id)
 
 struct dd_find {
 	uint64_t fd_id;
-	const char *fd_name;
 	char *fd_name_out;
 	dd_snap_rec *fd_rec;
 };
@@ -531,28 +530,6 @@ int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
 	struct dd_find f = {.fd_id = id, .fd_name_out = name, .fd_rec = rec};
 	int rc = dd_snap_walk(txn, err, dd_find_id, &f);
 
-	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
-}
-
-static int dd_find_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
-{
-	struct dd_find *f = arg;
-
-	if (strcmp(rec->pr_name, f->fd_name))
-		return 0;
-	f->fd_id = id;
-	return 1;
-}
-
-/* The pending writer of snapshot name (a walk of the few pending). */
-int dd_pend_find_name(dd_txn *txn, dd_err *err, const char *name,
-			     uint64_t *id)
-{
-	struct dd_find f = {.fd_name = name};
-	int rc = dd_pend_walk(txn, err, dd_find_pend, &f);
-
-	if (rc == 1)
-		*id = f.fd_id;
 	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
 }
 

@@ -133,7 +133,7 @@ typedef struct dd_pipe_ops {
 	bool (*po_store_late)(void *ctx, const dd_pbatch *b);
 	/* DD_PIPE_BYTES_SOME: stage 1 read block i into the worker's buffer
 	 * and hashed it; must its bytes be copied into the batch for stages
-	 * 2-4?  On the pool. */
+	 * 2-4?  On the pool; it may set block i's bk_aux. */
 	bool (*po_keep)(void *ctx, const dd_pbatch *b, size_t i,
 			unsigned worker);
 	/* DD_PIPE_READ_ZERO: `bytes` of a range in image `image` failed to

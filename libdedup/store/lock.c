@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/holder.h"
 #include "common/io.h"
 #include "store/store_internal.h"
 
@@ -50,19 +51,14 @@ static double dd_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* "pid N on HOST since TIME", this process's identity for lock files. */
+/* "pid N on HOST since TIME start T\n", a holder line (format/store.md
+ * §1). */
 static void dd_holder_text(char *buf, size_t len, uint64_t start)
 {
-	char host[256] = "?", when[32] = "?";
-	time_t t = time(NULL);
-	struct tm tm;
+	char who[320];
 
-	gethostname(host, sizeof(host) - 1);
-	host[sizeof(host) - 1] = 0;
-	if (gmtime_r(&t, &tm))
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	snprintf(buf, len, "pid %ld on %s since %s start %" PRIu64 "\n",
-		 (long)getpid(), host, when, start);
+	dd_holder_ident(who, sizeof(who));
+	snprintf(buf, len, "%s start %" PRIu64 "\n", who, start);
 }
 
 /* The holder a lock file names, without its trailing "start N", for a

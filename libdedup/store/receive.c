@@ -102,7 +102,7 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
 	rc = dd_replica_geometry(err, s, chunker, block_size);
 	if (rc)
 		return rc;
-	rc = dd_writer_open(&w, s, name, 0);
+	rc = dd_writer_open(&w, s, name, 0, true);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	rc = dd_replica_new(out, w);
@@ -462,6 +462,9 @@ int dd_replica_suspend(dd_replica_writer *rw)
 
 struct dd_partial {
 	const uint8_t *pa_digest;   /* NULL: any */
+	const uint64_t *pa_next;    /* NULL: any; else where it resumes (two
+				       kept receives of one stream, cut at
+				       different places, may be there) */
 	uint64_t pa_id;
 	dd_pend_rec pa_rec;
 	dd_replica_state pa_state;
@@ -477,6 +480,8 @@ static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
 		return 0;
 	if (pa->pa_digest && memcmp(pa->pa_digest, st.rcs_digest, 32))
 		return 0;
+	if (pa->pa_next && *pa->pa_next != st.rcs_next)
+		return 0;
 	pa->pa_id = id;
 	pa->pa_rec = *rec;
 	pa->pa_state = st;
@@ -484,15 +489,24 @@ static int dd_partial_match(void *arg, uint64_t id, const dd_pend_rec *rec)
 	return 1;
 }
 
-static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
+/* fn for every pend entry, in a read transaction of its own. */
+static int dd_pend_read_walk(dd_store *s, dd_err *err, dd_pend_walk_fn fn,
+			     void *ctx)
 {
 	dd_txn *txn;
 	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
 	if (rc)
 		return rc;
-	rc = dd_pend_walk(txn, err, dd_partial_match, pa);
+	rc = dd_pend_walk(txn, err, fn, ctx);
 	dd_txn_abort(txn);
+	return rc;
+}
+
+static int dd_partial_find(dd_store *s, dd_err *err, struct dd_partial *pa)
+{
+	int rc = dd_pend_read_walk(s, err, dd_partial_match, pa);
+
 	if (rc < 0)
 		return rc;
 	if (!pa->pa_found)
@@ -553,13 +567,17 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 		      const uint8_t digest[32], uint64_t from, int chunker,
 		      uint32_t block_size)
 {
-	struct dd_partial pa = {.pa_digest = digest};
+	struct dd_partial pa = {.pa_digest = digest, .pa_next = &from};
 	dd_replica_writer *rw = NULL;
 	dd_writer *w;
 	int rc = dd_replica_geometry(err, s, chunker, block_size);
 
 	if (!rc)
 		rc = dd_partial_find(s, err, &pa);
+	if (rc == DD_ENOENT) {   /* one of this stream, elsewhere: say where */
+		pa.pa_next = NULL;
+		rc = dd_partial_find(s, err, &pa);
+	}
 
 	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ENOENT,
@@ -577,7 +595,7 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 				  "partial receive at block %llu",
 				  (unsigned long long)from,
 				  (unsigned long long)pa.pa_state.rcs_next);
-	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id);
+	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id, true);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	w->w_zero = pa.pa_state.rcs_zero;
@@ -657,6 +675,40 @@ int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
 	if (name)
 		snprintf(name, namelen, "%s", pa.pa_rec.pr_name);
 	return 0;
+}
+
+struct dd_partial_each {
+	dd_replica_token_fn pe_fn;
+	void *pe_ctx;
+	bool pe_stopped;
+};
+
+static int dd_partial_each(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_partial_each *pe = arg;
+	dd_replica_state st;
+	char tok[128];
+
+	(void)id;
+	if (!rec->pr_state_len || dd_replica_state_decode(rec, &st) ||
+	    dd_token_format(tok, sizeof(tok), st.rcs_digest, st.rcs_next))
+		return 0;    /* not a kept receive (a running writer) */
+	if (pe->pe_fn(rec->pr_name, tok, pe->pe_ctx) == 0)
+		return 0;
+	pe->pe_stopped = true;
+	return 1;
+}
+
+int dd_replica_tokens(dd_store *s, dd_err *err, dd_replica_token_fn fn,
+		      void *ctx)
+{
+	struct dd_partial_each pe = {fn, ctx, false};
+	int rc = dd_pend_read_walk(s, err, dd_partial_each, &pe);
+
+	if (rc < 0)
+		return rc;
+	return pe.pe_stopped ? dd_err_set(err, DD_ECANCELED, "stopped by the "
+					  "callback") : 0;
 }
 
 int dd_replica_writer_token(const dd_replica_writer *rw, char *buf, size_t len)

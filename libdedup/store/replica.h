@@ -104,6 +104,12 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
  * format/store.md §5) and its name; DD_ENOENT if there is none. */
 int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,
 		     char *name, size_t namelen);
+/* fn(name, token, ctx) for every kept receive, in the order of their
+ * ids (oldest first); a non-zero return stops it with DD_ECANCELED. */
+typedef int (*dd_replica_token_fn)(const char *name, const char *token,
+				   void *ctx);
+int dd_replica_tokens(dd_store *s, dd_err *err, dd_replica_token_fn fn,
+		      void *ctx);
 /* The token of this (suspended) receive. */
 int dd_replica_writer_token(const dd_replica_writer *rw, char *buf,
 			    size_t len);

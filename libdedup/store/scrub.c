@@ -71,6 +71,10 @@ typedef struct dd_scrub {
 	uint64_t sc_nwrong;
 	dd_ddt_key sc_wrong_key;
 	uint64_t sc_wrong_refcnt, sc_wrong_refs;
+	/* pass 0 with damaged_snapshot: damaged block-map pages, past
+	 * which scrub goes on (scrub_pages.c); the first one's message */
+	dd_scrub_pages *sc_pages;
+	dd_err sc_pages_err;
 } dd_scrub;
 
 static void dd_scrub_job(void *arg, size_t i, unsigned worker)
@@ -322,13 +326,45 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 	return 0;
 }
 
+/* A damaged snapshot, its message in sc_err: reported, the first one's
+ * message kept, and on to the next snapshot. */
+static int dd_scrub_snap_damaged(dd_scrub *sc, const char *name)
+{
+	if (sc->sc_nbad_snaps++ == 0)
+		sc->sc_snap_err = *sc->sc_err;
+	if (sc->sc_snap_cb(name, DD_ECORRUPT, sc->sc_err->de_msg,
+			   sc->sc_snap_ctx) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub stopped by its callback");
+	return 0;
+}
+
+/* A snapshot whose block map is (partly) on a damaged page: reported,
+ * its map not read. */
+static int dd_scrub_map_on_page(dd_scrub *sc, const char *name,
+				const dd_snap_rec *r, bool *hit)
+{
+	char msg[DD_ERRMSG_MAX];
+
+	*hit = dd_scrub_pages_hit(sc->sc_pages, r, sc->sc_store->st_chunker ==
+				  DD_CHUNKER_FIXED, msg, sizeof(msg));
+	if (!*hit)
+		return 0;
+	dd_err_set(sc->sc_err, DD_ECORRUPT, "snapshot '%s': %s", name, msg);
+	return dd_scrub_snap_damaged(sc, name);
+}
+
 static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 {
 	dd_scrub *sc = arg;
 	dd_bmap_cur *cur = NULL;
 	dd_digest *dg = NULL;
-	int rc = dd_digest_new(&dg, sc->sc_err, sc->sc_store->st_chunker);
+	bool hit = false;
+	int rc = dd_scrub_map_on_page(sc, name, r, &hit);
 
+	if (rc || hit)
+		return rc;
+	rc = dd_digest_new(&dg, sc->sc_err, sc->sc_store->st_chunker);
 	if (!rc)
 		rc = dd_bmap_open(sc->sc_txn, sc->sc_err, r->sr_id, &cur);
 	if (!rc) {
@@ -352,16 +388,8 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 	}
 	dd_bmap_close(cur);
 	dd_digest_free(dg);
-	if (rc == DD_ECORRUPT && sc->sc_snap_cb) {
-		/* reported, and on to the next snapshot */
-		if (sc->sc_nbad_snaps++ == 0)
-			sc->sc_snap_err = *sc->sc_err;
-		if (sc->sc_snap_cb(name, rc, sc->sc_err->de_msg,
-				   sc->sc_snap_ctx) != 0)
-			return dd_err_set(sc->sc_err, DD_ECANCELED,
-					  "scrub stopped by its callback");
-		rc = 0;
-	}
+	if (rc == DD_ECORRUPT && sc->sc_snap_cb)
+		return dd_scrub_snap_damaged(sc, name);
 	return rc;
 }
 
@@ -373,8 +401,14 @@ static int dd_scrub_report_bad(dd_scrub *sc)
 	/* sb_key is the first member: sort and search by key */
 	qsort(sc->sc_bad.b, sc->sc_bad.n, sizeof(*sc->sc_bad.b), dd_key_cmp);
 	rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_snap, sc);
-	if (!rc)
+	if (!rc && !sc->sc_pages)
 		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err, dd_scrub_use, sc);
+	/* a map on a damaged page: one snapshot at a time, that one from
+	 * its manifest */
+	for (size_t i = 0; !rc && sc->sc_pages && i < sc->sc_nsnap; i++)
+		rc = dd_scrub_pages_uses(sc->sc_store, sc->sc_err, sc->sc_txn,
+					 sc->sc_pages, sc->sc_ids[i],
+					 dd_scrub_use, sc);
 	for (size_t i = 0; !rc && i < sc->sc_bad.n; i++)
 		if (!sc->sc_bad.b[i].sb_used)
 			rc = dd_scrub_report(sc, &sc->sc_bad.b[i], NULL, 0);
@@ -477,6 +511,12 @@ static int dd_scrub_run(dd_scrub *sc)
 				  (unsigned long long)sc->sc_nbad_snaps,
 				  sc->sc_nbad_snaps == 1 ? "" : "s", m);
 	}
+	/* damaged block-map pages that held no snapshot's map (a writer's
+	 * pending one): the counts cannot be checked either */
+	if (!rc && sc->sc_pages) {
+		*sc->sc_err = sc->sc_pages_err;
+		return DD_ECORRUPT;
+	}
 	if (!rc)
 		rc = dd_scrub_refs(sc);
 	if (!rc && sc->sc_bad.n)
@@ -520,7 +560,8 @@ static int dd_scrub_mark(dd_scrub *sc)
 	dd_txn *txn = NULL;
 	int fd = -1, rc;
 
-	if (s->st_opts.readonly || (!sc->sc_bad.n && !sc->sc_good.n))
+	if (s->st_opts.readonly || (!sc->sc_bad.n && !sc->sc_good.n) ||
+	    sc->sc_pages)   /* nothing is written to a damaged catalog */
 		return 0;
 	rc = dd_lock_take(s, sc->sc_err, "lock", false, &fd);
 	if (rc == DD_EBUSY)
@@ -581,7 +622,14 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 			sc->sc_snap_ctx = opts->damaged_snapshot_ctx;
 		}
 	}
-	rc = dd_db_check(s->st_db, &err);
+	/* with damaged_snapshot, past damaged block-map pages: each
+	 * snapshot whose map one held is named in pass 3 */
+	if (sc->sc_snap_cb)
+		rc = dd_scrub_pages_check(s, &err, &sc->sc_pages);
+	else
+		rc = dd_db_check(s->st_db, &err);
+	if (!rc && sc->sc_pages)
+		sc->sc_pages_err = err;
 	/* the catalog's snapshots are the manifests' (a catalog that went
 	 * back in time lacks the last ones) */
 	if (!rc)
@@ -610,6 +658,7 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 	dd_free(sc->sc_ids);
 	dd_free(sc->sc_bs);
 	dd_free(sc->sc_names);
+	dd_scrub_pages_free(sc->sc_pages);
 	dd_free(sc);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

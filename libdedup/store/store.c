@@ -197,14 +197,17 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	pthread_mutex_init(&s->st_lock, NULL);
 	pthread_mutex_init(&s->st_pool_lock, NULL);
 	/* A version-1 struct ends at `threads`, a version-2 one at
-	 * l2_feed_sequential: copy only what the caller has, the later
-	 * fields keep their defaults. */
+	 * l2_feed_sequential, a version-3 one at lock_timeout_ms: copy only
+	 * what the caller has, the later fields keep their defaults. */
 	s->st_opts = (dd_open_opts)DD_OPEN_OPTS_INIT;
 	if (oopts && oopts->version == 1)
 		memcpy(&s->st_opts, oopts, offsetof(dd_open_opts, no_cache));
 	else if (oopts && oopts->version == 2)
 		memcpy(&s->st_opts, oopts,
 		       offsetof(dd_open_opts, lock_timeout_ms));
+	else if (oopts && oopts->version == 3)
+		memcpy(&s->st_opts, oopts,
+		       offsetof(dd_open_opts, defer_catalog_check));
 	else if (oopts)
 		s->st_opts = *oopts;
 	s->st_opts.version = DD_OPEN_OPTS_VERSION;
@@ -225,10 +228,15 @@ static int dd_store_attach(dd_store *s, dd_err *err, bool create,
 	int rc;
 
 	snprintf(p, sizeof(p), "%s/db", s->st_path);
-	rc = dd_db_open(&s->st_db, err, p, create, false);
+	if (s->st_opts.defer_catalog_check && !create)
+		rc = dd_db_open_unchecked(&s->st_db, err, p, false);
+	else
+		rc = dd_db_open(&s->st_db, err, p, create, false);
 	if (rc == DD_EPERM && !create) {
 		s->st_opts.readonly = 1;
-		rc = dd_db_open(&s->st_db, err, p, false, true);
+		rc = s->st_opts.defer_catalog_check
+			     ? dd_db_open_unchecked(&s->st_db, err, p, true)
+			     : dd_db_open(&s->st_db, err, p, false, true);
 	}
 	if (rc)
 		return rc;

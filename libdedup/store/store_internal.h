@@ -242,6 +242,10 @@ void dd_mfstate_free(dd_mfstate *ms);
 /* Does manifests/ID exist in this state (enum dd_manifest_state)? */
 bool dd_manifest_present(const dd_store *s, uint64_t id, int state);
 
+/* The pending writer of snapshot name whose manifest is published (one
+ * committed, not yet in the catalog), by a walk of the few pending. */
+int dd_pend_find_published(const dd_store *s, dd_txn *txn, dd_err *err,
+			   const char *name, uint64_t *id);
 /* A snapshot record from its manifest header. */
 struct dd_manifest_hdr;
 void dd_manifest_snap_rec(dd_snap_rec *rec, const struct dd_manifest_hdr *h);
@@ -257,6 +261,24 @@ void dd_commit_unpublish(dd_store *s, uint64_t id);
 int dd_commit_delete_begin(dd_store *s, dd_err *err, uint64_t id);
 void dd_commit_delete_undo(dd_store *s, uint64_t id);
 void dd_commit_delete_end(dd_store *s, uint64_t id);
+
+/* scrub_pages.c: damaged block-map pages of the catalog, for scrub.
+ * _check runs the whole-file check (dd_db_check_pages): 0 and *out NULL
+ * when nothing is damaged; 0 and *out the damaged pages when all of them
+ * are block-map pages (scrub goes on); else the check's error. */
+typedef struct dd_scrub_pages dd_scrub_pages;
+int dd_scrub_pages_check(dd_store *s, dd_err *err, dd_scrub_pages **out);
+void dd_scrub_pages_free(dd_scrub_pages *sp);
+/* Does a damaged page hold part of r's block map?  msg: which offsets,
+ * how many pages, the first one's message. */
+bool dd_scrub_pages_hit(const dd_scrub_pages *sp, const dd_snap_rec *r,
+			bool fixed, char *msg, size_t len);
+/* fn for each block of snapshot id, as dd_bmap_walk_all calls it: from
+ * its block map, or from its manifest when the map is on a damaged page
+ * (sp may be NULL). */
+int dd_scrub_pages_uses(dd_store *s, dd_err *err, dd_txn *txn,
+			const dd_scrub_pages *sp, uint64_t id,
+			dd_bmap_walk_fn fn, void *ctx);
 
 /* DD_ECORRUPT, naming `dedup repair`, when the catalog and the manifests
  * disagree beyond what a crash leaves (format/manifest.md §7). */

@@ -107,6 +107,41 @@ bool dd_manifest_present(const dd_store *s, uint64_t id, int state)
 	return faccessat(s->st_mfdir, name, F_OK, 0) == 0;
 }
 
+/* ---- a pending writer by name: the catalog and the manifests -----------------*/
+
+struct dd_find {
+	uint64_t fd_id;
+	const dd_store *fd_store;
+	const char *fd_name;
+};
+
+/* A name may be pending for several ids at once -- a running receive and
+ * dead writers' kept receives (wlife.c) --, of which at most the running
+ * one has published its manifest. */
+static int dd_find_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_find *f = arg;
+
+	if (strcmp(rec->pr_name, f->fd_name) ||
+	    !dd_manifest_present(f->fd_store, id, DD_MANIFEST_SNAP))
+		return 0;
+	f->fd_id = id;
+	return 1;
+}
+
+/* The pending writer of snapshot name that has published its manifest
+ * (a walk of the few pending). */
+int dd_pend_find_published(const dd_store *s, dd_txn *txn, dd_err *err,
+			   const char *name, uint64_t *id)
+{
+	struct dd_find f = {.fd_store = s, .fd_name = name};
+	int rc = dd_pend_walk(txn, err, dd_find_pend, &f);
+
+	if (rc == 1)
+		*id = f.fd_id;
+	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
+}
+
 /* The record of a published snapshot, from its manifest header. */
 void dd_manifest_snap_rec(dd_snap_rec *rec, const dd_manifest_hdr *h)
 {
@@ -168,8 +203,8 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 	if (rc != DD_ENOENT)
 		return rc;
 	/* committed by its manifest, not yet by the catalog? */
-	rc = dd_pend_find_name(txn, err, name, &pid);
-	if (rc == DD_ENOENT || (!rc && !dd_manifest_present(s, pid, DD_MANIFEST_SNAP)))
+	rc = dd_pend_find_published(s, txn, err, name, &pid);
+	if (rc == DD_ENOENT)
 		return dd_err_set(err, DD_ENOENT, "no snapshot '%s'", name);
 	if (rc)
 		return rc;

@@ -7,7 +7,9 @@
  *            it exclusive), and recovery of what dead writers left; then
  *            one write transaction reserves the snapshot: its id from
  *            snap.next, a `pend` entry naming it (a name already
- *            committed or pending is refused) and the writer's entry in
+ *            committed or pending is refused -- except that a receive
+ *            may share it with dead writers' kept receives, which its
+ *            commit drops) and the writer's entry in
  *            STORE/writers, locked for as long as it runs.  That entry is
  *            made before the reservation commits, so a pending snapshot
  *            whose entry nobody holds is a dead writer's, for recovery;
@@ -15,7 +17,9 @@
  *            which dead blocks this writer may still reference;
  *   finish   the last interval's commit; the manifest, published from the
  *            block map (the snapshot is committed from here on); a short
- *            write transaction that records it and drops `pend`;
+ *            write transaction that records it and drops `pend`; for a
+ *            receive, another that drops the older kept receives of its
+ *            name (they could never complete now);
  *   release  read transactions ended, packs closed (their locks go), the
  *            registration removed, the store lock dropped.  An aborted
  *            writer runs recovery at once, which rolls its snapshot back
@@ -28,13 +32,67 @@
 #include "common/alloc.h"
 #include "store/writer_internal.h"
 
+/* The pending entries of a writer's name, other than its own: a live
+ * writer's (it runs: registered and locked), a dead writer's kept
+ * receive (ddrecv -s), or a dead writer's that recovery has not rolled
+ * back yet.  Read in the reservation's write transaction, in which every
+ * writer registers: a writer of the name is alive exactly when its
+ * reservation committed and it has not finished. */
+struct dd_name_pend {
+	dd_writer *np_w;
+	uint64_t np_live, np_kept, np_dead;   /* an id of each, 0: none */
+	bool np_own;                          /* a resumed receive's own */
+};
+
+static int dd_name_pend_each(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_name_pend *np = arg;
+
+	if (strcmp(rec->pr_name, np->np_w->w_name) != 0)
+		return 0;
+	if (id == np->np_w->w_id)
+		np->np_own = true;
+	else if (dd_writer_alive(np->np_w->w_store, id))
+		np->np_live = id;
+	else if (rec->pr_state_len)
+		np->np_kept = id;
+	else
+		np->np_dead = id;
+	return 0;
+}
+
+/* One live writer a name: another is refused, and so is anything beside
+ * a kept receive but a receive (whose commit drops it). */
+static int dd_writer_name_free(dd_writer *w, dd_txn *txn)
+{
+	struct dd_name_pend np = {.np_w = w};
+	char who[400];
+	int rc = dd_pend_walk(txn, &w->w_err, dd_name_pend_each, &np);
+
+	if (rc < 0)
+		return rc;
+	if (np.np_live || np.np_dead) {
+		dd_writer_who(w->w_store, np.np_live ? np.np_live : np.np_dead,
+			      who, sizeof(who));
+		return dd_err_set(&w->w_err, DD_EEXIST, "snapshot '%s' is being "
+				  "written%s%s%s", w->w_name, *who ? " (" : "",
+				  who, *who ? ")" : "");
+	}
+	if (np.np_kept && !w->w_receive)
+		return dd_err_set(&w->w_err, DD_EEXIST, "snapshot '%s' is a "
+				  "receive kept for resuming (ddrecv -A "
+				  "discards it)", w->w_name);
+	if (w->w_id && !np.np_own)   /* a resumed receive's own entry */
+		return dd_err_set(&w->w_err, DD_ENOENT, "the partial receive "
+				  "of '%s' is gone", w->w_name);
+	return 0;
+}
+
 /* The reservation's checks and changes, in its write transaction. */
 static int dd_writer_reserve_txn(dd_writer *w, dd_txn *txn)
 {
 	dd_store *s = w->w_store;
 	dd_snap_rec existing;
-	uint64_t other;
-	char who[400];
 	int rc = dd_snap_get(txn, &w->w_err, w->w_name, &existing);
 
 	if (rc == 0)
@@ -42,23 +100,8 @@ static int dd_writer_reserve_txn(dd_writer *w, dd_txn *txn)
 				  "snapshot '%s' already exists", w->w_name);
 	if (rc != DD_ENOENT)
 		return rc;
-	rc = dd_pend_find_name(txn, &w->w_err, w->w_name, &other);
-	if (rc == 0 && other != w->w_id) {
-		dd_writer_who(s, other, who, sizeof(who));
-		if (*who)
-			return dd_err_set(&w->w_err, DD_EEXIST, "snapshot '%s' "
-					  "is being written (%s)", w->w_name,
-					  who);
-		return dd_err_set(&w->w_err, DD_EEXIST, "snapshot '%s' is a "
-				  "receive kept for resuming (ddrecv -A "
-				  "discards it)", w->w_name);
-	}
-	if (rc == 0 || (rc == DD_ENOENT && w->w_id))
-		/* a resumed receive: its own entry, or gone */
-		return rc == 0 ? 0 : dd_err_set(&w->w_err, DD_ENOENT,
-						"the partial receive of '%s' "
-						"is gone", w->w_name);
-	if (rc != DD_ENOENT)
+	rc = dd_writer_name_free(w, txn);
+	if (rc || w->w_id)   /* a resumed receive keeps its id */
 		return rc;
 	rc = dd_meta_get_u64(txn, &w->w_err, "snap.next", &w->w_id);
 	if (rc == DD_ENOENT)
@@ -109,7 +152,7 @@ static int dd_writer_reserve(dd_writer *w)
 }
 
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
-		   uint64_t resume_id)
+		   uint64_t resume_id, bool receive)
 {
 	dd_writer *w;
 	int rc;
@@ -127,6 +170,7 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w->w_store = s;
 	w->w_bs = s->st_block_size;
 	w->w_id = resume_id;
+	w->w_receive = receive;
 	w->w_lockfd = -1;
 	w->w_regfd = -1;
 	snprintf(w->w_name, sizeof(w->w_name), "%s", name);
@@ -212,6 +256,48 @@ static int dd_writer_record(dd_writer *w, const dd_snap_rec *rec)
 	return dd_txn_commit(txn, &w->w_err);
 }
 
+/* The kept receives of a committed receive's name, older than it: none
+ * can complete now (the name is taken).  Dead writers' only: a live
+ * resumer (which the reservation would have refused) is left alone. */
+static int dd_kept_of_name(void *arg, uint64_t id, const dd_pend_rec *rec)
+{
+	struct dd_name_pend *np = arg;
+
+	if (!np->np_kept && rec->pr_state_len && id < np->np_w->w_id &&
+	    !strcmp(rec->pr_name, np->np_w->w_name) &&
+	    !dd_writer_alive(np->np_w->w_store, id))
+		np->np_kept = id;
+	return 0;
+}
+
+/* Drops them, one write transaction each, as dd_recv_abort_partial does.
+ * After the commit, so never at its expense: a failure (or a crash) leaves
+ * a kept receive that ddrecv -A still drops. */
+static void dd_writer_drop_kept(dd_writer *w)
+{
+	struct dd_name_pend np = {.np_w = w};
+	dd_err err;
+
+	do {
+		dd_txn *txn;
+		int rc;
+
+		np.np_kept = 0;
+		if (dd_txn_begin(w->w_store->st_db, &err, true, &txn))
+			return;
+		rc = dd_pend_walk(txn, &err, dd_kept_of_name, &np);
+		if (rc >= 0 && np.np_kept)
+			rc = dd_snap_drop_refs(txn, &err, np.np_kept);
+		if (rc >= 0 && np.np_kept)
+			rc = dd_pend_del(txn, &err, np.np_kept);
+		if (rc < 0 || !np.np_kept || dd_txn_commit(txn, &err)) {
+			if (rc < 0 || !np.np_kept)
+				dd_txn_abort(txn);
+			return;
+		}
+	} while (np.np_kept);
+}
+
 int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 {
 	dd_snap_rec rec;
@@ -248,6 +334,8 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 		return rc;
 	}
 	w->w_state = DD_W_COMMITTED;
+	if (w->w_receive)
+		dd_writer_drop_kept(w);
 	dd_writer_release(w, false);
 	return 0;
 }

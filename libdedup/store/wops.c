@@ -19,9 +19,14 @@
  * (in verify mode only once the two copies compare equal; a lost entry,
  * DD_DDE_MISSING, one scrub found damaged, DD_DDE_DAMAGED, and a dead
  * one take this copy as their own) --; the block map is
- * appended.  Other writers wait for the LMDB lock only as long as that
- * transaction, a few milliseconds per thousand blocks.
+ * appended.  The DDT changes go in key order, one update per key (all
+ * its references counted at once, a NEW entry inserted with its PREF
+ * ops counted): a descent per distinct key where one per op and two per
+ * reference were, its upper pages shared with the key before.  Other
+ * writers wait for the LMDB lock only as long as that transaction, a few
+ * milliseconds per thousand blocks.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -137,61 +142,62 @@ void dd_wops_free(dd_wops *wo)
 {
 	dd_free(wo->wo_op);
 	dd_free(wo->wo_ix);
+	dd_free(wo->wo_ord);
 	memset(wo, 0, sizeof(*wo));
 }
 
 /* ---- applying them -------------------------------------------------------*/
 
-/* One more reference to the entry of key, which must be there: a writer
- * references only entries gc keeps for it (dd_writer_usable). */
-static int dd_apply_ref(dd_writer *w, const dd_ddt_key *key, uint64_t idx)
+/* n more references to the entry of key, which must be there: a writer
+ * references only entries gc keeps for it (dd_writer_usable).  idx is the
+ * first block that names it, for the message. */
+static int dd_apply_ref(dd_writer *w, const dd_ddt_key *key, uint64_t n,
+			uint64_t idx)
 {
 	dd_ddt_ent ent;
-	int rc = dd_ddt_get(w->w_txn, &w->w_err, key, &ent);
+	int rc = dd_ddt_add_refs(w->w_txn, &w->w_err, key, n, &ent);
 
-	if (rc == 0 && (ent.de_flags & DD_DDE_MISSING))
-		rc = DD_ENOENT;
 	if (rc == DD_ENOENT)
 		return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: the "
 				  "stored block it references left the store "
 				  "before the commit (freed by gc, or lost)",
 				  (unsigned long long)idx);
-	if (rc)
-		return rc;
-	if (ent.de_refcnt == 0)
-		ent.de_dead_since = 0;   /* alive again */
-	ent.de_refcnt++;
-	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
+	return rc;
 }
 
 /* The entry of key takes this writer's copy as its record, keeping its
- * references and adding this one: it was lost (MISSING), found damaged
- * (DAMAGED) or dead, and the copy is the block (its hash is the key).
- * Readers of older catalogs still see the old record, which gc reclaims
- * like any garbage; gc's repointing skips an entry that moved since it
- * read it (gc.c), so this copy is never undone. */
+ * references and adding this writer's: it was lost (MISSING), found
+ * damaged (DAMAGED) or dead, and the copy is the block (its hash is the
+ * key).  Readers of older catalogs still see the old record, which gc
+ * reclaims like any garbage; gc's repointing skips an entry that moved
+ * since it read it (gc.c), so this copy is never undone. */
 static int dd_apply_takeover(dd_writer *w, dd_wop *op, const dd_ddt_key *key,
 			     const dd_ddt_ent *old, const dd_ddt_ent *ours)
 {
 	dd_ddt_ent ent = *ours;
 
-	ent.de_refcnt = old->de_refcnt + 1;
+	ent.de_refcnt = old->de_refcnt + ours->de_refcnt;
 	op->op_key = *key;
 	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
 }
 
-/* A NEW op: its entry, or a reference to the same block another writer
- * committed meanwhile.  op_key gets the variant it ends under. */
-static int dd_apply_new(dd_writer *w, dd_wop *op)
+/* A NEW op and the refs blocks of this interval that named it (its PREF
+ * ops, and itself): its entry, or references to the same block another
+ * writer committed meanwhile.  op_key gets the variant it ends under. */
+static int dd_apply_new(dd_writer *w, dd_wop *op, uint64_t refs)
 {
 	const dd_ddt_ent ours = {
 		.de_codec = op->op_codec, .de_pack = op->op_pack,
 		.de_offset = op->op_off, .de_psize = op->op_psize,
-		.de_lsize = op->op_lsize, .de_refcnt = 1,
+		.de_lsize = op->op_lsize, .de_refcnt = refs,
 	};
 	dd_ddt_key key = op->op_key;
 	bool have_bytes = false;
 
+	if (!op->op_placed)
+		return dd_err_set(&w->w_err, DD_EIO, "internal error: block "
+				  "%llu committed before it was stored",
+				  (unsigned long long)op->op_idx);
 	for (unsigned v = key.dk_variant; v <= DD_DDT_MAX_VARIANT; v++) {
 		dd_ddt_ent ent;
 		bool same = true;
@@ -228,9 +234,8 @@ static int dd_apply_new(dd_writer *w, dd_wop *op)
 			 * damaged while nothing used it (format/ddt.md §3) */
 			return dd_apply_takeover(w, op, &key, &ent, &ours);
 		if (same) {
-			ent.de_refcnt++;
 			op->op_key = key;
-			return dd_ddt_put(w->w_txn, &w->w_err, &key, &ent);
+			return dd_apply_ref(w, &key, refs, op->op_idx);
 		}
 	}
 	return dd_err_set(&w->w_err, DD_ENOSPC,
@@ -238,32 +243,92 @@ static int dd_apply_new(dd_writer *w, dd_wop *op)
 			  DD_DDT_MAX_VARIANT + 1);
 }
 
-static int dd_apply_op(dd_writer *w, dd_wop *op)
+/* The commit's order: by the key the lookup chose, so that one key's ops
+ * are one run and neighbouring keys' descents share their upper pages;
+ * within a key, the image's order (the list's). */
+static int dd_wop_cmp(const void *a, const void *b)
 {
-	int rc;
+	const dd_wop *x = *(dd_wop *const *)a, *y = *(dd_wop *const *)b;
+	int c = memcmp(x->op_key.dk_hash, y->op_key.dk_hash, DD_HASH_SIZE);
 
-	switch (op->op_kind) {
-	case DD_OP_NEW:
-		if (!op->op_placed)
-			return dd_err_set(&w->w_err, DD_EIO, "internal error: "
-					  "block %llu committed before it was "
-					  "stored",
-					  (unsigned long long)op->op_idx);
-		rc = dd_apply_new(w, op);
-		break;
-	case DD_OP_PREF:
-		/* its NEW op came first and knows its final key now */
-		op->op_key = w->w_ops.wo_op[op->op_target].op_key;
-		rc = dd_apply_ref(w, &op->op_key, op->op_idx);
-		break;
-	default:
-		rc = dd_apply_ref(w, &op->op_key, op->op_idx);
-		break;
+	if (c)
+		return c;
+	if (x->op_key.dk_variant != y->op_key.dk_variant)
+		return x->op_key.dk_variant < y->op_key.dk_variant ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* One key's ops: its REF ops are one update of the entry (+ their
+ * number); its NEW op -- at most one: a later block of the key finds it
+ * and becomes a PREF -- is inserted with its PREF ops counted, and they
+ * take the key it ends under.  REF before NEW, as in the image: a block
+ * found usable and later not (scrub flagged it meanwhile). */
+static int dd_apply_run(dd_writer *w, dd_wop **run, size_t n)
+{
+	dd_wop *nw = NULL;
+	uint64_t refs = 0, prefs = 0, ref_idx = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		dd_wop *op = run[i];
+
+		if (op->op_kind == DD_OP_NEW) {
+			nw = op;
+		} else if (op->op_kind == DD_OP_PREF) {
+			prefs++;
+		} else if (!refs++) {
+			ref_idx = op->op_idx;
+		}
 	}
-	if (!rc)
+	if (refs)
+		rc = dd_apply_ref(w, &run[0]->op_key, refs, ref_idx);
+	if (rc)
+		return rc;
+	if (!nw)
+		return prefs ? dd_err_set(&w->w_err, DD_EIO, "internal error: "
+					  "a reference to a new block of the "
+					  "interval without it") : 0;
+	rc = dd_apply_new(w, nw, 1 + prefs);
+	for (size_t i = 0; !rc && i < n; i++)
+		if (run[i]->op_kind == DD_OP_PREF)
+			run[i]->op_key = nw->op_key;
+	return rc;
+}
+
+/* The interval's DDT changes in key order, one update per key; then its
+ * block map in the image's order. */
+static int dd_apply_ops(dd_writer *w)
+{
+	dd_wops *wo = &w->w_ops;
+	int rc = 0;
+
+	if (!wo->wo_n)
+		return 0;                /* holes only */
+	if (wo->wo_n > wo->wo_ordcap) {
+		dd_wop **ord = dd_realloc(wo->wo_ord, wo->wo_cap * sizeof(*ord));
+
+		if (!ord)
+			return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
+		wo->wo_ord = ord;
+		wo->wo_ordcap = wo->wo_cap;
+	}
+	for (size_t i = 0; i < wo->wo_n; i++)
+		wo->wo_ord[i] = &wo->wo_op[i];
+	qsort(wo->wo_ord, wo->wo_n, sizeof(*wo->wo_ord), dd_wop_cmp);
+	for (size_t i = 0, j; !rc && i < wo->wo_n; i = j) {
+		for (j = i + 1; j < wo->wo_n &&
+				dd_key_eq(&wo->wo_ord[j]->op_key,
+					  &wo->wo_ord[i]->op_key); j++)
+			;
+		rc = dd_apply_run(w, wo->wo_ord + i, j - i);
+	}
+	for (size_t i = 0; !rc && i < wo->wo_n; i++) {
+		const dd_wop *op = &wo->wo_op[i];
+
 		rc = dd_bmap_append_block(w->w_txn, &w->w_err, w->w_id,
 					  op->op_idx, op->op_ioff,
 					  op->op_lsize, &op->op_key);
+	}
 	return rc;
 }
 
@@ -293,8 +358,7 @@ int dd_writer_sync_commit(dd_writer *w)
 		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
 	if (rc)
 		return rc;
-	for (size_t i = 0; !rc && i < w->w_ops.wo_n; i++)
-		rc = dd_apply_op(w, &w->w_ops.wo_op[i]);
+	rc = dd_apply_ops(w);
 	if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
 		rc = w->w_on_commit(w->w_on_commit_ctx);
 	if (!rc)
@@ -308,6 +372,7 @@ int dd_writer_sync_commit(dd_writer *w)
 		return rc;
 	dd_writer_close_full(w);
 	dd_wops_reset(&w->w_ops);
+	w->w_ncommit++;
 	w->w_uncommitted = 0;
 	w->w_uncommitted_blocks = 0;
 	return 0;

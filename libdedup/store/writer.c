@@ -12,8 +12,10 @@
  *               commit at every batch: each block is a hole, a reference
  *               (to a usable DDT entry, or to a block new earlier in this
  *               commit interval), or new -- an op of the interval each
- *               (wops.c).  In verify mode a hash match is compared byte
- *               by byte (the batch's own bytes for a block not yet
+ *               (wops.c).  A block read from a file was asked about
+ *               already by the hash stage's probe, and its answer stands
+ *               (dd_writer_keep).  In verify mode a hash match is compared
+ *               byte by byte (the batch's own bytes for a block not yet
  *               stored, a checked read otherwise); a mismatch tries the
  *               next variant of the key (format/ddt.md §2);
  *   3. compress on the pool (the pipeline), new blocks only -- never
@@ -72,28 +74,53 @@ int dd_writer_renew(dd_writer *w)
 
 /* ---- stage 1: hash (chunk/pipeline.c) ----------------------------------*/
 
-/* Does the DDT hold this key, usable?  Then the block is a reference and
- * its bytes are never needed: the lookup stage, later, finds the entry
- * usable too, as gc keeps it for this writer.  Each pool worker asks its
- * own read transaction, begun after the writer's start and moved to the
- * newest commit only after each commit parks it (a transaction per
- * probe would cost the guard's page checks afresh every time).  Any
- * failure answers no, which only costs a copy. */
-static bool dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
-			    unsigned worker, uint64_t idx)
+/* Does the DDT hold this key, usable?  1: yes, so the block is a
+ * reference and its bytes are never needed: the lookup stage takes this
+ * answer without a descent of its own (bk_nodata), as gc keeps the entry
+ * usable for this writer.  0: no.  -1: no answer (a failure), which only
+ * costs a copy and the lookup stage's own descent.  Each pool worker
+ * asks its own read transaction, begun after the writer's start and
+ * moved to the newest commit only after each commit parks it (a
+ * transaction per probe would cost the guard's page checks afresh every
+ * time). */
+static int dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
+			   unsigned worker)
 {
 	dd_txn **t = &w->w_probe[worker];
 	dd_ddt_ent ent;
 	dd_err err;
+	int rc;
 
 	if (!*t && dd_txn_begin(w->w_store->st_db, &err, false, t)) {
 		*t = NULL;
-		return false;
+		return -1;
 	}
 	if (dd_txn_renew(*t, &err))   /* nothing unless parked */
-		return false;
-	return dd_ddt_get(*t, &err, key, &ent) == 0 &&
-	       dd_writer_usable(w, &ent);
+		return -1;
+	rc = dd_ddt_get(*t, &err, key, &ent);
+	if (rc == DD_ENOENT)
+		return 0;
+	if (rc)
+		return -1;
+	return dd_writer_usable(w, &ent);
+}
+
+/* bk_aux of a block the probe found no usable entry for, from the hash
+ * stage until the lookup stage reads it (and sets bk_aux to 0 or its op):
+ * this bit, and the writer's commits at the probe.  With no commit of
+ * this writer between the probe and the lookup (whose interval's NEW
+ * ops the lookup finds in memory), the block is NEW without a descent
+ * of the lookup stage's own.  Another writer's commit since the probe's
+ * read may have added its entry; this commit then takes a reference on
+ * it and the copy is garbage for gc, as for two writers storing one
+ * block at once (wops.c).  The pool never runs during a commit
+ * (po_store_late), so w_ncommit is read here and written there in turn. */
+#define DD_AUX_PROBED_NEW ((uint64_t)1 << 63)
+
+static bool dd_writer_probed_new(const dd_writer *w, uint64_t aux)
+{
+	return aux == (DD_AUX_PROBED_NEW |
+		       (w->w_ncommit & (DD_AUX_PROBED_NEW - 1)));
 }
 
 /* po_keep: block i was read from a file into the worker's buffer and
@@ -104,13 +131,22 @@ static bool dd_writer_keep(void *ctx, const dd_pbatch *b, size_t i,
 			   unsigned worker)
 {
 	dd_writer *w = ctx;
-	const dd_blk *bk = &b->pb_blk[i];
+	dd_blk *bk = &b->pb_blk[i];   /* bk_aux is the sink's own */
 	dd_ddt_key key = {.dk_variant = 0};
 
 	if (w->w_store->st_verify)
 		return true;
 	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
-	return !dd_writer_probe(w, &key, worker, bk->bk_idx);
+	switch (dd_writer_probe(w, &key, worker)) {
+	case 1:
+		return false;
+	case 0:
+		bk->bk_aux = DD_AUX_PROBED_NEW |
+			     (w->w_ncommit & (DD_AUX_PROBED_NEW - 1));
+		return true;
+	default:
+		return true;
+	}
 }
 
 /* ---- stage 2: lookup ---------------------------------------------------*/
@@ -171,7 +207,8 @@ int dd_writer_same_op(dd_writer *w, const dd_wop *op, const uint8_t *data,
  * compression, bk_aux its op.  In verify mode a hash match is compared
  * byte by byte; a mismatch tries the next variant of the key
  * (format/ddt.md §2). */
-static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i)
+static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i,
+			 bool probed_new)
 {
 	dd_blk *bk = &b->pb_blk[i];
 	const uint8_t *data = b->pb_data + bk->bk_off;
@@ -202,15 +239,20 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i)
 			op.op_target = at;
 			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
 		}
-		rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op.op_key, &ent);
-		if (rc == 0 && !dd_writer_usable(w, &ent))
-			rc = DD_ENOENT;
-		if (rc == DD_ENOENT && bk->bk_nodata)
-			/* dd_writer_probe found it usable: see why it stays */
-			return dd_err_set(&w->w_err, DD_ECORRUPT, "block %llu: "
-					  "a DDT entry this writer may use "
-					  "vanished",
-					  (unsigned long long)bk->bk_idx);
+		if (bk->bk_nodata) {
+			/* dd_writer_probe found the entry usable, and gc keeps
+			 * it so for this writer: no second descent (a commit
+			 * that no longer finds it fails, dd_apply_ref) */
+			op.op_kind = DD_OP_REF;
+			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
+		}
+		if (probed_new) {
+			rc = DD_ENOENT;    /* see DD_AUX_PROBED_NEW */
+		} else {
+			rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op.op_key, &ent);
+			if (rc == 0 && !dd_writer_usable(w, &ent))
+				rc = DD_ENOENT;
+		}
 		if (rc == DD_ENOENT) {
 			op.op_kind = DD_OP_NEW;
 			/* where the bytes are until stored: the pipeline's
@@ -251,13 +293,15 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 
 	for (size_t i = 0; !rc && i < b->pb_nblk; i++) {
 		dd_blk *bk = &b->pb_blk[i];
+		bool probed_new = dd_writer_probed_new(w, bk->bk_aux);
 
+		bk->bk_aux = 0;
 		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;
 			dd_digest_block(w->w_digest, NULL, bk->bk_len);
 			continue;
 		}
-		rc = dd_lookup_blk(w, b, i);
+		rc = dd_lookup_blk(w, b, i, probed_new);
 		if (!rc)
 			dd_digest_block(w->w_digest, bk->bk_hash, bk->bk_len);
 	}
@@ -377,7 +421,7 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	if (!out)
 		return s ? dd_store_failf(s, DD_EINVAL, "dd_writer_begin: "
 					  "NULL argument") : DD_EINVAL;
-	rc = dd_writer_open(&w, s, name, 0);
+	rc = dd_writer_open(&w, s, name, 0, false);
 	if (rc)
 		return rc;
 	rc = dd_writer_pipe(w);

@@ -64,6 +64,8 @@ typedef struct dd_wops {
 	uint32_t *wo_ix;          /* NEW ops by key: op index + 1, 0 empty */
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
+	dd_wop **wo_ord;          /* the commit's order (wops.c) */
+	size_t wo_ordcap;
 } dd_wops;
 
 void dd_wops_free(dd_wops *wo);
@@ -82,6 +84,9 @@ struct dd_writer {
 	int w_state;
 	char w_name[DD_NAME_MAX + 1];
 	uint64_t w_id;
+	bool w_receive;           /* a receive: admitted beside dead kept
+				     receives of its name, which its commit
+				     drops (wlife.c) */
 	int w_lockfd;             /* STORE/lock, shared */
 	int w_regfd;              /* STORE/writers/ID: this writer runs */
 	uint64_t w_start;         /* entries dead at or before it are not
@@ -103,6 +108,8 @@ struct dd_writer {
 	 * every commit, and the store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
 	dd_txn **w_probe;
+	uint64_t w_ncommit;       /* commits so far: a probe's answer of no
+				     holds only until the next (writer.c) */
 	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
 	uint64_t w_size;
@@ -121,9 +128,11 @@ int dd_writer_fail(dd_writer *w, int rc);
 
 /* Enters the store (shared lock, recovery), reserves the snapshot id and
  * name (pending) -- or continues pending resume_id when not 0 --, and
- * registers the writer as running. */
+ * registers the writer as running.  receive: a receive (dd_replica),
+ * which a kept partial receive of the same name does not stop and whose
+ * commit drops it (format/store.md §5). */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
-		   uint64_t resume_id);
+		   uint64_t resume_id, bool receive);
 
 /* May this DDT entry, as w_rtxn (or a probe) saw it, be referenced?
  * Alive, or dead since this writer started (gc keeps those); never a

@@ -284,6 +284,17 @@ int dd_recv_abort_partial(dd_store *s)
 	return dd_replica_discard(s, &err) ? dd_store_fail(s, &err) : 0;
 }
 
+int dd_recv_partial_walk(dd_store *s, dd_recv_partial_fn fn, void *ctx)
+{
+	dd_err err = {0};
+
+	if (!s || !fn)
+		return s ? dd_store_failf(s, DD_EINVAL, "dd_recv_partial_walk: "
+					  "no callback") : DD_EINVAL;
+	return dd_replica_tokens(s, &err, fn, ctx) ? dd_store_fail(s, &err)
+						   : 0;
+}
+
 int dd_recv_resume_token(dd_store *s, char *buf, size_t len)
 {
 	dd_err err = {0};

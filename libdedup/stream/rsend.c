@@ -23,9 +23,20 @@
  * With the FastCDC chunker (opts->chunker) the pipeline cuts by content
  * and records carry byte offsets (format/stream.md §12); zero blocks go
  * out one by one and the encoder joins them into one hole.
+ *
+ * Holes of a sparse file cost no reads (format/stream.md §10.2): with
+ * fixed blocks, the file's data extents (SEEK_DATA / SEEK_HOLE, widened
+ * to whole blocks) are found once, before the first pass, and each goes
+ * through the pipeline as an image of its own; the whole blocks between
+ * them are holes the sink counts into the digest and sends as one ZERO
+ * run, never read or zero-tested.  A sink knows an extent's first block
+ * by its image offset 0.  Where SEEK_DATA is not supported (or for a
+ * block device, or content-defined blocks, whose cut points depend on
+ * every byte before them) the input is one extent.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -39,6 +50,15 @@
 #include "stream/stream.h"
 
 #define DD_FSEND_BATCH ((size_t)3 << 19)
+/* Extents kept at most (16 bytes each); past it the rest of the input is
+ * one extent, read whole. */
+#define DD_FSEND_MAX_EXT 65536
+
+/* Bytes [fe_off, fe_end) of the input, which may hold data: fe_off a
+ * multiple of the block size, fe_end too or the input's end. */
+typedef struct dd_fext {
+	uint64_t fe_off, fe_end;
+} dd_fext;
 
 enum { DD_FS_REF = DD_BLK_SINK, DD_FS_NEW };
 
@@ -59,25 +79,61 @@ typedef struct dd_fsend {
 	const dd_send_opts *fs_opts;
 	uint64_t fs_done;          /* bytes hashed, both passes */
 	dd_err *fs_err;
+	dd_fext *fs_ext;           /* the input's data extents, in order */
+	size_t fs_next;
+	size_t fs_dg_ext;          /* the digest is in extent fs_dg_ext - 1 */
+	size_t fs_em_ext;          /* the emitter likewise */
 } dd_fsend;
 
-/* Both passes' lookup starts here: the digest, in block order, and the
- * progress (each pass is half of it). */
-static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
+/* The holes before extent k (k == fs_next: after the last), in whole
+ * blocks: [*from, *from + *count), and their bytes. */
+static uint64_t dd_fsend_gap(const dd_fsend *s, size_t k, uint64_t *from,
+			     uint64_t *count)
+{
+	uint64_t beg = k ? s->fs_ext[k - 1].fe_end : 0;
+	uint64_t end = k < s->fs_next ? s->fs_ext[k].fe_off : s->fs_size;
+
+	*from = (beg + s->fs_bs - 1) / s->fs_bs;
+	*count = (end + s->fs_bs - 1) / s->fs_bs - *from;
+	return end - beg;
+}
+
+/* The digest of the holes before extent fs_dg_ext, and on to it. */
+static void dd_fsend_digest_gap(dd_fsend *s)
+{
+	uint64_t from, count;
+
+	s->fs_done += dd_fsend_gap(s, s->fs_dg_ext++, &from, &count);
+	if (count)
+		dd_digest_zeros(s->fs_digest, count);
+}
+
+/* The progress: bytes hashed or passed over as holes, each pass half. */
+static int dd_fsend_progress(dd_fsend *s)
 {
 	const dd_send_opts *o = s->fs_opts;
 
-	for (size_t i = 0; i < b->pb_nblk; i++)
-		dd_digest_block(s->fs_digest,
-				b->pb_blk[i].bk_kind == DD_BLK_ZERO
-					? NULL : b->pb_blk[i].bk_hash,
-				b->pb_blk[i].bk_len);
-	s->fs_done += b->pb_bytes;
 	if (o->progress && o->progress(o->progress_ctx, s->fs_done / 2,
 				       s->fs_size) != 0)
 		return dd_err_set(s->fs_err, DD_ECANCELED,
 				  "stopped by the progress callback");
 	return 0;
+}
+
+/* Both passes' lookup starts here: the digest, in block order, and the
+ * progress. */
+static int dd_fsend_digest(dd_fsend *s, const dd_pbatch *b)
+{
+	for (size_t i = 0; i < b->pb_nblk; i++) {
+		if (b->pb_blk[i].bk_ioff == 0)   /* an extent's first block */
+			dd_fsend_digest_gap(s);
+		dd_digest_block(s->fs_digest,
+				b->pb_blk[i].bk_kind == DD_BLK_ZERO
+					? NULL : b->pb_blk[i].bk_hash,
+				b->pb_blk[i].bk_len);
+	}
+	s->fs_done += b->pb_bytes;
+	return dd_fsend_progress(s);
 }
 
 static int dd_fsend_pass1(void *ctx, dd_pbatch *b)
@@ -115,6 +171,15 @@ static int dd_fsend_lookup(void *ctx, dd_pbatch *b)
 	return rc;
 }
 
+/* The holes before extent fs_em_ext as one ZERO run, and on to it. */
+static int dd_fsend_emit_gap(dd_fsend *s)
+{
+	uint64_t from, count;
+
+	dd_fsend_gap(s, s->fs_em_ext++, &from, &count);
+	return count ? dd_senc_zero(s->fs_enc, s->fs_err, from, count) : 0;
+}
+
 /* Pass 2's store: the batch's records, in order. */
 static int dd_fsend_emit(void *ctx, dd_pbatch *b)
 {
@@ -124,9 +189,17 @@ static int dd_fsend_emit(void *ctx, dd_pbatch *b)
 
 	for (size_t i = 0; i < b->pb_nblk && !rc; i++) {
 		const dd_blk *bk = &b->pb_blk[i];
-		/* the position: a block index, or a byte (§12) */
-		uint64_t pos = var ? bk->bk_ioff : bk->bk_idx;
+		uint64_t pos;
 
+		if (bk->bk_ioff == 0)   /* an extent's first block */
+			rc = dd_fsend_emit_gap(s);
+		if (rc)
+			break;
+		/* the position: a block index, or a byte (§12); extents of
+		 * fixed blocks only start past 0 */
+		pos = var ? bk->bk_ioff
+			  : s->fs_ext[s->fs_em_ext - 1].fe_off / s->fs_bs +
+				    bk->bk_idx;
 		switch (bk->bk_kind) {
 		case DD_BLK_ZERO:
 			rc = dd_senc_zero(s->fs_enc, s->fs_err, pos,
@@ -192,13 +265,86 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 	int rc;
 
 	dd_cutter_init(&cut, s->fs_chunker, s->fs_bs);
+	s->fs_dg_ext = s->fs_em_ext = 0;
 	rc = dd_pipe_new(&s->fs_pipe, &cfg);
-	if (!rc)
-		rc = dd_pipe_file(s->fs_pipe, s->fs_fd, 0, s->fs_size, "input");
+	for (size_t k = 0; !rc && k < s->fs_next; k++) {
+		const dd_fext *e = &s->fs_ext[k];
+
+		if (k)
+			rc = dd_pipe_end_image(s->fs_pipe);
+		if (!rc)
+			rc = dd_pipe_file(s->fs_pipe, s->fs_fd, e->fe_off,
+					  e->fe_end - e->fe_off, "input");
+	}
 	if (!rc)
 		rc = dd_pipe_drain(s->fs_pipe);
 	dd_pipe_free(s->fs_pipe);
 	s->fs_pipe = NULL;
+	/* the holes after the last extent; the progress up to the end */
+	if (!rc) {
+		dd_fsend_digest_gap(s);
+		rc = dd_fsend_progress(s);
+	}
+	if (!rc && second)
+		rc = dd_fsend_emit_gap(s);
+	return rc;
+}
+
+/* Adds extent [off, end) to the list, joined to the last if they touch. */
+static int dd_fsend_ext_add(dd_fsend *s, uint64_t off, uint64_t end,
+			    size_t *cap)
+{
+	if (s->fs_next && off <= s->fs_ext[s->fs_next - 1].fe_end) {
+		if (end > s->fs_ext[s->fs_next - 1].fe_end)
+			s->fs_ext[s->fs_next - 1].fe_end = end;
+		return 0;
+	}
+	if (s->fs_next == *cap) {
+		size_t n = *cap ? 2 * *cap : 16;
+		dd_fext *ne = dd_realloc(s->fs_ext, n * sizeof(*ne));
+
+		if (!ne)
+			return dd_err_set(s->fs_err, DD_ENOMEM, "out of memory");
+		s->fs_ext = ne;
+		*cap = n;
+	}
+	s->fs_ext[s->fs_next].fe_off = off;
+	s->fs_ext[s->fs_next++].fe_end = end;
+	return 0;
+}
+
+/* The input's data extents, widened to whole blocks; the whole input
+ * where holes cannot be found or must be read (the file comment). */
+static int dd_fsend_extents(dd_fsend *s)
+{
+	uint64_t at = 0, bs = s->fs_bs;
+	size_t cap = 0;
+	struct stat st;
+	int rc = 0;
+
+	if (s->fs_chunker != DD_CHUNKER_FIXED || fstat(s->fs_fd, &st) != 0 ||
+	    !S_ISREG(st.st_mode))
+		return s->fs_size ? dd_fsend_ext_add(s, 0, s->fs_size, &cap) : 0;
+	while (!rc && at < s->fs_size) {
+		off_t d = lseek(s->fs_fd, (off_t)at, SEEK_DATA), h;
+		uint64_t beg, end;
+
+		if (d < 0 && errno == ENXIO)
+			break;          /* nothing but holes from at on */
+		if (d < 0 || s->fs_next + 1 >= DD_FSEND_MAX_EXT)
+			return dd_fsend_ext_add(s, at, s->fs_size, &cap);
+		if ((uint64_t)d >= s->fs_size)
+			break;
+		h = lseek(s->fs_fd, d, SEEK_HOLE);
+		beg = (uint64_t)d / bs * bs;
+		end = h < 0 || (uint64_t)h >= s->fs_size
+			      ? s->fs_size
+			      : ((uint64_t)h + bs - 1) / bs * bs;
+		if (end > s->fs_size)
+			end = s->fs_size;
+		rc = dd_fsend_ext_add(s, beg, end, &cap);
+		at = end;
+	}
 	return rc;
 }
 
@@ -274,6 +420,7 @@ static void dd_fsend_cleanup(dd_fsend *s)
 	dd_hmap_free(s->fs_sent);
 	dd_digest_free(s->fs_digest);
 	dd_senc_free(s->fs_enc);
+	dd_free(s->fs_ext);
 }
 
 static int dd_send_fd_args(dd_err *err, int fd, const char *name,
@@ -346,6 +493,8 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 				(unsigned long long)s.fs_size);
 	if (!rc)
 		rc = dd_fsend_setup(&s);
+	if (!rc)
+		rc = dd_fsend_extents(&s);
 	if (!rc)
 		rc = dd_senc_new(&s.fs_enc, err, fn, ctx);
 	if (!rc) {

@@ -35,9 +35,7 @@ while (($#)); do
 done
 
 bench_init cache
-DD_BUILD=${DD_BUILD:-$BENCH_REPO/build}
-[[ -f $DD_BUILD/libdedup.a ]] ||
-	bench_die "no $DD_BUILD/libdedup.a: build it (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2) or set DD_BUILD"
+bench_static_lib
 
 # The program uses the test I/O layer (common/faults.h), so it links the
 # static library, as the unit tests do.

@@ -44,6 +44,16 @@ bench_init() {
 	bench_log "work dir $BENCH_DIR, this run's files in $BENCH_RUN"
 }
 
+# bench_static_lib [CMAKE_OPTION...]: sets DD_BUILD (default build/ under
+# the repository) and checks it holds libdedup.a, for the benchmarks that
+# link a C program against the static library; the options are the ones
+# the message tells to configure it with.
+bench_static_lib() {
+	DD_BUILD=${DD_BUILD:-$BENCH_REPO/build}
+	[[ -f $DD_BUILD/libdedup.a ]] ||
+		bench_die "no $DD_BUILD/libdedup.a: build it (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release${1:+ $*} && cmake --build build -j2) or set DD_BUILD"
+}
+
 # bench_need_pkg CMD PACKAGE: installs the Debian package when CMD is missing.
 bench_need_pkg() {
 	local cmd=$1 pkg=$2

@@ -6,7 +6,9 @@
 # - a ddrecv -o killed mid-stream leaves no file of the final name (and an
 #   older file of that name as it was);
 # - a get that fails (a damaged block) leaves an existing FILE unchanged and
-#   no temporary file behind; one that succeeds replaces it.
+#   no temporary file behind; one that succeeds replaces it;
+# - the temporary file a killed one left is removed by the next output to
+#   the same FILE, unless a process of its PID runs; another FILE's stays.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MIB=$((1024 * 1024))
@@ -43,13 +45,29 @@ cp "$T/old.img" "$T/keep.img"
 kill_mid_stream "$T/old.img"
 assert_same "$T/keep.img" "$T/old.img" "the existing file after a killed ddrecv -o"
 
-note "a whole ddrecv -o replaces it"
-rm -f "$T"/.*.ddtmp.*   # what the killed ones left
+note "a whole ddrecv -o replaces it, and removes what a killed one left"
+ls -a "$T" | grep -q '^\.old\.img\.ddtmp\.' ||
+	fail "no temporary file left by the killed ddrecv -o over old.img"
+sleep 600 &
+live=$!
+echo running >"$T/.old.img.ddtmp.$live"    # as if a running ddrecv wrote it
 run_in "$T/a.dds" "$DDRECV" -q -o "$T/old.img"
 assert_rc 0 "ddrecv -o"
 assert_same "$T/a.img" "$T/old.img" "ddrecv -o output"
+[ "$(cat "$T/.old.img.ddtmp.$live")" = running ] ||
+	fail "the temporary file of a running process was removed"
+kill "$live"
+wait "$live" 2>/dev/null || true
+rm "$T/.old.img.ddtmp.$live"
 ls -a "$T" | grep -q '^\.old\.img\.ddtmp\.' &&
 	fail "a temporary file left after a whole ddrecv -o"
+ls -a "$T" | grep -q '^\.new\.img\.ddtmp\.' ||
+	fail "another output's temporary file was removed"
+run "$DEDUP" get "$S@a" "$T/new.img"
+assert_rc 0 "get to new.img"
+assert_same "$T/a.img" "$T/new.img" "get output"
+ls -a "$T" | grep -q '^\.new\.img\.ddtmp\.' &&
+	fail "get left the killed ddrecv's temporary file of new.img"
 
 note "a failed get over an existing file"
 cp "$T/keep.img" "$T/x.img"

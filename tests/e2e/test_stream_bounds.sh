@@ -7,7 +7,12 @@
 # into a store hashing 2^48 holes into the content digest (about 100 days).
 # It is refused within a second by both, the store left as it was; so is a
 # stream one block over the limit of 2^32 blocks.  A zero run within the
-# limit (64 GiB of holes) is accepted within a second by both.
+# limit (64 GiB of holes) is accepted within a second by both.  ddrecv -o
+# to a file does the same: refuses within a second, leaving no file and
+# an existing one as it was, and writes 64 GiB of holes as holes within
+# a second.  ddsend -f of a sparse file of 64 GiB holding a few MiB
+# reads only its data (SEEK_DATA): within a few seconds, where reading
+# every byte took about 40, and the round trip is exact.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 GEN="$DD_SRC/tests/e2e/zero_stream.py"
@@ -45,6 +50,15 @@ for f in z62 over; do
 	assert_grep 'over the limit of 2\^32' "$T/err" "receive of $f"
 	"$DEDUP" ls --json "$S" >"$T/ls.after"
 	assert_same "$T/ls.before" "$T/ls.after" "the store after $f"
+	within_1s sh -c "exec \"\$0\" -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/$f.out" "$T/$f.dds"
+	assert_rc 1 "ddrecv -o of $f"
+	assert_one_line "ddrecv -o of $f"
+	assert_grep 'over the limit of 2\^32' "$T/err" "ddrecv -o of $f"
+	[ ! -e "$T/$f.out" ] || fail "ddrecv -o of $f left an output file"
+	echo keep >"$T/keep.out"
+	within_1s sh -c "exec \"\$0\" -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/keep.out" "$T/$f.dds"
+	assert_rc 1 "ddrecv -o of $f over an existing file"
+	assert_eq keep "$(cat "$T/keep.out")" "the existing file after $f"
 done
 
 note "64 GiB of holes: accepted within a second"
@@ -58,4 +72,69 @@ run "$DEDUP" ls --json "$S2"
 assert_eq $((1 << 36)) "$(json_get "$T/out" "j[0]['size']")" "size received"
 run "$DEDUP" scrub "$S2"
 assert_rc 0 "scrub after the zero run"
+within_1s sh -c "exec \"\$0\" -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/z36.out" "$T/z36.dds"
+assert_rc 0 "ddrecv -o of 64 GiB of holes"
+assert_eq $((1 << 36)) "$(stat -c %s "$T/z36.out")" "size written by ddrecv -o"
+assert_eq 0 "$(stat -c %b "$T/z36.out")" "ddrecv -o wrote holes, not zeros"
+rm -f "$T/z36.out"
+
+# same_sparse A B: A and B are the same bytes, compared on the data
+# extents of either (SEEK_DATA): outside them both are holes.
+same_sparse() {
+	python3 - "$1" "$2" <<'EOF'
+import os, sys
+fa, fb = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
+size = os.fstat(fa).st_size
+if os.fstat(fb).st_size != size:
+    sys.exit('sizes differ')
+def extents(fd):
+    at, out = 0, []
+    while at < size:
+        try:
+            d = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError:
+            break
+        h = os.lseek(fd, d, os.SEEK_HOLE)
+        out.append((d, h))
+        at = h
+    return out
+ext = extents(fa) + extents(fb)
+if not ext:
+    sys.exit('no data in either file')
+for d, h in ext:
+    while d < h:
+        n = min(h - d, 1 << 20)
+        if os.pread(fa, n, d) != os.pread(fb, n, d):
+            sys.exit('bytes differ at %d' % d)
+        d += n
+EOF
+}
+
+note "ddsend -f of a sparse file of 64 GiB: its holes are not read"
+truncate -s 64G "$T/sparse.img"
+gen_random "$T/part" $((3 * 1024 * 1024 + 12345)) sparse-part
+dd if="$T/part" of="$T/sparse.img" bs=1M seek=40000 conv=notrunc status=none
+dd if="$T/part" of="$T/sparse.img" bs=1000 seek=$((((1 << 36) - 5000) / 1000)) \
+	count=5 conv=notrunc status=none
+dd if="$T/part" of="$T/sparse.img" bs=4096 seek=3 count=1 conv=notrunc status=none
+t0=$EPOCHREALTIME
+run "$DDSEND" -f "$T/sparse.img"
+t1=$EPOCHREALTIME
+assert_rc 0 "ddsend -f of the sparse file"
+python3 -c "import sys; sys.exit(0 if $t1 - $t0 < 3.0 else 1)" ||
+	fail "ddsend -f of 64 GiB of holes took $(python3 -c "print(round($t1 - $t0, 2))") s"
+mv "$T/out" "$T/sparse.dds"
+[ "$(stat -c %s "$T/sparse.dds")" -lt $((5 * 1024 * 1024)) ] ||
+	fail "the stream of the sparse file is $(stat -c %s "$T/sparse.dds") bytes"
+within_1s sh -c "exec \"\$0\" -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/sparse.out" "$T/sparse.dds"
+assert_rc 0 "ddrecv -o of the sparse file's stream"
+same_sparse "$T/sparse.img" "$T/sparse.out" ||
+	fail "the sparse file's round trip differs"
+rm -f "$T/sparse.out"
+S3="$T/s3"
+"$DEDUP" init "$S3"
+run sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$S3" "$T/sparse.dds"
+assert_rc 0 "receive of the sparse file's stream into a store"
+run "$DEDUP" scrub "$S3"
+assert_rc 0 "scrub after the sparse file"
 echo "PASS [$TEST_NAME]"

@@ -4,7 +4,9 @@
 # a token; `dedup ls` shows it; `ddsend -t TOKEN` sends the rest and the
 # snapshot reads back exact.  Also: a token of another snapshot is
 # refused, `ddrecv -A` drops a partial receive and gc then reclaims it,
-# and a plain (not -s) receive that is cut leaves nothing behind.
+# and a plain (not -s) receive that is cut leaves nothing behind; a put
+# into the name of a kept partial is refused, a whole receive into it
+# commits and drops the partial.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DDSEND=$DD_BIN/ddsend
@@ -112,5 +114,29 @@ grep -q 'ddr1:' "$T/ls" && fail "partial kept without -s"
 "$DEDUP" gc "$S2" >/dev/null 2>"$T/err" || fail "gc"
 blocks=$(unique_blocks "$S2")
 assert_eq 0 "$blocks" "unique blocks after a failed plain receive and gc"
+
+note "a whole receive into the name of a kept partial drops it"
+rm -rf "$S2"
+"$DEDUP" init --block-size 65536 "$S2" 2>"$T/err"
+run bash -c "head -c $((total / 2)) '$T/a.dds' | '$DDRECV' -s '$S2'"
+assert_rc 1 "cut stream with -s"
+[ -n "$(token_of "$T/err")" ] || fail "no resume token printed"
+run "$DEDUP" put "$S2@a" "$T/a"
+assert_rc 1 "put into the name of a kept partial receive"
+assert_one_line "put into the name of a kept partial receive"
+assert_grep 'DD_EEXIST: .*kept for resuming' "$T/err" "put names the kept receive"
+run_in "$T/a.dds" "$DDRECV" "$S2"
+assert_rc 0 "a whole receive into the name of a kept partial"
+"$DEDUP" get "$S2@a" "$T/a.back" 2>"$T/err" || fail "get after the whole receive"
+assert_same "$T/a" "$T/a.back" "the whole receive's snapshot"
+"$DEDUP" ls --json "$S2" >"$T/ls" 2>&1 || fail "ls --json"
+json_get "$T/ls" "[s['name'] for s in j]" >"$T/names"
+assert_eq '["a"]' "$(cat "$T/names")" "ls after the whole receive: a, no partial"
+run "$DDRECV" -A "$S2"
+assert_rc 1 "ddrecv -A: the partial is gone already"
+"$DEDUP" gc "$S2" >/dev/null 2>"$T/err" || fail "gc after the whole receive"
+"$DEDUP" scrub "$S2" >/dev/null 2>"$T/err" || fail "scrub after the whole receive"
+"$DEDUP" get "$S2@a" "$T/a.back" 2>"$T/err" || fail "get after gc"
+assert_same "$T/a" "$T/a.back" "the whole receive's snapshot after gc"
 
 echo "test_stream_resume: ok"

@@ -344,6 +344,25 @@ static void test_null_writer_reader(void **state)
 	dd_reader_close(r);
 }
 
+
+/* dd_recv_partial_walk's callback: counts (a NULL ctx: there must be
+ * none), keeps the last name and token, stops when asked. */
+struct partial_list {
+	int n, stop;
+	char name[256], token[128];
+};
+
+static int partial_seen(const char *name, const char *token, void *ctx)
+{
+	struct partial_list *pl = ctx;
+
+	assert_non_null(pl);
+	pl->n++;
+	snprintf(pl->name, sizeof(pl->name), "%s", name);
+	snprintf(pl->token, sizeof(pl->token), "%s", token);
+	return pl->stop;
+}
+
 static void test_null_streams(void **state)
 {
 	struct fixture *f = *state;
@@ -383,6 +402,10 @@ static void test_null_streams(void **state)
 	assert_int_equal(dd_recv_resume_token(st, NULL, sizeof(tok)), DD_EINVAL);
 	assert_int_equal(dd_recv_resume_token(st, tok, 0), DD_EINVAL);
 	assert_int_equal(dd_recv_resume_token(st, tok, sizeof(tok)), DD_ENOENT);
+	assert_int_equal(dd_recv_partial_walk(NULL, partial_seen, NULL),
+			 DD_EINVAL);
+	assert_int_equal(dd_recv_partial_walk(st, NULL, NULL), DD_EINVAL);
+	assert_int_equal(dd_recv_partial_walk(st, partial_seen, NULL), 0);
 	free(m.data);
 }
 
@@ -884,6 +907,19 @@ static void test_cdc_streams(void **state)
 	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EIO);
 	assert_int_equal(count_snapshots(dst), 0);
 	assert_int_equal(dd_recv_resume_token(dst, tok, sizeof(tok)), 0);
+	/* the walk gives the same one, with the name it will have */
+	{
+		struct partial_list pl = {0};
+
+		assert_int_equal(dd_recv_partial_walk(dst, partial_seen, &pl),
+				 0);
+		assert_int_equal(pl.n, 1);
+		assert_string_equal(pl.name, "one");
+		assert_string_equal(pl.token, tok);
+		pl.stop = 1;
+		assert_int_equal(dd_recv_partial_walk(dst, partial_seen, &pl),
+				 DD_ECANCELED);
+	}
 	memset(&so, 0, sizeof(so));
 	so.version = DD_SEND_OPTS_VERSION;
 	so.resume_token = tok;

@@ -334,6 +334,65 @@ static void test_ddt_roundtrip(void **state)
 	dd_txn_abort(txn);
 }
 
+/* dd_ddt_add_refs: n references in one descent, a dead entry alive
+ * again, an absent or MISSING entry refused (DD_ENOENT) and an overflow
+ * refused (DD_ECORRUPT), each leaving every entry as it was. */
+static void test_ddt_add_refs(void **state)
+{
+	struct fixture *fx = *state;
+	struct edge e[NEDGE];
+	dd_ddt_ent got, want;
+	dd_ddt_key absent;
+	dd_txn *txn;
+
+	edge_entries(e);
+	e[0].ek_ent.de_refcnt = 5;
+	e[3].ek_ent.de_refcnt = 0;          /* dead since transaction 77 */
+	e[3].ek_ent.de_dead_since = 77;
+	e[4].ek_ent = (dd_ddt_ent){.de_flags = DD_DDE_MISSING,
+				   .de_lsize = 4096, .de_refcnt = 2};
+	e[5].ek_ent.de_refcnt = DD_DDT_DEAD - 2;
+	txn = begin(fx, true);
+	for (int i = 0; i < NEDGE; i++)
+		OK(dd_ddt_put(txn, &fx->fx_err, &e[i].ek_key, &e[i].ek_ent));
+	commit(fx, txn);
+
+	txn = begin(fx, true);
+	memset(&got, 0xa5, sizeof(got));
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[0].ek_key, 3, &got));
+	want = e[0].ek_ent;
+	want.de_refcnt = 8;
+	assert_ent_equal(&got, &want);
+	e[0].ek_ent = want;
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[3].ek_key, 1, &got));
+	want = e[3].ek_ent;
+	want.de_refcnt = 1;
+	want.de_dead_since = 0;
+	assert_ent_equal(&got, &want);
+	e[3].ek_ent = want;
+	absent = e[0].ek_key;
+	absent.dk_hash[7] ^= 0x40;
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &absent, 1, &got),
+			 DD_ENOENT);
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &e[4].ek_key, 1,
+					 &got), DD_ENOENT);
+	assert_int_equal(dd_ddt_add_refs(txn, &fx->fx_err, &e[5].ek_key, 2,
+					 &got), DD_ECORRUPT);
+	OK(dd_ddt_add_refs(txn, &fx->fx_err, &e[5].ek_key, 1, &got));
+	e[5].ek_ent.de_refcnt = DD_DDT_DEAD - 1;
+	commit(fx, txn);
+
+	txn = begin(fx, false);
+	for (int i = 0; i < NEDGE; i++) {
+		OK(dd_ddt_get(txn, &fx->fx_err, &e[i].ek_key, &got));
+		assert_ent_equal(&got, &e[i].ek_ent);
+	}
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &absent, &got),
+			 DD_ENOENT);
+	assert_int_equal(table_entries(txn, txn->tx_ddt), NEDGE);
+	dd_txn_abort(txn);
+}
+
 /* format/ddt.md §2-§3 on the bytes LMDB stores. */
 static void test_ddt_encoding_bytes(void **state)
 {
@@ -1985,6 +2044,34 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 	return pgno;
 }
 
+/* N random DDT keys in a table of many leaves, the db closed; *other
+ * the first key on another leaf than keys[0], leaf[] the two leaves. */
+static dd_ddt_key *ddt_two_leaves(struct fixture *fx, int n, uint64_t leaf[2],
+				  int *other)
+{
+	dd_ddt_key *keys = calloc((size_t)n, sizeof(*keys));
+	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
+	dd_txn *txn;
+
+	assert_non_null(keys);
+	txn = begin(fx, true);
+	for (int i = 0; i < n; i++) {
+		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	}
+	commit(fx, txn);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	leaf[0] = ddt_leaf_of(fx->fx_dir, &keys[0]);
+	*other = -1;
+	for (int i = 1; i < n && *other < 0; i++)
+		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf[0])
+			*other = i;
+	assert_true(*other > 0);
+	leaf[1] = ddt_leaf_of(fx->fx_dir, &keys[*other]);
+	return keys;
+}
+
 static int ddt_walk_count(void *ctx, const dd_ddt_key *key,
 			  const dd_ddt_ent *ent)
 {
@@ -2002,30 +2089,17 @@ static void test_db_guard(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 20000 };
-	dd_ddt_key *keys = calloc(N, sizeof(*keys));
 	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
 	dd_ddt_ent got;
 	uint8_t bad[2] = {2, 0}, old[2];
-	uint64_t leaf;
+	uint64_t leaves[2], leaf;
 	off_t ptr_off;
 	char page[32];
-	int other = -1, count = 0;
+	int other, count = 0;
 	dd_txn *txn;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaves, &other);
 
-	assert_non_null(keys);
-	txn = begin(fx, true);
-	for (int i = 0; i < N; i++) {
-		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
-		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
-	}
-	commit(fx, txn);
-	dd_db_close(fx->fx_db);
-	fx->fx_db = NULL;
-	leaf = ddt_leaf_of(fx->fx_dir, &keys[0]);
-	for (int i = 1; i < N && other < 0; i++)
-		if (ddt_leaf_of(fx->fx_dir, &keys[i]) != leaf)
-			other = i;
-	assert_true(other > 0);
+	leaf = leaves[0];
 
 	/* node 0's offset into the page header */
 	ptr_off = (off_t)(leaf * 4096 + LM_PAGEHDR);
@@ -2067,6 +2141,127 @@ static void test_db_guard(void **state)
 	free(keys);
 }
 
+/* What dd_db_check_pages reported: each damaged page and its range. */
+struct damage_seen {
+	int n, stop_at;
+	uint64_t pgno[4];
+	char table[4][16];
+	uint8_t lo[4][64], hi[4][64];
+	size_t lolen[4], hilen[4];   /* SIZE_MAX: no bound */
+};
+
+static int damage_record(void *ctx, const dd_db_damage_page *p)
+{
+	struct damage_seen *ds = ctx;
+	int i = ds->n++;
+
+	assert_true(i < 4);
+	ds->pgno[i] = p->dp_pgno;
+	snprintf(ds->table[i], sizeof(ds->table[i]), "%s", p->dp_table);
+	assert_non_null(strstr(p->dp_msg, "DD_ECORRUPT"));
+	ds->lolen[i] = p->dp_lo ? p->dp_lolen : SIZE_MAX;
+	ds->hilen[i] = p->dp_hi ? p->dp_hilen : SIZE_MAX;
+	assert_true(!p->dp_lo || p->dp_lolen <= sizeof(ds->lo[i]));
+	assert_true(!p->dp_hi || p->dp_hilen <= sizeof(ds->hi[i]));
+	if (p->dp_lo)
+		memcpy(ds->lo[i], p->dp_lo, p->dp_lolen);
+	if (p->dp_hi)
+		memcpy(ds->hi[i], p->dp_hi, p->dp_hilen);
+	return ds->n == ds->stop_at;
+}
+
+/* Is DDT key k in reported range i? */
+static bool damage_holds(const struct damage_seen *ds, int i,
+			 const dd_ddt_key *k)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE];
+
+	memcpy(kb, k->dk_hash, DD_HASH_SIZE);
+	kb[DD_HASH_SIZE] = k->dk_variant;
+	return (ds->lolen[i] == SIZE_MAX ||
+		dd_lm_cmp(kb, sizeof(kb), ds->lo[i], ds->lolen[i]) >= 0) &&
+	       (ds->hilen[i] == SIZE_MAX ||
+		dd_lm_cmp(kb, sizeof(kb), ds->hi[i], ds->hilen[i]) < 0);
+}
+
+/* scrub's pass 0 (dd_db_check_pages) goes on past damaged pages of a
+ * table: two damaged DDT leaves are both reported, each with the range
+ * of keys its parent sends to it -- exactly the keys the leaf held --,
+ * and the result is DD_ECORRUPT naming the first; dd_db_check stops at
+ * it; dd_db_open refuses the file, dd_db_open_unchecked opens it; a
+ * callback's non-zero return stops the walk with DD_ECANCELED. */
+static void test_db_check_pages(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000 };
+	uint8_t bad[2] = {2, 0}, old[2][2], pg[4096];
+	struct damage_seen ds = {0};
+	uint64_t leaf[2];
+	unsigned held = 0;
+	int other, in_range[2] = {0, 0};
+	char path[128];
+	dd_db *db;
+	int fd;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
+
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	for (int j = 0; j < 2; j++) {
+		assert_int_equal(pread(fd, pg, 4096, (off_t)(leaf[j] * 4096)),
+				 4096);
+		held += dd_lm_nkeys(pg);
+	}
+	close(fd);
+	/* node 0's offset into the page header, in both leaves */
+	for (int j = 0; j < 2; j++)
+		patch_file(fx->fx_dir, (off_t)(leaf[j] * 4096 + LM_PAGEHDR),
+			   bad, 2, old[j]);
+
+	assert_int_equal(dd_db_open(&db, &fx->fx_err, fx->fx_dir, false, false),
+			 DD_ECORRUPT);
+	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
+	assert_int_equal(dd_db_check(fx->fx_db, &fx->fx_err), DD_ECORRUPT);
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, &ds), DD_ECORRUPT);
+	assert_int_equal(ds.n, 2);
+	for (int j = 0; j < 2; j++) {
+		assert_string_equal(ds.table[j], "ddt0");
+		assert_true(ds.pgno[j] == leaf[0] || ds.pgno[j] == leaf[1]);
+	}
+	assert_true(ds.pgno[0] != ds.pgno[1]);
+	assert_non_null(strstr(fx->fx_err.de_msg, "'ddt0'"));
+	assert_non_null(strstr(fx->fx_err.de_msg, "run dedup repair"));
+	/* each range holds its leaf's keys and no other */
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < 2; j++)
+			in_range[j] += damage_holds(&ds, j, &keys[i]);
+	assert_int_equal(in_range[0] + in_range[1], (int)held);
+	for (int j = 0; j < 2; j++) {
+		int k = ds.pgno[j] == leaf[0] ? 0 : other;
+
+		assert_true(damage_holds(&ds, j, &keys[k]));
+		assert_true(in_range[j] > 0);
+	}
+	/* the caller stops it at the first */
+	memset(&ds, 0, sizeof(ds));
+	ds.stop_at = 1;
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, &ds), DD_ECANCELED);
+	assert_int_equal(ds.n, 1);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+
+	for (int j = 0; j < 2; j++)
+		patch_file(fx->fx_dir, (off_t)(leaf[j] * 4096 + LM_PAGEHDR),
+			   old[j], 2, NULL);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	memset(&ds, 0, sizeof(ds));
+	OK(dd_db_check_pages(fx->fx_db, &fx->fx_err, damage_record, &ds));
+	assert_int_equal(ds.n, 0);
+	free(keys);
+}
+
 /* The guard reads LMDB's pages itself, so it runs only under the LMDB
  * releases whose layout it knows -- the one linked here among them. */
 static void test_guard_layout_known(void **state)
@@ -2088,6 +2283,7 @@ int main(void)
 		cmocka_unit_test(test_guard_layout_known),
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fixture_setup, fixture_teardown)
 		T(test_ddt_roundtrip),
+		T(test_ddt_add_refs),
 		T(test_ddt_encoding_bytes),
 		T(test_ddt_damaged),
 		T(test_ddt_compact),
@@ -2108,6 +2304,7 @@ int main(void)
 		T(test_db_shared),
 		T(test_db_check),
 		T(test_db_guard),
+		T(test_db_check_pages),
 #undef T
 	};
 

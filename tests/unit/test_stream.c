@@ -1012,6 +1012,84 @@ static void send_image(const uint8_t *img, size_t size, struct mem *out)
 	tmp_close(&in);
 }
 
+/* The last progress dd_send_fd reported. */
+static int send_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	uint64_t *last = ctx;
+
+	assert_true(done <= total);
+	assert_true(done >= last[0]);
+	last[0] = done;
+	last[1] = total;
+	return 0;
+}
+
+/* img[0..size) written sparsely: only its 4 KiB pieces that are not all
+ * zeros, the rest left as holes (ftruncate), into a temporary file. */
+static void sparse_file(struct tmpfile *t, const uint8_t *img, size_t size)
+{
+	static const uint8_t zero[4096];
+
+	tmp_open(t);
+	assert_int_equal(ftruncate(t->fd, (off_t)size), 0);
+	for (size_t k = 0; k < size; k += 4096) {
+		size_t n = size - k < 4096 ? size - k : 4096;
+
+		if (memcmp(img + k, zero, n) != 0)
+			assert_int_equal(pwrite(t->fd, img + k, n, (off_t)k),
+					 (ssize_t)n);
+	}
+}
+
+/* ddsend -f of a sparse file (format/stream.md §10.2): the holes found by
+ * SEEK_DATA are not read, and the stream is the one the same bytes give
+ * written whole, byte for byte -- holes of whole blocks, inside a block
+ * (a block partly data), and at the end --; the progress ends at the
+ * size; the round trip is exact. */
+static void test_send_fd_sparse(void **state)
+{
+	enum { TAIL = 3 * RT_BS + 100 };   /* zeros after the image */
+	uint8_t *img = calloc(1, RT_SIZE + TAIL), *base = rt_image(), *back;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	uint64_t last[2] = {0, 0};
+	struct tmpfile in, out;
+	dd_stream_info info;
+
+	(void)state;
+	assert_non_null(img);
+	memcpy(img, base, RT_SIZE);
+	img[3 * RT_BS + 5000] = 7;    /* a block of holes but one piece */
+	for (size_t size = RT_SIZE; size <= RT_SIZE + TAIL; size += TAIL) {
+		struct mem dense = {0}, sparse = {0};
+
+		send_image(img, size, &dense);
+		sparse_file(&in, img, size);
+		so.progress = send_progress;
+		so.progress_ctx = last;
+		last[0] = 0;
+		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
+					    mem_write, &sparse), 0);
+		tmp_close(&in);
+		assert_int_equal(last[0], size);
+		assert_int_equal(last[1], size);
+		assert_int_equal(sparse.len, dense.len);
+		assert_memory_equal(sparse.p, dense.p, dense.len);
+		tmp_open(&out);
+		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &sparse,
+					    &info), 0);
+		back = malloc(size);
+		assert_non_null(back);
+		assert_int_equal(pread(out.fd, back, size, 0), (ssize_t)size);
+		assert_memory_equal(back, img, size);
+		free(back);
+		tmp_close(&out);
+		free(dense.p);
+		free(sparse.p);
+	}
+	free(base);
+	free(img);
+}
+
 static void test_send_recv_fd_roundtrip(void **state)
 {
 	uint8_t *img = rt_image(), *back, want[32];
@@ -1730,6 +1808,113 @@ static void test_fault_walk_recv_fd(void **state)
 	free(back);
 }
 
+/* dd_recv_partial_walk's callback: counts the kept receives. */
+static int count_kept(const char *name, const char *token, void *ctx)
+{
+	(void)name;
+	(void)token;
+	++*(int *)ctx;
+	return 0;
+}
+
+static int kept_receives(dd_store *s)
+{
+	int n = 0;
+
+	assert_int_equal(dd_recv_partial_walk(s, count_kept, &n), 0);
+	return n;
+}
+
+/* A receive into the name of a kept partial receive (issue 21): a put of
+ * that name is refused; a receive is admitted beside it, and its commit
+ * drops it: the snapshot reads exact and nothing is kept.  A second
+ * resumable receive of a name that has a kept one, cut too, keeps a
+ * second one beside it; resuming the second commits the name and drops
+ * the first.  A name whose writer runs still refuses a receive. */
+static void test_recv_over_kept(void **state)
+{
+	enum { N = 64 * BS + 100 };
+	char *sp = th_tmp_store(), *dp = th_tmp_store();
+	dd_store *src = th_create(sp, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	dd_store *dst = th_create(dp, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint8_t *img = malloc(N);
+	dd_recv_opts ro = DD_RECV_OPTS_INIT;
+	dd_send_opts so = DD_SEND_OPTS_INIT;
+	struct mem full = {0}, cut, rest = {0};
+	dd_stream_info info;
+	dd_writer *w;
+	char tok[128];
+
+	(void)state;
+	assert_non_null(img);
+	fill_random(img, N, 77);
+	assert_int_equal(th_put(src, "a", img, N, N), 0);
+	assert_int_equal(dd_send(src, "a", NULL, mem_write, &full), 0);
+
+	/* a resumable receive of x, cut half-way: kept */
+	ro.name = "x";
+	ro.resumable = 1;
+	cut = mem_of(full.p, full.len / 2);
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	assert_int_equal(kept_receives(dst), 1);
+	/* a put of x is refused, naming the kept receive */
+	assert_int_equal(dd_writer_begin(&w, dst, "x"), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(dst), "kept for resuming"));
+	/* a whole receive of x commits and drops it */
+	ro.resumable = 0;
+	full.pos = 0;
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), 0);
+	th_check_image(dst, "x", img, N);
+	assert_int_equal(kept_receives(dst), 0);
+	assert_int_equal(dd_recv_resume_token(dst, tok, sizeof(tok)), DD_ENOENT);
+
+	/* y: two cut resumable receives, two kept */
+	ro.name = "y";
+	ro.resumable = 1;
+	cut.pos = 0;
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	free(cut.p);
+	cut = mem_of(full.p, full.len / 3);
+	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	snprintf(tok, sizeof(tok), "%s", info.resume_token);
+	assert_true(strncmp(tok, "ddr1:", 5) == 0);
+	assert_int_equal(kept_receives(dst), 2);
+	assert_int_equal(dd_snapshot_stat(dst, "y", &(dd_snapshot_info){0}),
+			 DD_ENOENT);
+	/* the second resumed: y committed, both gone */
+	so.resume_token = tok;
+	assert_int_equal(dd_send(src, "a", &so, mem_write, &rest), 0);
+	assert_true(rest.len < full.len);
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &rest, &info), 0);
+	assert_true(info.resume_from > 0);
+	th_check_image(dst, "y", img, N);
+	assert_int_equal(kept_receives(dst), 0);
+
+	/* a name whose writer runs refuses a receive of it */
+	assert_int_equal(dd_writer_begin(&w, dst, "z"), 0);
+	ro.name = "z";
+	ro.resumable = 0;
+	full.pos = 0;
+	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EEXIST);
+	assert_non_null(strstr(dd_store_errmsg(dst), "being written"));
+	dd_writer_abort(w);
+	dd_writer_free(w);
+
+	/* gc then leaves exactly x and y, both exact */
+	assert_int_equal(dd_store_gc(dst, NULL, NULL), 0);
+	th_check_image(dst, "x", img, N);
+	th_check_image(dst, "y", img, N);
+	assert_int_equal(dd_store_scrub(dst, NULL, NULL, NULL), 0);
+	free(cut.p);
+	free(full.p);
+	free(rest.p);
+	free(img);
+	dd_store_close(src);
+	dd_store_close(dst);
+	th_rm_store(sp);
+	th_rm_store(dp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1759,6 +1944,8 @@ int main(void)
 		cmocka_unit_test(test_refused_over_socketpair),
 		cmocka_unit_test(test_fault_walk_recv),
 		cmocka_unit_test(test_fault_walk_recv_fd),
+		cmocka_unit_test(test_recv_over_kept),
+		cmocka_unit_test(test_send_fd_sparse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -131,6 +131,89 @@ static void test_writers_side_by_side(void **state)
 	th_rm_store(path);
 }
 
+/* ---- one writer's commits ------------------------------------------------*/
+
+/* Writes n bytes of img through a file (dd_writer_write_file: the hash
+ * stage's probes answer for the lookup stage) and returns new_blocks. */
+static uint64_t put_file(dd_store *s, const char *name, const uint8_t *img,
+			 size_t n)
+{
+	char file[] = "/tmp/dd-test-img-XXXXXX";
+	int fd = mkstemp(file);
+	dd_writer_stats st = {.version = DD_WRITER_STATS_VERSION};
+	dd_writer *w;
+
+	assert_true(fd >= 0);
+	assert_int_equal(unlink(file), 0);
+	assert_int_equal(write(fd, img, n), (ssize_t)n);
+	assert_int_equal(dd_writer_begin(&w, s, name), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 0, n), 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	assert_int_equal(dd_writer_stats_get(w, &st), 0);
+	dd_writer_free(w);
+	close(fd);
+	return st.new_blocks;
+}
+
+/* A commit applies its DDT changes in key order, one update per key
+ * (wops.c), and the lookup stage takes the probe's answers (writer.c):
+ * an image of 200 distinct blocks repeated in every order, holes among
+ * them, half of them already stored, committed after every batch -- so
+ * each interval has runs of references to one key (REF), new blocks
+ * named again later in their interval (PREF) and blocks new in the
+ * interval before (probed before that commit, looked up after it).
+ * Every block is stored exactly once (no spare copy), every count is
+ * exact (scrub counts the block maps' references against the DDT), and
+ * the images read back. */
+static void test_commit_runs_exact(void **state)
+{
+	extern uint64_t dd_writer_commit_bytes;
+	char *path = th_tmp_store();
+	dd_store *s = th_create(path, BS, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	uint64_t saved = dd_writer_commit_bytes;
+	const size_t ndist = 200, nblk = 6144, n = nblk * BS;
+	uint8_t *dist = random_image(ndist * BS);
+	uint8_t *img = calloc(1, n), *half = calloc(1, n);
+	size_t holes = 0, half_refs = 0;
+
+	(void)state;
+	assert_non_null(img);
+	assert_non_null(half);
+	for (size_t i = 0; i < nblk; i++) {
+		size_t d = (size_t)(th_rng() % (ndist + 20));
+
+		if (d >= ndist) {
+			holes++;              /* left zero */
+			continue;
+		}
+		memcpy(img + i * BS, dist + d * BS, BS);
+	}
+	/* the first snapshot: the even distinct blocks, each once */
+	for (size_t d = 0; d < ndist; d += 2, half_refs++)
+		memcpy(half + d * BS, dist + d * BS, BS);
+	assert_int_equal(put_file(s, "half", half, n), ndist / 2);
+	dd_writer_commit_bytes = 1;          /* a commit after every batch */
+	assert_int_equal(put_file(s, "all", img, n), ndist / 2);
+	assert_int_equal(put_file(s, "again", img, n), 0);
+	assert_int_equal(th_put(s, "buffered", img, n, 3 * BS), 0);
+	dd_writer_commit_bytes = saved;
+	assert_int_equal(STAT(s, unique_blocks), ndist);
+	assert_int_equal(STAT(s, referenced_blocks),
+			 half_refs + 3 * (nblk - holes));
+	dd_store_close(s);
+	{
+		const th_image imgs[] = {{"half", half, n}, {"all", img, n},
+					 {"again", img, n},
+					 {"buffered", img, n}};
+
+		th_check_store(path, imgs, 4);   /* scrub, every byte */
+	}
+	free(dist);
+	free(img);
+	free(half);
+	th_rm_store(path);
+}
+
 /* A name being written is taken: a second writer of it is refused naming
  * the first; once committed, the name exists. */
 static void test_name_reserved(void **state)
@@ -452,6 +535,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_writers_side_by_side),
+		cmocka_unit_test(test_commit_runs_exact),
 		cmocka_unit_test(test_name_reserved),
 		cmocka_unit_test(test_rm_gc_beside_writer),
 		cmocka_unit_test(test_abort_beside_writer),
