@@ -65,8 +65,10 @@
 #define DD_SCAN_BATCH_MIN ((size_t)64 << 10)
 
 /* bk_kind, past the pipeline's: counted and new (bk_aux its table slot),
- * or left out of the sample */
-enum { DD_BK_NEW = DD_BLK_SINK, DD_BK_SKIP };
+ * compressed (NEW) or its size to estimate (EST); or left out of the
+ * sample.  A source cutter's block that was found keeps DD_BLK_DATA, with
+ * bk_aux its slot too. */
+enum { DD_BK_NEW = DD_BLK_SINK, DD_BK_EST, DD_BK_SKIP };
 enum { DD_SC_OPEN, DD_SC_FAILED, DD_SC_FINISHED };
 
 struct dd_scan {
@@ -85,6 +87,7 @@ struct dd_scan {
 	dd_pool *s_pool;
 	unsigned s_nwk;
 	dd_codec_ctx **s_codec;   /* per pool worker */
+	bool s_est;               /* some cutter's sizes are estimated */
 	uint64_t s_images, s_bytes, s_skipped, s_special;
 	uint64_t s_short_warned;  /* the last image warned of missing bytes */
 };
@@ -201,14 +204,18 @@ static void dd_lookup_blk(dd_scan *s, dd_pbatch *b, size_t i)
 	dd_scan_table_upsert(&bz->bz_tab, bk->bk_hash, &slot, &found);
 	e = &bz->bz_tab.tb_ent[slot];
 	e->se_refcnt++;
+	bk->bk_aux = slot;
 	if (found)
 		return;
 	e->se_lsize = bk->bk_len;
 	e->se_psize = bk->bk_len;
 	if (s->s_opts.compress == DD_COMPRESS_NONE)
 		return;
+	if (bz->bz_src >= 0) {
+		bk->bk_kind = DD_BK_EST;
+		return;
+	}
 	bk->bk_kind = DD_BK_NEW;
-	bk->bk_aux = slot;
 	dd_pipe_mark(b, i);
 }
 
@@ -228,9 +235,63 @@ static int dd_scan_lookup(void *ctx, dd_pbatch *b)
 
 /* ---- stage 4: apply (serial) -------------------------------------------*/
 
+/* The source cutters' blocks of b, in order, as segments of the
+ * estimate: their new blocks' sizes are in their entries by now, and a
+ * block found has its entry's (set by an earlier batch, or by a new
+ * block of this one). */
+static int dd_scan_est_feed(dd_scan *s, dd_pbatch *b)
+{
+	for (size_t i = 0; i < b->pb_nblk; i++) {
+		const dd_blk *bk = &b->pb_blk[i];
+		dd_scan_bsz *src = &s->s_bz[bk->bk_cut];
+		uint32_t psize = 0;
+
+		if (!src->bz_feeds)
+			continue;
+		if (bk->bk_idx == 0)
+			src->bz_image++;
+		if (bk->bk_kind != DD_BLK_ZERO)
+			psize = src->bz_tab.tb_ent[bk->bk_aux].se_psize;
+		if (dd_scan_est_add(&src->bz_segs, src->bz_image, bk->bk_ioff,
+				    bk->bk_len, psize))
+			return dd_err_set(&s->s_err, DD_ENOMEM, "out of "
+					  "memory");
+	}
+	return 0;
+}
+
+/* The estimated cutters' new blocks of b get their sizes; then each
+ * source drops the segments its estimated cutter has gone past. */
+static void dd_scan_est_apply(dd_scan *s, dd_pbatch *b)
+{
+	for (size_t i = 0; i < b->pb_nblk; i++) {
+		const dd_blk *bk = &b->pb_blk[i];
+		dd_scan_bsz *bz = &s->s_bz[bk->bk_cut];
+
+		if (bz->bz_src < 0)
+			continue;
+		if (bk->bk_idx == 0)
+			bz->bz_image++;
+		bz->bz_done = bk->bk_ioff + bk->bk_len;
+		if (bk->bk_kind == DD_BK_EST)
+			bz->bz_tab.tb_ent[bk->bk_aux].se_psize =
+				dd_scan_est_psize(&s->s_bz[bz->bz_src].bz_segs,
+						  bz->bz_image, bk->bk_ioff,
+						  bk->bk_len);
+	}
+	for (size_t c = 0; c < s->s_nbz; c++) {
+		const dd_scan_bsz *bz = &s->s_bz[c];
+
+		if (bz->bz_src >= 0)
+			dd_scan_est_trim(&s->s_bz[bz->bz_src].bz_segs,
+					 bz->bz_image, bz->bz_done);
+	}
+}
+
 static int dd_scan_apply(void *ctx, dd_pbatch *b)
 {
 	dd_scan *s = ctx;
+	int rc;
 
 	for (size_t j = 0; j < b->pb_nnew; j++) {
 		const dd_blk *bk = &b->pb_blk[b->pb_new[j]];
@@ -238,7 +299,12 @@ static int dd_scan_apply(void *ctx, dd_pbatch *b)
 		s->s_bz[bk->bk_cut].bz_tab.tb_ent[bk->bk_aux].se_psize =
 			bk->bk_psize;
 	}
-	return 0;
+	if (!s->s_est)
+		return 0;
+	rc = dd_scan_est_feed(s, b);
+	if (!rc)
+		dd_scan_est_apply(s, b);
+	return rc;
 }
 
 static const dd_pipe_ops dd_scan_ops = {
@@ -569,6 +635,33 @@ static int dd_scan_alloc(dd_scan *s)
 	return 0;
 }
 
+/* Both chunkers, exact mode, compressed, compress_exact off: each
+ * FastCDC cutter's sizes are estimated from the fixed cutter of its block
+ * size (estimate.c), which compresses as in a scan of one chunker.  The
+ * same size, because how well zstd does depends on the length of what it
+ * compresses: fixed 4 KiB blocks of text estimated 128 KiB FastCDC blocks
+ * 20% too large. */
+static void dd_scan_est_choose(dd_scan *s)
+{
+	const dd_scan_opts *o = &s->s_opts;
+	bool est = o->nchunkers == 2 && o->mode == DD_SCAN_EXACT &&
+		   o->compress != DD_COMPRESS_NONE && !o->compress_exact;
+
+	for (size_t i = 0; i < s->s_nbz; i++) {
+		dd_scan_bsz *bz = &s->s_bz[i];
+		size_t src;
+
+		bz->bz_src = -1;
+		if (!est || bz->bz_chunker != DD_CHUNKER_FASTCDC)
+			continue;
+		/* the other chunker's cutter of the same size */
+		src = i >= s->s_nsizes ? i - s->s_nsizes : i + s->s_nsizes;
+		bz->bz_src = (int)src;
+		s->s_bz[src].bz_feeds = true;
+		s->s_est = true;
+	}
+}
+
 /* One cutter per chunker and block size, chunker after chunker (the
  * results' order, dd_scan_result_get). */
 static int dd_scan_setup(dd_scan *s, const dd_scan_opts *o)
@@ -599,6 +692,7 @@ static int dd_scan_setup(dd_scan *s, const dd_scan_opts *o)
 	for (size_t i = 0; i < s->s_nbz; i++)
 		if (s->s_bz[i].bz_chunker != DD_CHUNKER_FIXED)
 			s->s_skipbs = 0;   /* every byte must be cut */
+	dd_scan_est_choose(s);
 	s->s_tmpdir = dd_strdup(dir && *dir ? dir : "/tmp");
 	if (!s->s_tmpdir)
 		return dd_err_set(&s->s_err, DD_ENOMEM, "out of memory");
@@ -620,10 +714,13 @@ int dd_scan_new(dd_scan **out, const dd_scan_opts *opts)
 		return dd_err_set(terr, DD_EINVAL, "dd_scan_new: NULL out");
 	if (!opts)
 		opts = &dflt;
-	/* a version-1 struct ends before `chunkers`: fixed blocks */
-	if (opts->version == 1) {
+	/* a version-1 struct ends before `chunkers` (fixed blocks), a
+	 * version-2 one before `compress_exact` */
+	if (opts->version == 1 || opts->version == 2) {
 		v2 = dflt;
-		memcpy(&v2, opts, offsetof(dd_scan_opts, chunkers));
+		memcpy(&v2, opts, opts->version == 1
+		       ? offsetof(dd_scan_opts, chunkers)
+		       : offsetof(dd_scan_opts, compress_exact));
 		opts = &v2;
 	}
 	rc = dd_scan_check_opts(terr, opts);
@@ -764,9 +861,12 @@ int dd_scan_result_get(const dd_scan *s, size_t index, dd_scan_result *out)
 	    out->version > DD_SCAN_RESULT_VERSION)
 		return DD_EINVAL;
 	version = out->version;
-	/* a version-1 struct ends before `chunker` */
-	memcpy(out, &s->s_bz[index].bz_res, version >= 2 ? sizeof(*out)
-		       : offsetof(dd_scan_result, chunker));
+	/* a version-1 struct ends before `chunker`, a version-2 one before
+	 * `stored_estimated` */
+	memcpy(out, &s->s_bz[index].bz_res,
+	       version >= 3 ? sizeof(*out)
+	       : version == 2 ? offsetof(dd_scan_result, stored_estimated)
+	       : offsetof(dd_scan_result, chunker));
 	out->version = version;
 	return 0;
 }
@@ -806,6 +906,8 @@ void dd_scan_free(dd_scan *s)
 		dd_scan_table_fini(&s->s_bz[i].bz_tab);
 		dd_scan_spill_fini(&s->s_bz[i].bz_spill);
 	}
+	for (size_t i = 0; i < s->s_nbz; i++)
+		dd_scan_est_fini(&s->s_bz[i].bz_segs);
 	dd_free(s->s_tmpdir);
 	dd_free(s);
 }

@@ -17,6 +17,9 @@
  *            entries with the same hash in several runs are summed;
  *   scan.c   the public API, and the sink of the block pipeline
  *            (chunk/pipeline.h) that counts what it hashes;
+ *   estimate.c with two chunkers, the FastCDC blocks' compressed sizes
+ *            estimated from the fixed blocks' compression of the same
+ *            bytes, unless the exact figure is asked for;
  *   result.c the figures, once everything is counted: sums, the merge of
  *            spilled runs, sample-mode estimates and their bounds;
  *   walk.c   paths: files, block devices, directories (recursively, never
@@ -123,6 +126,35 @@ int dd_scan_spill_merge(dd_scan_spill *sp, dd_err *err, size_t budget,
 void dd_scan_rec_encode(uint8_t *out, const dd_scan_ent *e);
 void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
 
+/* ---- estimated compressed sizes (estimate.c) ----------------------------*/
+
+/* A block of the source cutter: where its bytes are and what they
+ * compressed to. */
+typedef struct dd_scan_seg {
+	uint64_t sg_image;    /* the cutter's image count */
+	uint64_t sg_ioff;     /* first byte, in the image */
+	uint32_t sg_len;
+	uint32_t sg_psize;    /* 0: a zero block */
+} dd_scan_seg;
+
+typedef struct dd_scan_est {
+	dd_scan_seg *es_seg;  /* in (image, offset) order */
+	size_t es_n, es_cap;
+	uint64_t es_lsum, es_psum;  /* every segment added: the fallback */
+} dd_scan_est;
+
+void dd_scan_est_init(dd_scan_est *e);
+void dd_scan_est_fini(dd_scan_est *e);
+/* Appends a source block, after every one before it.  DD_ENOMEM. */
+int dd_scan_est_add(dd_scan_est *e, uint64_t image, uint64_t ioff,
+		    uint32_t len, uint32_t psize);
+/* The estimated compressed size of len bytes at ioff of image: 1 ..
+ * len. */
+uint32_t dd_scan_est_psize(const dd_scan_est *e, uint64_t image,
+			   uint64_t ioff, uint32_t len);
+/* Drops the segments no block at or past (image, ioff) needs. */
+void dd_scan_est_trim(dd_scan_est *e, uint64_t image, uint64_t ioff);
+
 /* ---- results (result.c) ------------------------------------------------*/
 
 /* Everything about one chunker and block size. */
@@ -137,6 +169,15 @@ typedef struct dd_scan_bsz {
 	unsigned bz_shift;        /* sample mode: 1 in 2^shift */
 	uint64_t bz_blocks, bz_zero, bz_logical;
 	uint64_t bz_ref_blocks, bz_ref_bytes;
+	/* estimate.c: a FastCDC cutter whose compressed sizes are estimated
+	 * names its source, the fixed cutter of its block size, which keeps
+	 * the segments of its blocks */
+	int bz_src;               /* -1: compressed */
+	bool bz_feeds;            /* a source */
+	dd_scan_est bz_segs;      /* a source's segments */
+	uint64_t bz_image;        /* images this cutter began (bk_idx 0) */
+	uint64_t bz_done;         /* the end of its last block, in image
+				     bz_image */
 	dd_scan_result bz_res;
 } dd_scan_bsz;
 
