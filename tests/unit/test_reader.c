@@ -41,6 +41,45 @@ static void fill_mixed(uint8_t *p, size_t n)
 	}
 }
 
+/* A store holding snapshot "a" of n bytes made by fill (seeded), and a
+ * read buffer of buflen bytes. */
+struct fx {
+	char *path;
+	dd_store *s;
+	uint8_t *img, *buf;
+	size_t n;
+};
+
+static void fx_init(struct fx *f, dd_store *s, char *path, size_t n,
+		    size_t buflen, uint64_t seed, void (*fill)(uint8_t *, size_t))
+{
+	f->path = path;
+	f->s = s;
+	f->n = n;
+	f->img = malloc(n);
+	f->buf = malloc(buflen);
+	assert_non_null(f->img);
+	assert_non_null(f->buf);
+	th_rng_state = seed;
+	fill(f->img, n);
+	assert_int_equal(th_put(s, "a", f->img, n, MiB), 0);
+}
+
+static void fx_fini(struct fx *f)
+{
+	dd_store_close(f->s);
+	free(f->img);
+	free(f->buf);
+	th_rm_store(f->path);
+}
+
+/* fill_mixed, its last MiB zeros (holes). */
+static void fill_mixed_zero_tail(uint8_t *p, size_t n)
+{
+	fill_mixed(p, n);
+	memset(p + n - MiB, 0, MiB);
+}
+
 /* Reads [off, off + len) and compares it with the image. */
 static void read_check(dd_reader *r, const uint8_t *img, size_t n,
 		       uint64_t off, size_t len, uint8_t *buf)
@@ -71,16 +110,17 @@ static void check_store_reads(uint32_t bs)
 {
 	const size_t n = 21 * MiB + 12345;
 	char *path = th_tmp_store();
-	dd_store *s = th_create(path, bs, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
-	uint8_t *img = malloc(n), *buf = malloc(9 * MiB);
 	static const size_t steps[] = {1 * MiB, 8 * MiB, 3 * MiB + 7, 77777,
 				       4096, 5 * MiB};
+	struct fx f;
+	uint8_t *img, *buf;
 	dd_reader *r;
 
-	th_rng_state = 1234 + bs;
-	fill_mixed(img, n);
-	assert_int_equal(th_put(s, "a", img, n, MiB), 0);
-	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
+	fx_init(&f, th_create(path, bs, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256),
+		path, n, 9 * MiB, 1234 + bs, fill_mixed);
+	img = f.img;
+	buf = f.buf;
+	assert_int_equal(dd_reader_open(&r, f.s, "a"), 0);
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
 		read_through(r, img, n, 0, steps[i], buf);
 	/* shrinking reads in a run */
@@ -95,14 +135,11 @@ static void check_store_reads(uint32_t bs)
 	read_through(r, img, n, 5 * MiB + 5, MiB, buf);
 	dd_reader_close(r);
 	/* a reader closed with a window in flight */
-	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
+	assert_int_equal(dd_reader_open(&r, f.s, "a"), 0);
 	for (uint64_t off = 0; off < 6 * MiB; off += 2 * MiB)
 		read_check(r, img, n, off, 2 * MiB, buf);
 	dd_reader_close(r);
-	dd_store_close(s);
-	free(img);
-	free(buf);
-	th_rm_store(path);
+	fx_fini(&f);
 }
 
 static void test_sequential_4k(void **state)
@@ -124,26 +161,21 @@ static void test_sequential_cdc(void **state)
 	const size_t n = 13 * MiB + 999;
 	char *path = th_tmp_store();
 	dd_create_opts co = DD_CREATE_OPTS_INIT;
-	uint8_t *img = malloc(n), *buf = malloc(9 * MiB);
+	struct fx f;
 	dd_reader *r;
 	dd_store *s;
 
 	(void)state;
-	th_rng_state = 77;
-	fill_mixed(img, n);
 	co.block_size = 4 * KiB;
 	co.chunker = DD_CHUNKER_FASTCDC;
 	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
-	assert_int_equal(th_put(s, "a", img, n, 3 * MiB + 1), 0);
+	fx_init(&f, s, path, n, 9 * MiB, 77, fill_mixed);
 	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
-	read_through(r, img, n, 0, 8 * MiB, buf);
-	read_through(r, img, n, 0, MiB - 1, buf);
-	read_through(r, img, n, 0, 100000, buf);
+	read_through(r, f.img, n, 0, 8 * MiB, f.buf);
+	read_through(r, f.img, n, 0, MiB - 1, f.buf);
+	read_through(r, f.img, n, 0, 100000, f.buf);
 	dd_reader_close(r);
-	dd_store_close(s);
-	free(img);
-	free(buf);
-	th_rm_store(path);
+	fx_fini(&f);
 }
 
 /* One reader, its reads from two threads in turn: a window started on
@@ -172,16 +204,15 @@ static void test_threads_in_turn(void **state)
 {
 	const size_t n = 12 * MiB;
 	char *path = th_tmp_store();
-	dd_store *s = th_create(path, 64 * KiB, 0, DD_COMPRESS_ZSTD,
-				DD_HASH_SHA256);
-	uint8_t *img = malloc(n), *buf = malloc(MiB);
-	struct turn t = {.img = img, .n = n, .buf = buf};
+	struct fx f;
+	struct turn t = {.n = n};
 
 	(void)state;
-	th_rng_state = 5;
-	fill_mixed(img, n);
-	assert_int_equal(th_put(s, "a", img, n, MiB), 0);
-	assert_int_equal(dd_reader_open(&t.r, s, "a"), 0);
+	fx_init(&f, th_create(path, 64 * KiB, 0, DD_COMPRESS_ZSTD,
+			      DD_HASH_SHA256), path, n, MiB, 5, fill_mixed);
+	t.img = f.img;
+	t.buf = f.buf;
+	assert_int_equal(dd_reader_open(&t.r, f.s, "a"), 0);
 	for (t.off = 0; t.off < n; t.off += MiB) {
 		if (t.off / MiB % 2) {
 			pthread_t th;
@@ -195,38 +226,33 @@ static void test_threads_in_turn(void **state)
 		assert_int_equal(t.rc, 0);
 	}
 	dd_reader_close(t.r);
-	dd_store_close(s);
-	free(img);
-	free(buf);
-	th_rm_store(path);
+	fx_fini(&f);
 }
 
-/* A 4 KiB store, uncompressed, of n random bytes; block `bad` flipped on
- * disk (pack 1 holds the blocks in order: a 64-byte header each). */
-static dd_store *store_damaged(const char *path, uint8_t *img, size_t n,
-			       uint64_t bad)
+static void fill_random(uint8_t *p, size_t n)
 {
-	dd_store *s = th_create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
-				DD_HASH_SHA256);
-	char pf[512];
-	off_t at = 64 + (off_t)bad * (64 + 4096) + 64 + 100;
-	uint8_t x;
-	int fd;
-
-	th_rng_state = 11;
 	for (size_t i = 0; i < n; i++)
-		img[i] = (uint8_t)(th_rng() >> 24);
-	assert_int_equal(th_put(s, "a", img, n, MiB), 0);
-	dd_store_close(s);
-	snprintf(pf, sizeof(pf), "%s/packs/%08x.pack", path, 1u);
-	fd = open(pf, O_RDWR);
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &x, 1, at), 1);
-	x ^= 0x40;
-	assert_int_equal(pwrite(fd, &x, 1, at), 1);
-	close(fd);
-	assert_int_equal(dd_store_open(&s, path, NULL), 0);
-	return s;
+		p[i] = (uint8_t)(th_rng() >> 24);
+}
+
+/* Flips a payload byte of the record of the 4 KiB block at data, found
+ * through its DDT entry, in the store's pack file (closed meanwhile). */
+static void damage_block(struct fx *f, const uint8_t *data)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent ent;
+	dd_err err = {0};
+	dd_txn *txn;
+	char pf[512];
+
+	dd_sha256(data, 4096, key.dk_hash);
+	assert_int_equal(dd_txn_begin(f->s->st_db, &err, false, &txn), 0);
+	assert_int_equal(dd_ddt_get(txn, &err, &key, &ent), 0);
+	dd_txn_abort(txn);
+	dd_store_close(f->s);
+	snprintf(pf, sizeof(pf), "%s/packs/%08x.pack", f->path, ent.de_pack);
+	th_flip_byte(pf, ent.de_offset + 64 + 100);   /* in the payload */
+	assert_int_equal(dd_store_open(&f->s, f->path, NULL), 0);
 }
 
 struct salvaged {
@@ -257,13 +283,20 @@ static void test_damage_ahead(void **state)
 	const size_t n = 10 * MiB;
 	const uint64_t bad = 1600;   /* in [6 MiB, 7 MiB) */
 	char *path = th_tmp_store();
-	uint8_t *img = malloc(n), *buf = malloc(MiB), *want = malloc(n);
-	dd_store *s = store_damaged(path, img, n, bad);
+	uint8_t *img, *buf, *want = malloc(n);
 	struct salvaged sv = {0};
+	struct fx f;
 	dd_reader *r;
+	dd_store *s;
 	size_t got;
 
 	(void)state;
+	fx_init(&f, th_create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			      DD_HASH_SHA256), path, n, MiB, 11, fill_random);
+	img = f.img;
+	buf = f.buf;
+	damage_block(&f, img + bad * 4096);
+	s = f.s;
 	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
 	for (uint64_t off = 0; off < n; off += MiB) {
 		bool hit = off / MiB == bad * 4096 / MiB;
@@ -291,11 +324,8 @@ static void test_damage_ahead(void **state)
 	assert_int_equal(sv.off, bad * 4096);
 	assert_int_equal(sv.len, 4096);
 	dd_reader_close(r);
-	dd_store_close(s);
-	free(img);
-	free(buf);
 	free(want);
-	th_rm_store(path);
+	fx_fini(&f);
 }
 
 /* A block map that names a block where the snapshot has a hole (the
@@ -306,21 +336,23 @@ static void test_digest_with_read_ahead(void **state)
 {
 	const size_t n = 9 * MiB;
 	char *path = th_tmp_store();
-	dd_store *s = th_create(path, 64 * KiB, 0, DD_COMPRESS_ZSTD,
-				DD_HASH_SHA256);
-	uint8_t *img = malloc(n), *buf = malloc(MiB);
 	dd_ddt_key key = {.dk_variant = 0};
 	dd_snap_rec rec;
 	dd_err err = {0};
+	struct fx f;
 	dd_reader *r;
 	dd_txn *txn;
+	dd_store *s;
+	uint8_t *img, *buf;
 	size_t got;
 
 	(void)state;
-	th_rng_state = 8;
-	fill_mixed(img, n);
-	memset(img + n - MiB, 0, MiB);
-	assert_int_equal(th_put(s, "a", img, n, MiB), 0);
+	fx_init(&f, th_create(path, 64 * KiB, 0, DD_COMPRESS_ZSTD,
+			      DD_HASH_SHA256), path, n, MiB, 8,
+		fill_mixed_zero_tail);
+	s = f.s;
+	img = f.img;
+	buf = f.buf;
 	dd_sha256(img, 64 * KiB, key.dk_hash);
 	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
 	assert_int_equal(dd_snap_get(txn, &err, "a", &rec), 0);
@@ -336,10 +368,7 @@ static void test_digest_with_read_ahead(void **state)
 			 DD_ECORRUPT);
 	assert_non_null(strstr(dd_reader_errmsg(r), "content digest"));
 	dd_reader_close(r);
-	dd_store_close(s);
-	free(img);
-	free(buf);
-	th_rm_store(path);
+	fx_fini(&f);
 }
 
 int main(void)
