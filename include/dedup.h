@@ -326,10 +326,12 @@ DD_API uint64_t dd_reader_size(const dd_reader *r);
 /* Reads up to len bytes at offset off into buf; *nread gets the count (less
  * than len only at the end of the image).  Every block is checked against
  * its SHA-256: DD_ECHECKSUM rather than wrong bytes.  Once reads go on
- * where the last ended for 4 MiB, each read starts decoding the next
- * range of its own length (at most 8 MiB, 512 blocks) on threads of the
- * reader's own, for the read that asks for it: up to 8 MiB more memory,
- * and failures still reported by the read that covers the block. */
+ * where the last ended for 4 MiB, and the caller spends time of its own
+ * between them (a quarter of a read's), each read starts decoding the
+ * next range of its own length (at most 8 MiB, 512 blocks) on threads of
+ * the reader's own, for the read that asks for it: up to 8 MiB more
+ * memory, and failures still reported by the read that covers the
+ * block. */
 DD_API int dd_reader_pread(dd_reader *r, void *buf, size_t len, uint64_t off,
 			   size_t *nread);
 

@@ -199,6 +199,12 @@ void dd_scratch_fini(dd_scratch *sc);
 /* Logical bytes between a writer's intermediate commits (tests lower it). */
 extern uint64_t dd_writer_commit_bytes;
 
+/* ---- reader.c ----------------------------------------------------------*/
+
+/* Read-ahead: 0 when the caller spends time between reads (the default),
+ * 1 always, -1 never (tests). */
+extern int dd_reader_ra_mode;
+
 /* ---- block.c -----------------------------------------------------------*/
 
 /* Reads the block of (key, ent) into dst (ent->de_lsize bytes) from its
