@@ -75,8 +75,8 @@ static const struct subcommand {
 	 "                  [--l2-feed-sequential on|off] STORE  store the tunables\n", 0},
 	{"scan", cmd_scan,
 	 "  dedup scan [-v] [--json] [--chunker fixed|fastcdc[,...]] [--block-size N[,N...]]\n"
-	 "             [--compress zstd[:L]|none] [--memory SIZE] [--sample]\n"
-	 "             [--sample-rate N] [--tmpdir DIR]\n"
+	 "             [--compress zstd[:L]|none] [--compress-exact] [--memory SIZE]\n"
+	 "             [--sample] [--sample-rate N] [--tmpdir DIR]\n"
 	 "             PATH...|-                           what dedup would save on existing\n"
 	 "                                                 files, trees, devices or stdin\n", 0},
 };

@@ -283,14 +283,21 @@ static void scan_text_summary(const dd_scan_info *info)
 	for (size_t i = 0; i < info->nresults; i++) {
 		const dd_scan_result *r = &scan_st.res[i];
 
-		printf("%-16s %12" PRIu64 " %12" PRIu64 " %10s %10s %8.2f "
-		       "%8.2f %8.2f\n", scan_what(w, sizeof(w), r),
+		printf("%-16s %12" PRIu64 " %12" PRIu64 " %10s %9s%c %8.2f "
+		       "%7.2f%c %8.2f\n", scan_what(w, sizeof(w), r),
 		       r->blocks, r->unique_blocks,
 		       human_size(a, sizeof(a), r->unique_bytes),
 		       human_size(b, sizeof(b), r->stored_bytes),
-		       r->dedup_ratio, r->compress_ratio,
+		       r->stored_estimated ? '~' : ' ', r->dedup_ratio,
+		       r->compress_ratio, r->stored_estimated ? '~' : ' ',
 		       r->dedup_ratio * r->compress_ratio);
 	}
+	for (size_t i = 0; i < info->nresults; i++)
+		if (scan_st.res[i].stored_estimated) {
+			printf("~ estimated from the fixed blocks' compression "
+			       "(--compress-exact compresses these too)\n");
+			break;
+		}
 }
 
 static void scan_text_one(const dd_scan_result *r)
@@ -321,6 +328,9 @@ static void scan_text_one(const dd_scan_result *r)
 		       r->sampled_blocks, r->confidence * 100.0,
 		       scan_pct(a, sizeof(a), r->dedup_error),
 		       scan_pct(b, sizeof(b), r->compress_error));
+	if (r->stored_estimated)
+		printf("compressed sizes (psize, compress) estimated from the "
+		       "fixed blocks' compression of the same bytes\n");
 	if (r->spill_runs)
 		printf("spilled: %" PRIu64 " sorted runs, %s on disk\n",
 		       r->spill_runs, human_size(a, sizeof(a), r->spill_bytes));
@@ -374,8 +384,9 @@ static void scan_json_one(const dd_scan_result *r)
 	printf("     \"referenced_blocks\": %" PRIu64 ", \"referenced_bytes\": "
 	       "%" PRIu64 ",\n", r->referenced_blocks, r->referenced_bytes);
 	printf("     \"unique_blocks\": %" PRIu64 ", \"unique_bytes\": %" PRIu64
-	       ", \"stored_bytes\": %" PRIu64 ",\n", r->unique_blocks,
-	       r->unique_bytes, r->stored_bytes);
+	       ", \"stored_bytes\": %" PRIu64 ", \"stored_estimated\": %s,\n",
+	       r->unique_blocks, r->unique_bytes, r->stored_bytes,
+	       r->stored_estimated ? "true" : "false");
 	printf("     \"ddt_bytes\": %" PRIu64 ", \"ddt_bytes_per_entry\": %d,\n",
 	       r->ddt_bytes, DD_SCAN_DDT_ENTRY_BYTES);
 	printf("     \"sample_rate\": %.17g, \"sampled_blocks\": %" PRIu64
@@ -452,6 +463,7 @@ enum {
 	OPT_SAMPLE,
 	OPT_SAMPLE_RATE,
 	OPT_TMPDIR,
+	OPT_COMPRESS_EXACT,
 };
 
 /* Every block size must suit every chunker: a FastCDC average is 4K to
@@ -478,6 +490,7 @@ static void scan_parse(int argc, char **argv, dd_scan_opts *so,
 		{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
 		{"chunker", required_argument, NULL, OPT_CHUNKER},
 		{"compress", required_argument, NULL, OPT_COMPRESS},
+		{"compress-exact", no_argument, NULL, OPT_COMPRESS_EXACT},
 		{"memory", required_argument, NULL, OPT_MEMORY},
 		{"sample", no_argument, NULL, OPT_SAMPLE},
 		{"sample-rate", required_argument, NULL, OPT_SAMPLE_RATE},
@@ -509,6 +522,9 @@ static void scan_parse(int argc, char **argv, dd_scan_opts *so,
 				die_usage("scan: --compress takes zstd, "
 					  "zstd:LEVEL (1..19) or none, not "
 					  "'%.100s'", optarg);
+			break;
+		case OPT_COMPRESS_EXACT:
+			so->compress_exact = 1;
 			break;
 		case OPT_MEMORY:
 			if (parse_size(optarg, &so->mem_limit) != 0 ||

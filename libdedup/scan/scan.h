@@ -15,8 +15,17 @@
  *            to an unlinked temp file; at the end the runs are merged
  *            (several passes when there are too many for the memory), and
  *            entries with the same hash in several runs are summed;
- *   scan.c   the public API, and the sink of the block pipeline
- *            (chunk/pipeline.h) that counts what it hashes;
+ *   scan.c   the public API: a scan's life;
+ *   setup.c  a new scan: options, the pool and codecs, the pipeline and
+ *            its cutters, the memory split;
+ *   read.c   images into the pipeline (regular files as ranges read on
+ *            the pool, holes skipped), and the warnings;
+ *   sink.c   the sink of the block pipeline (chunk/pipeline.h) that
+ *            counts what it hashes: lookup, then the compressed or
+ *            estimated sizes;
+ *   estimate.c with two chunkers, the FastCDC blocks' compressed sizes
+ *            estimated from the fixed blocks' compression of the same
+ *            bytes, unless the exact figure is asked for;
  *   result.c the figures, once everything is counted: sums, the merge of
  *            spilled runs, sample-mode estimates and their bounds;
  *   walk.c   paths: files, block devices, directories (recursively, never
@@ -34,7 +43,9 @@
 #include <stdint.h>
 
 #include "dedup.h"
+#include "chunk/pipeline.h"
 #include "common/err.h"
+#include "common/pool.h"
 #include "hash/hash.h"
 
 /* ---- the table (table.c) -----------------------------------------------*/
@@ -123,6 +134,35 @@ int dd_scan_spill_merge(dd_scan_spill *sp, dd_err *err, size_t budget,
 void dd_scan_rec_encode(uint8_t *out, const dd_scan_ent *e);
 void dd_scan_rec_decode(const uint8_t *in, dd_scan_ent *e);
 
+/* ---- estimated compressed sizes (estimate.c) ----------------------------*/
+
+/* A block of the source cutter: where its bytes are and what they
+ * compressed to. */
+typedef struct dd_scan_seg {
+	uint64_t sg_image;    /* the cutter's image count */
+	uint64_t sg_ioff;     /* first byte, in the image */
+	uint32_t sg_len;
+	uint32_t sg_psize;    /* 0: a zero block */
+} dd_scan_seg;
+
+typedef struct dd_scan_est {
+	dd_scan_seg *es_seg;  /* in (image, offset) order */
+	size_t es_n, es_cap;
+	uint64_t es_lsum, es_psum;  /* every segment added: the fallback */
+} dd_scan_est;
+
+void dd_scan_est_init(dd_scan_est *e);
+void dd_scan_est_fini(dd_scan_est *e);
+/* Appends a source block, after every one before it.  DD_ENOMEM. */
+int dd_scan_est_add(dd_scan_est *e, uint64_t image, uint64_t ioff,
+		    uint32_t len, uint32_t psize);
+/* The estimated compressed size of len bytes at ioff of image: 1 ..
+ * len. */
+uint32_t dd_scan_est_psize(const dd_scan_est *e, uint64_t image,
+			   uint64_t ioff, uint32_t len);
+/* Drops the segments no block at or past (image, ioff) needs. */
+void dd_scan_est_trim(dd_scan_est *e, uint64_t image, uint64_t ioff);
+
 /* ---- results (result.c) ------------------------------------------------*/
 
 /* Everything about one chunker and block size. */
@@ -137,6 +177,15 @@ typedef struct dd_scan_bsz {
 	unsigned bz_shift;        /* sample mode: 1 in 2^shift */
 	uint64_t bz_blocks, bz_zero, bz_logical;
 	uint64_t bz_ref_blocks, bz_ref_bytes;
+	/* estimate.c: a FastCDC cutter whose compressed sizes are estimated
+	 * names its source, the fixed cutter of its block size, which keeps
+	 * the segments of its blocks */
+	int bz_src;               /* -1: compressed */
+	bool bz_feeds;            /* a source */
+	dd_scan_est bz_segs;      /* a source's segments */
+	uint64_t bz_image;        /* images this cutter began (bk_idx 0) */
+	uint64_t bz_done;         /* the end of its last block, in image
+				     bz_image */
 	dd_scan_result bz_res;
 } dd_scan_bsz;
 
@@ -150,7 +199,52 @@ int dd_scan_table_done(dd_scan_bsz *bz, dd_err *err);
  * bz_res for scan mode `mode`. */
 int dd_scan_result_one(dd_scan_bsz *bz, dd_err *err, size_t budget, int mode);
 
-/* ---- reading images (scan.c) ----------------------------------------------*/
+/* ---- the scan (scan.c, setup.c, read.c, sink.c) ---------------------------*/
+
+/* bk_kind, past the pipeline's: counted and new (bk_aux its table slot),
+ * compressed (NEW) or its size to estimate (EST); or left out of the
+ * sample.  A source cutter's block that was found keeps DD_BLK_DATA, with
+ * bk_aux its slot too. */
+enum { DD_BK_NEW = DD_BLK_SINK, DD_BK_EST, DD_BK_SKIP };
+enum { DD_SC_OPEN, DD_SC_FAILED, DD_SC_FINISHED };
+
+struct dd_scan {
+	dd_err s_err;
+	int s_state;
+	dd_scan_opts s_opts;
+	char *s_tmpdir;
+	dd_scan_bsz s_bz[DD_SCAN_MAX_RESULTS];
+	size_t s_nbz;
+	size_t s_nsizes;          /* block sizes: s_nbz / chunkers */
+	uint32_t s_maxbs;         /* the longest block of any cutter */
+	uint32_t s_skipbs;        /* hole skipping: the largest block size,
+				     0 when a cutter reads the bytes */
+	size_t s_table_budget;    /* bytes for all tables */
+	dd_pipe *s_pipe;
+	dd_pool *s_pool;
+	unsigned s_nwk;
+	dd_codec_ctx **s_codec;   /* per pool worker */
+	bool s_est;               /* some cutter's sizes are estimated */
+	uint64_t s_images, s_bytes, s_skipped, s_special;
+	uint64_t s_short_warned;  /* the last image warned of missing bytes */
+};
+
+
+/* setup.c: the checks of dd_scan_new's options (errors to err), and a
+ * new scan built from them (errors to s->s_err; dd_scan_free undoes a
+ * build that failed half-way). */
+int dd_scan_check_opts(dd_err *err, const dd_scan_opts *o);
+int dd_scan_build(dd_scan *s, const dd_scan_opts *o);
+
+/* sink.c: the scan's stages of the pipeline, ctx the dd_scan. */
+extern const dd_pipe_ops dd_scan_sink_ops;
+
+/* read.c: a warning about an input (counted in dd_scan_info.skipped,
+ * reported through the warning callback); a failure that stops the
+ * scan (returns rc). */
+void dd_scan_warn(dd_scan *s, const char *path, int code, const char *fmt,
+		  ...) __attribute__((format(printf, 4, 5)));
+int dd_scan_fail(dd_scan *s, int rc);
 
 /* Scans one image from fd (its current position to EOF).  size_hint is
  * the expected size for a regular file (a shorter read is reported as a

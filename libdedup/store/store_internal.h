@@ -199,6 +199,12 @@ void dd_scratch_fini(dd_scratch *sc);
 /* Logical bytes between a writer's intermediate commits (tests lower it). */
 extern uint64_t dd_writer_commit_bytes;
 
+/* ---- reader.c ----------------------------------------------------------*/
+
+/* Read-ahead: 0 when the caller spends time between reads (the default),
+ * 1 always, -1 never (tests). */
+extern int dd_reader_ra_mode;
+
 /* ---- block.c -----------------------------------------------------------*/
 
 /* Reads the block of (key, ent) into dst (ent->de_lsize bytes) from its
@@ -213,6 +219,22 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 			 const dd_ddt_key *key, const dd_ddt_ent *ent,
 			 void *dst, unsigned flags);
+
+/* One whole block of a dd_block_read_pair: in its key, entry, where it
+ * goes and its cache flags; out its result, the message in *br_err. */
+typedef struct dd_block_req {
+	const dd_ddt_key *br_key;
+	const dd_ddt_ent *br_ent;
+	void *br_dst;             /* br_ent->de_lsize bytes */
+	unsigned br_flags;
+	int br_rc;
+	dd_err *br_err;
+} dd_block_req;
+
+/* dd_block_read_cached of a and b (b may be NULL), the blocks read from
+ * their packs hashed two at a time.  Each gets its own result. */
+void dd_block_read_pair(dd_store *s, dd_scratch *sc, dd_block_req *a,
+			dd_block_req *b);
 
 /* ---- caches.c ----------------------------------------------------------*/
 

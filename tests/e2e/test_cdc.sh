@@ -97,12 +97,27 @@ rm -rf "$S/db"
 "$DEDUP" get "$S@b" - 2>"$T/err" | cmp -s - "$T/b" || fail "b after repair"
 "$DEDUP" scrub "$S" >/dev/null 2>"$T/err" || fail "scrub after repair"
 
-note "scan: both chunkers side by side; fastcdc's figures are the store's"
+note "scan: both chunkers side by side; fastcdc's figures are the store's (--compress-exact)"
 "$DEDUP" scan --chunker fixed,fastcdc --block-size 16K "$T/a" "$T/b" >"$T/scan" 2>"$T/err" || fail "scan"
 assert_grep '^fixed 16 KiB ' "$T/scan" "scan summary: fixed"
-assert_grep '^fastcdc 16 KiB ' "$T/scan" "scan summary: fastcdc"
-"$DEDUP" scan --json --chunker fastcdc,fixed --block-size 16K "$T/a" "$T/b" >"$T/scan.json" 2>"$T/err" || fail "scan --json"
+assert_grep '^fastcdc 16 KiB .*~' "$T/scan" "scan summary: fastcdc, estimated"
+assert_grep '^~ estimated from the fixed blocks' "$T/scan" "scan summary: the estimate said"
+"$DEDUP" scan --json --compress-exact --chunker fastcdc,fixed --block-size 16K "$T/a" "$T/b" >"$T/scan.json" 2>"$T/err" || fail "scan --json"
 assert_json "$T/scan.json" "scan --json"
+assert_eq '[false, false]' "$(json_get "$T/scan.json" '[r["stored_estimated"] for r in j["results"]]')" "scan --compress-exact: nothing estimated"
+"$DEDUP" scan --json --chunker fastcdc,fixed --block-size 16K "$T/a" "$T/b" >"$T/scan-est.json" 2>"$T/err" || fail "scan --json (estimated)"
+assert_json "$T/scan-est.json" "scan --json (estimated)"
+assert_eq '[true, false]' "$(json_get "$T/scan-est.json" '[r["stored_estimated"] for r in j["results"]]')" "scan: fastcdc estimated"
+for k in unique_blocks unique_bytes referenced_blocks zero_blocks; do
+	assert_eq "$(json_get "$T/scan.json" "j['results'][0]['$k']")" \
+		"$(json_get "$T/scan-est.json" "j['results'][0]['$k']")" "scan fastcdc $k, estimated or not"
+done
+assert_eq "$(json_get "$T/scan.json" "j['results'][1]['stored_bytes']")" \
+	"$(json_get "$T/scan-est.json" "j['results'][1]['stored_bytes']")" "scan fixed stored_bytes, compressed either way"
+est_off=$(python3 -c 'import json, sys
+e, x = (json.load(open(f))["results"][0]["stored_bytes"] for f in sys.argv[1:])
+print(abs(e - x) / x)' "$T/scan-est.json" "$T/scan.json")
+python3 -c "import sys; sys.exit(not $est_off <= 0.03)" || fail "scan: estimated stored_bytes $est_off off the compressed figure"
 assert_eq '["fastcdc", "fixed"]' "$(json_get "$T/scan.json" '[r["chunker"] for r in j["results"]]')" "scan JSON order"
 "$DEDUP" init --chunker fastcdc --block-size 16K "$T/s3" 2>"$T/err"
 "$DEDUP" put "$T/s3@a" "$T/a" 2>"$T/err" && "$DEDUP" put "$T/s3@b" "$T/b" 2>"$T/err" || fail "put into s3"

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "helpers.h"
 #include "common/err.h"
@@ -70,6 +71,18 @@ void th_copy_tree(const char *from, const char *to)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", to, from,
 		 to);
 	assert_int_equal(system(cmd), 0);
+}
+
+void th_flip_byte(const char *file, uint64_t off)
+{
+	uint8_t x;
+	int fd = open(file, O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &x, 1, (off_t)off), 1);
+	x ^= 0x40;
+	assert_int_equal(pwrite(fd, &x, 1, (off_t)off), 1);
+	close(fd);
 }
 
 /* ---- images ------------------------------------------------------------------*/

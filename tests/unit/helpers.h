@@ -29,6 +29,8 @@ dd_store *th_create(const char *path, uint32_t bs, int verify, int compress,
 /* Removes the whole temporary directory of th_tmp_store; frees path. */
 void th_rm_store(char *path);
 void th_rm_rf(const char *path);
+/* Damage: flips a bit of byte off of file (which must have it). */
+void th_flip_byte(const char *file, uint64_t off);
 /* Replaces directory `to` with a copy of `from` (cp -a). */
 void th_copy_tree(const char *from, const char *to);
 
