@@ -3,7 +3,10 @@
  *
  *   l1.c      the RAM cache (S3-FIFO)
  *   l2fmt.c   device header and log block encodings (format/cache.md)
- *   l2dev.c   one L2 device: open, index, read, batch write, rebuild
+ *   l2dev.c   one L2 device: open, state, read, batch write
+ *   l2index.c its index in RAM and the rebuild from its log
+ *   l2mkdev.c formatting a device, reading its header slots
+ *             (l2dev_internal.h: the device's state, for the three)
  *   feed.c    the feeder thread: L1 evictions -> throttled L2 batches
  *   cache.c   dd_cache: L1 + devices + feed + figures
  *   conf.c    STORE/cache.conf (format/store.md §8)

@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/err.h"
-#include "../hash/hash.h"
+#include "common/err.h"
+#include "hash/hash.h"
 
 typedef struct dd_db dd_db;
 typedef struct dd_txn dd_txn;
@@ -207,6 +207,13 @@ int dd_snap_del(dd_txn *txn, dd_err *err, const char *name);
 typedef int (*dd_snap_walk_fn)(void *ctx, const char *name,
 			       const dd_snap_rec *rec);
 int dd_snap_walk(dd_txn *txn, dd_err *err, dd_snap_walk_fn fn, void *ctx);
+/* The snapshot with this id, by a walk (used after crashes); DD_ENOENT. */
+int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
+		    char name[DD_NAME_MAX + 1], dd_snap_rec *rec);
+/* Drops every block-map reference of snapshot id (refcount - 1 each, a
+ * count reaching 0 recording the transaction, format/ddt.md §1) and
+ * deletes its map.  Write transaction. */
+int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id);
 
 /*
  * A block map entry is found by its position: the block's index in a

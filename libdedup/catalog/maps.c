@@ -1,5 +1,7 @@
 /*
- * maps.c -- snapshots, block maps, pending writers and packs in LMDB.
+ * maps.c -- snapshots, block maps, pending writers and packs in LMDB;
+ * the walk that finds a snapshot by id, and
+ * dropping a snapshot's references.
  *
  * Encodings are in format/store.md §3-§4: every key that is a number is
  * big-endian so that LMDB's byte order is numeric order (block maps are
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "dedup.h"
+#include "chunk/chunk.h"
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "catalog/db_internal.h"
@@ -71,8 +74,8 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, bool var,
 	memcpy(r->sr_digest, p + 48, DD_HASH_SIZE);
 	if (r->sr_block_size == 0 || r->sr_zero_blocks > r->sr_blocks ||
 	    (var ? r->sr_blocks > r->sr_size || (r->sr_size && !r->sr_blocks)
-		 : r->sr_blocks != r->sr_size / r->sr_block_size +
-				   (r->sr_size % r->sr_block_size != 0)))
+		 : r->sr_blocks != dd_block_count(r->sr_size,
+						  r->sr_block_size)))
 		return dd_db_damage(err,
 				    "snapshot record sizes disagree");
 	return 0;
@@ -499,6 +502,74 @@ int dd_pend_first(dd_txn *txn, dd_err *err, uint64_t *id)
 {
 	return dd_table_walk(txn, err, DD_DBI_PEND, dd_pend_first_one, id,
 			     "pending read");
+}
+
+/* ---- lookups without an index ---------------------------------------------*/
+
+struct dd_find {
+	uint64_t fd_id;
+	char *fd_name_out;
+	dd_snap_rec *fd_rec;
+};
+
+static int dd_find_id(void *arg, const char *name, const dd_snap_rec *rec)
+{
+	struct dd_find *f = arg;
+
+	if (rec->sr_id != f->fd_id)
+		return 0;
+	strcpy(f->fd_name_out, name);
+	*f->fd_rec = *rec;
+	return 1;
+}
+
+/* The catalog snapshot with this id (a walk: used after a crash only). */
+int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
+			   char name[DD_NAME_MAX + 1], dd_snap_rec *rec)
+{
+	struct dd_find f = {.fd_id = id, .fd_name_out = name, .fd_rec = rec};
+	int rc = dd_snap_walk(txn, err, dd_find_id, &f);
+
+	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
+}
+
+/* ---- dropping a snapshot's references ------------------------------------*/
+
+/* Deleting a snapshot and rolling back a killed writer are the same
+ * operation (dd_snap_drop_refs): each block-map entry gives back one
+ * reference, and the map is removed.  Blocks whose count reaches 0 stay in
+ * their pack until gc (format/ddt.md §1). */
+struct dd_drop_ctx {
+	dd_txn *dc_txn;
+	dd_err *dc_err;
+};
+
+static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
+{
+	struct dd_drop_ctx *dc = arg;
+	dd_ddt_ent ent;
+	int rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
+
+	if (rc == DD_ENOENT)
+		return dd_err_set(dc->dc_err, DD_ECORRUPT,
+				  "block %llu refers to a block missing from "
+				  "the ddt", (unsigned long long)idx);
+	if (rc)
+		return rc;
+	if (ent.de_refcnt == 0)
+		return dd_err_set(dc->dc_err, DD_ECORRUPT,
+				  "ddt reference count underflow");
+	/* the last reference: record when, for gc (format/ddt.md §1) */
+	if (--ent.de_refcnt == 0)
+		ent.de_dead_since = dd_txn_id(dc->dc_txn);
+	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
+}
+
+int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
+{
+	struct dd_drop_ctx dc = {txn, err};
+
+	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
 }
 
 /* ---- packs (format/store.md §5) ------------------------------------------*/

@@ -15,11 +15,15 @@
  *               one hash over that stream;
  *   pipeline.c  the pipeline itself (pipeline.h): batches read from a
  *               source, cut, zero-tested and hashed two blocks at a time
- *               on a pool, and handed in order to a sink.
+ *               on a pool, and handed in order to a sink; prange.c the
+ *               ranges of files it reads; pstage.c the pool stage of a
+ *               ring of batches, which the raw receiver shares.
  *
- * It sits on common/ and hash/ only: no store, no stream, no codec.  Its
- * users (store/writer.c, scan/scan.c, stream/rsend.c, stream/rrecv.c)
- * plug their own stages in.
+ * It sits on common/ and hash/ only: no store, no stream, no codec (a
+ * sink brings its compressor).  Its sinks (store/writer.c, scan/scan.c,
+ * stream/rsend.c) plug their own stages in; the raw receiver
+ * (stream/rrbatch.c), whose blocks come cut, uses its hash stage
+ * (dd_blk_hash) and pool stage (pstage.h).
  */
 #ifndef DD_CHUNK_CHUNK_H
 #define DD_CHUNK_CHUNK_H

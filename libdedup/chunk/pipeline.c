@@ -1,6 +1,9 @@
 /*
  * pipeline.c -- the block pipeline (pipeline.h): batches, cutting, the
- * hash stage and the ring that overlaps the stages.
+ * hash and compress stages, and the ring that overlaps the stages.  A
+ * file's bytes handed to a batch and read by stage 1 are prange.c's;
+ * pipeline_internal.h holds the state the two share, pstage.c the pool
+ * hand-off.
  *
  * Cutting.  A batch's bytes are cut on the caller's thread when the batch
  * is full or its image ends, each cutter from its own position, region by
@@ -37,57 +40,12 @@
  * two buffers: the batch in stage 3 writes one while the batch stored
  * meanwhile reads the other (pp_zout, taken in turn).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "dedup.h"
-#include "chunk/pipeline.h"
+#include "chunk/pipeline_internal.h"
 #include "common/alloc.h"
 #include "common/io.h"
-
-/* Stage 1's unit: big enough that small blocks do not cost a pread and a
- * job item each, small enough to stay in a core's cache. */
-#define DD_PIPE_REGION_MIN ((size_t)256 << 10)
-
-struct dd_pipe {
-	dd_pipe_cfg pp_cfg;
-	dd_cutter pp_cut[DD_PIPE_MAX_CUT];
-	bool pp_reads;            /* a cutter needs the bytes to cut */
-	size_t pp_cap;            /* batch bytes: a multiple of pp_region */
-	size_t pp_region;
-	size_t pp_align;
-	size_t pp_maxblk;         /* dd_blk slots a batch */
-	dd_pbatch pp_b[DD_PIPE_RING];
-	int pp_cur;
-	dd_pbatch *pp_hashing;    /* stage 1 of the running job, or NULL */
-	dd_pbatch *pp_working;    /* stage 3 of the running job, or NULL */
-	size_t pp_job_nwork;      /* job items below this are stage 3's */
-	bool pp_job_running;
-	bool pp_pool_held;
-	bool pp_solo;             /* running a job alone (pc_pool_lock busy) */
-	size_t pp_pos[DD_PIPE_MAX_CUT];   /* the next block's first byte */
-	uint64_t pp_idx[DD_PIPE_MAX_CUT]; /* ... its index in the image */
-	uint64_t pp_ioff[DD_PIPE_MAX_CUT];/* ... and its offset there */
-	uint64_t pp_image;        /* images ended */
-	unsigned pp_width;
-	dd_hasher **pp_hasher;    /* per pool worker */
-	uint8_t **pp_hot;         /* per pool worker: one region */
-	/* stage 3's output: pc_zkeep, two of a batch's payloads, else one
-	 * payload per worker */
-	uint8_t **pp_zout;
-	unsigned pp_nzout;
-	uint8_t *pp_zout_of[DD_PIPE_RING];   /* pc_zkeep, by pb_id */
-	uint64_t pp_nworked;
-	/* dd_pipe_cancel (any thread), read once a step; progress after
-	 * each batch stored */
-	atomic_bool pp_cancel;
-	dd_progress_fn pp_progress;
-	void *pp_progress_ctx;
-	uint64_t pp_progress_total;
-	uint64_t pp_stored;       /* logical bytes through stage 4 */
-};
 
 /* ---- stage 1 -------------------------------------------------------------*/
 
@@ -125,37 +83,6 @@ void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 				      wait[c]->bk_len, wait[c]->bk_hash);
 }
 
-/* Reads batch bytes [beg, end) of b's range into dst.  What fails to read
- * or is no longer there (the file shrank) fails the batch, or becomes
- * zeros (DD_PIPE_READ_ZERO); the first failure leaves its message, which
- * the step reports before the batch's lookup.  Any thread. */
-static bool dd_pipe_read(const dd_pipe *p, dd_pbatch *b, uint8_t *dst,
-			 size_t beg, size_t end)
-{
-	uint64_t off = b->pb_src_off + (beg - b->pb_src_start);
-	size_t got = 0;
-	dd_err err;
-	int rc = dd_io_pread(&err, b->pb_src_fd, dst, end - beg, off, &got,
-			     b->pb_src_label);
-
-	if (got == end - beg)
-		return true;
-	if (!rc && p->pp_cfg.pc_read == DD_PIPE_READ_ZERO)
-		rc = dd_err_set(&err, DD_EIO, "the file shrank while read");
-	else if (!rc)
-		rc = dd_err_set(&err, DD_EIO, "%s ends at offset %llu, inside "
-				"the range being read (did it shrink while "
-				"read?)", b->pb_src_label,
-				(unsigned long long)(off + got));
-	if (atomic_exchange(&b->pb_src_failed, 1) == 0)
-		dd_err_copy(&b->pb_src_err, &err);
-	if (p->pp_cfg.pc_read != DD_PIPE_READ_ZERO)
-		return false;
-	memset(dst + got, 0, end - beg - got);
-	atomic_fetch_add(&b->pb_src_missing, end - beg - got);
-	return true;
-}
-
 /* Stage 1 for region r of b: read its part of the range, if any, then
  * hash its blocks. */
 static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
@@ -191,7 +118,7 @@ static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
 			return;
 		}
 	}
-	dd_blk_hash(p->pp_hasher[worker], b->pb_blk + first, last - first, buf,
+	dd_blk_hash(p->pp_stage.ps_hasher[worker], b->pb_blk + first, last - first, buf,
 		    buf_off);
 	for (size_t j = first; hot && j < last; j++) {
 		dd_blk *bk = &b->pb_blk[j];
@@ -230,7 +157,7 @@ static void dd_pipe_compress(dd_pipe *p, dd_pbatch *b, size_t j,
 	const dd_pipe_cfg *c = &p->pp_cfg;
 	dd_blk *bk = &b->pb_blk[b->pb_new[j]];
 	dd_err err;
-	int rc = c->pc_compress(p->pp_solo ? c->pc_zctx_solo
+	int rc = c->pc_compress(dd_pstage_solo(&p->pp_stage) ? c->pc_zctx_solo
 					   : c->pc_zctx[worker], &err,
 				dd_pipe_zdst(p, b, j, worker),
 				b->pb_data + bk->bk_off, bk->bk_len,
@@ -252,115 +179,6 @@ static void dd_pipe_job(void *arg, size_t item, unsigned worker)
 	else
 		dd_pipe_hash_region(p, p->pp_hashing, item - p->pp_job_nwork,
 				    worker);
-}
-
-/* ---- file ranges ---------------------------------------------------------*/
-
-/* The range is read: b lets its descriptor go.  A read that failed is
- * the pipeline's error (DD_PIPE_READ_FAIL) or the sink's news (po_lost).
- * Caller's thread. */
-static int dd_pipe_end_range(dd_pipe *p, dd_pbatch *b)
-{
-	const dd_pipe_cfg *c = &p->pp_cfg;
-	int rc = 0;
-
-	if (b->pb_src_fd < 0)
-		return 0;
-	dd_io_close(b->pb_src_fd);
-	b->pb_src_fd = -1;
-	if (atomic_load(&b->pb_src_failed)) {
-		if (c->pc_read != DD_PIPE_READ_ZERO)
-			rc = dd_err_copy(c->pc_err, &b->pb_src_err);
-		else if (c->pc_ops->po_lost)
-			c->pc_ops->po_lost(c->pc_ctx, b->pb_src_label,
-					   b->pb_src_image,
-					   atomic_load(&b->pb_src_missing),
-					   &b->pb_src_err);
-	}
-	dd_free(b->pb_src_label);
-	b->pb_src_label = NULL;
-	return rc;
-}
-
-/* Reads b's range now, on this thread, into place. */
-static int dd_pipe_read_now(dd_pipe *p, dd_pbatch *b)
-{
-	if (b->pb_src_fd >= 0)
-		dd_pipe_read(p, b, b->pb_data + b->pb_src_start,
-			     b->pb_src_start, b->pb_src_end);
-	return dd_pipe_end_range(p, b);
-}
-
-int dd_pipe_range(dd_pipe *p, int fd, uint64_t off, size_t n,
-		  const char *label)
-{
-	dd_pbatch *b = &p->pp_b[p->pp_cur];
-	struct stat st;
-	int rc;
-
-	if (n == 0)
-		return 0;
-	if (n > p->pp_cap - b->pb_fill)
-		return dd_err_set(p->pp_cfg.pc_err, DD_EINVAL, "dd_pipe_range: "
-				  "%zu bytes is more than the batch's room", n);
-	if (fstat(fd, &st) != 0)
-		return dd_err_set_errno(p->pp_cfg.pc_err, errno, "fstat %s",
-					label);
-	if (b->pb_src_fd >= 0 &&
-	    (b->pb_src_dev != st.st_dev || b->pb_src_ino != st.st_ino ||
-	     b->pb_src_image != p->pp_image || b->pb_src_end != b->pb_fill ||
-	     b->pb_src_off + (b->pb_src_end - b->pb_src_start) != off)) {
-		rc = dd_pipe_read_now(p, b);
-		if (rc)
-			return rc;
-	}
-	if (b->pb_src_fd < 0) {
-		char *copy = dd_strdup(label);
-		int dup;
-
-		if (!copy)
-			return dd_err_set(p->pp_cfg.pc_err, DD_ENOMEM,
-					  "out of memory");
-		dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-		if (dup < 0) {
-			rc = dd_err_set_errno(p->pp_cfg.pc_err, errno, "cannot "
-					      "keep a descriptor of %s", label);
-			dd_free(copy);
-			return rc;
-		}
-		b->pb_src_fd = dup;
-		b->pb_src_label = copy;
-		b->pb_src_dev = st.st_dev;
-		b->pb_src_ino = st.st_ino;
-		b->pb_src_image = p->pp_image;
-		b->pb_src_off = off;
-		b->pb_src_start = b->pb_src_end = b->pb_fill;
-		atomic_store(&b->pb_src_missing, 0);
-		atomic_store(&b->pb_src_failed, 0);
-		dd_err_clear(&b->pb_src_err);
-	}
-	b->pb_src_end = b->pb_fill + n;
-	b->pb_fill += n;
-	return 0;
-}
-
-int dd_pipe_file(dd_pipe *p, int fd, uint64_t off, uint64_t len,
-		 const char *label)
-{
-	int rc = 0;
-
-	while (!rc && len > 0) {
-		size_t n = dd_pipe_room(p);
-
-		if (n > len)
-			n = (size_t)len;
-		rc = dd_pipe_range(p, fd, off, n, label);
-		if (!rc)
-			rc = dd_pipe_produce(p, 0);
-		off += n;
-		len -= n;
-	}
-	return rc;
 }
 
 /* ---- cutting -------------------------------------------------------------*/
@@ -465,15 +283,8 @@ static void dd_pbatch_reset(dd_pbatch *b)
 
 void dd_pipe_wait(dd_pipe *p)
 {
-	if (!p || !p->pp_job_running)
-		return;
-	/* the caller has filled its next batch: help instead of idling */
-	dd_pool_join(p->pp_cfg.pc_pool);
-	p->pp_job_running = false;
-	if (p->pp_pool_held) {
-		pthread_mutex_unlock(p->pp_cfg.pc_pool_lock);
-		p->pp_pool_held = false;
-	}
+	if (p)
+		dd_pstage_wait(&p->pp_stage);
 }
 
 static int dd_pipe_store(dd_pipe *p, dd_pbatch *b)
@@ -582,20 +393,7 @@ int dd_pipe_step(dd_pipe *p)
 		size_t n = p->pp_job_nwork +
 			   (p->pp_hashing ? p->pp_hashing->pb_nreg : 0);
 
-		if (p->pp_cfg.pc_pool_lock &&
-		    pthread_mutex_trylock(p->pp_cfg.pc_pool_lock) != 0) {
-			/* another pipeline has the pool for its job: this one
-			 * works alone, on the caller's thread (waiting could
-			 * be for ever when both are the same thread's) */
-			p->pp_solo = true;
-			for (size_t i = 0; i < n; i++)
-				dd_pipe_job(p, i, 0);
-			p->pp_solo = false;
-		} else {
-			p->pp_pool_held = p->pp_cfg.pc_pool_lock != NULL;
-			dd_pool_start(p->pp_cfg.pc_pool, dd_pipe_job, p, n);
-			p->pp_job_running = true;
-		}
+		dd_pstage_start(&p->pp_stage, dd_pipe_job, p, n);
 	}
 	if (done)
 		rc = dd_pipe_store(p, done);
@@ -612,7 +410,7 @@ int dd_pipe_drain(dd_pipe *p)
 	if (dd_pipe_uncut(p) < b->pb_fill)
 		rc = dd_pipe_end_image(p);
 	while (!rc && (p->pp_b[p->pp_cur].pb_nblk > 0 || p->pp_hashing ||
-		       p->pp_working || p->pp_job_running))
+		       p->pp_working || dd_pstage_busy(&p->pp_stage)))
 		rc = dd_pipe_step(p);
 	return rc;
 }
@@ -748,6 +546,7 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 static int dd_pipe_alloc(dd_pipe *p)
 {
 	const dd_pipe_cfg *c = &p->pp_cfg;
+	int rc;
 
 	for (unsigned i = 0; i < DD_PIPE_RING; i++) {
 		dd_pbatch *b = &p->pp_b[i];
@@ -762,17 +561,11 @@ static int dd_pipe_alloc(dd_pipe *p)
 			return dd_err_set(c->pc_err, DD_ENOMEM,
 					  "out of memory");
 	}
-	p->pp_width = dd_pool_width(c->pc_pool);
-	p->pp_hasher = dd_calloc(p->pp_width, sizeof(*p->pp_hasher));
-	if (!p->pp_hasher)
-		return dd_err_set(c->pc_err, DD_ENOMEM, "out of memory");
-	for (unsigned i = 0; i < p->pp_width; i++) {
-		int rc = dd_hasher_new(&p->pp_hasher[i], c->pc_hash_kind);
-
-		if (rc)
-			return dd_err_set(c->pc_err, rc,
-					  "cannot set up hashing");
-	}
+	rc = dd_pstage_init(&p->pp_stage, c->pc_err, c->pc_pool,
+			    c->pc_pool_lock, c->pc_hash_kind);
+	if (rc)
+		return rc;
+	p->pp_width = p->pp_stage.ps_width;
 	if (c->pc_compress) {
 		unsigned n = c->pc_zkeep ? 2 : p->pp_width;
 		size_t each = c->pc_zkeep ? p->pp_maxblk * c->pc_zbound
@@ -840,13 +633,11 @@ void dd_pipe_free(dd_pipe *p)
 		dd_free(b->pb_new);
 		dd_free(b->pb_reg_first);
 	}
-	for (unsigned i = 0; p->pp_hasher && i < p->pp_width; i++)
-		dd_hasher_free(p->pp_hasher[i]);
+	dd_pstage_fini(&p->pp_stage);
 	for (unsigned i = 0; p->pp_hot && i < p->pp_width; i++)
 		dd_free(p->pp_hot[i]);
 	for (unsigned i = 0; i < p->pp_nzout; i++)
 		dd_free(p->pp_zout[i]);
-	dd_free(p->pp_hasher);
 	dd_free(p->pp_hot);
 	dd_free(p->pp_zout);
 	dd_free(p);

@@ -22,7 +22,7 @@
 
 #include <dedup.h>
 
-#include "../common/alloc.h"
+#include "common/alloc.h"
 #include "pack.h"
 
 struct dd_codec_ctx {

@@ -44,9 +44,9 @@
 
 #include <dedup.h>
 
-#include "../common/alloc.h"
-#include "../common/io.h"
-#include "../common/zero.h"
+#include "common/alloc.h"
+#include "common/io.h"
+#include "common/zero.h"
 #include "pack.h"
 
 #define DD_PACK_NAME_LEN 16

@@ -14,9 +14,9 @@
 
 #include <dedup.h>
 
-#include "../common/crc32c.h"
-#include "../common/endian.h"
-#include "../common/zero.h"
+#include "common/crc32c.h"
+#include "common/endian.h"
+#include "common/zero.h"
 #include "pack.h"
 
 /* format/pack.md §2.2: "\x89DDPACK\n". */

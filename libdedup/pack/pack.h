@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/err.h"
+#include "common/err.h"
 
 #define DD_PACK_FILE_HDR_SIZE 64
 #define DD_PACK_REC_HDR_SIZE 64

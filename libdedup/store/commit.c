@@ -438,7 +438,7 @@ static int dd_roll_forward(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
 				  "named '%s'): run dedup repair", h.mh_name);
 	if (rc != DD_ENOENT)
 		return rc;
-	dd_snap_rec_from_manifest(&rec, &h);
+	dd_manifest_snap_rec(&rec, &h);
 	rc = dd_snap_put(txn, err, h.mh_name, &rec);
 	if (!rc)
 		rc = dd_pend_del(txn, err, id);

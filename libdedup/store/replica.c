@@ -91,7 +91,7 @@ int dd_replica_iter_next(dd_replica_iter *it, dd_err *err, uint64_t from,
 					  "%llu runs past the snapshot's end",
 					  (unsigned long long)*idx);
 	} else if (*idx >= it->ri_info.rps_blocks) {
-		/* rs_blocks is the size's block count (checked by the
+		/* rps_blocks is the size's block count (checked by the
 		 * record's decoder), so a block before it has bytes in the
 		 * image */
 		return dd_err_set(err, DD_ECORRUPT, "block %llu is past the "

@@ -1,50 +1,15 @@
 /*
- * snapshots.c -- listing, describing and deleting snapshots; dropping a
- * snapshot's references.
+ * snapshots.c -- listing, describing and deleting snapshots.
  *
- * Deleting a snapshot and rolling back a killed writer are the same
- * operation (dd_snap_drop_refs): each block-map entry gives back one
- * reference, and the map is removed.  Blocks whose count reaches 0 stay in
- * their pack until gc (format/ddt.md §1).
+ * Deleting a snapshot drops its references with the catalog's
+ * dd_snap_drop_refs (catalog/maps.c), as the rollback of a killed writer
+ * does.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
 #include "store/store_internal.h"
-
-struct dd_drop_ctx {
-	dd_txn *dc_txn;
-	dd_err *dc_err;
-};
-
-static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
-{
-	struct dd_drop_ctx *dc = arg;
-	dd_ddt_ent ent;
-	int rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
-
-	if (rc == DD_ENOENT)
-		return dd_err_set(dc->dc_err, DD_ECORRUPT,
-				  "block %llu refers to a block missing from "
-				  "the ddt", (unsigned long long)idx);
-	if (rc)
-		return rc;
-	if (ent.de_refcnt == 0)
-		return dd_err_set(dc->dc_err, DD_ECORRUPT,
-				  "ddt reference count underflow");
-	/* the last reference: record when, for gc (format/ddt.md §1) */
-	if (--ent.de_refcnt == 0)
-		ent.de_dead_since = dd_txn_id(dc->dc_txn);
-	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
-}
-
-int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
-{
-	struct dd_drop_ctx dc = {txn, err};
-
-	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
-}
 
 /* ---- public: list, stat, delete --------------------------------------------*/
 

@@ -264,17 +264,13 @@ void dd_mfstate_free(dd_mfstate *ms);
 /* Does manifests/ID exist in this state (enum dd_manifest_state)? */
 bool dd_manifest_present(const dd_store *s, uint64_t id, int state);
 
-/* The catalog snapshot with this id, by a walk (used after crashes). */
-int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
-		    char name[DD_NAME_MAX + 1], dd_snap_rec *rec);
 /* The pending writer of snapshot name whose manifest is published (one
  * committed, not yet in the catalog), by a walk of the few pending. */
 int dd_pend_find_published(const dd_store *s, dd_txn *txn, dd_err *err,
 			   const char *name, uint64_t *id);
 /* A snapshot record from its manifest header. */
 struct dd_manifest_hdr;
-void dd_snap_rec_from_manifest(dd_snap_rec *rec,
-			       const struct dd_manifest_hdr *h);
+void dd_manifest_snap_rec(dd_snap_rec *rec, const struct dd_manifest_hdr *h);
 
 /* The writer's commit: manifests/ID.snap from the block map of rec's id as
  * txn sees it (checked against rec's digest), durable and published. */
@@ -333,11 +329,5 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 		      dd_snap_rec *out);
 int dd_store_snap_walk(dd_store *s, dd_err *err, dd_txn *txn,
 		       dd_snap_walk_fn fn, void *ctx);
-
-/* ---- snapshots.c --------------------------------------------------------*/
-
-/* Drops every block-map reference of snapshot id (refcount - 1 each) and
- * deletes its map.  Write transaction. */
-int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id);
 
 #endif

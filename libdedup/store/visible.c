@@ -107,36 +107,13 @@ bool dd_manifest_present(const dd_store *s, uint64_t id, int state)
 	return faccessat(s->st_mfdir, name, F_OK, 0) == 0;
 }
 
-/* ---- lookups the catalog has no index for -----------------------------------*/
+/* ---- a pending writer by name: the catalog and the manifests -----------------*/
 
 struct dd_find {
 	uint64_t fd_id;
 	const dd_store *fd_store;
 	const char *fd_name;
-	char *fd_name_out;
-	dd_snap_rec *fd_rec;
 };
-
-static int dd_find_id(void *arg, const char *name, const dd_snap_rec *rec)
-{
-	struct dd_find *f = arg;
-
-	if (rec->sr_id != f->fd_id)
-		return 0;
-	strcpy(f->fd_name_out, name);
-	*f->fd_rec = *rec;
-	return 1;
-}
-
-/* The catalog snapshot with this id (a walk: used after a crash only). */
-int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
-			   char name[DD_NAME_MAX + 1], dd_snap_rec *rec)
-{
-	struct dd_find f = {.fd_id = id, .fd_name_out = name, .fd_rec = rec};
-	int rc = dd_snap_walk(txn, err, dd_find_id, &f);
-
-	return rc == 1 ? 0 : rc ? rc : DD_ENOENT;
-}
 
 /* A name may be pending for several ids at once -- a running receive and
  * dead writers' kept receives (wlife.c) --, of which at most the running
@@ -166,7 +143,7 @@ int dd_pend_find_published(const dd_store *s, dd_txn *txn, dd_err *err,
 }
 
 /* The record of a published snapshot, from its manifest header. */
-void dd_snap_rec_from_manifest(dd_snap_rec *rec, const dd_manifest_hdr *h)
+void dd_manifest_snap_rec(dd_snap_rec *rec, const dd_manifest_hdr *h)
 {
 	memset(rec, 0, sizeof(*rec));
 	rec->sr_id = h->mh_id;
@@ -193,7 +170,7 @@ static int dd_snap_matches_manifest(dd_store *s, dd_err *err,
 
 	if (rc)
 		return rc;
-	dd_snap_rec_from_manifest(&m, &h);
+	dd_manifest_snap_rec(&m, &h);
 	if (strcmp(h.mh_name, name) || h.mh_chunker != s->st_chunker ||
 	    m.sr_id != rec->sr_id ||
 	    m.sr_block_size != rec->sr_block_size || m.sr_size != rec->sr_size ||
@@ -239,7 +216,7 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 				  "committed under id %llu, whose manifest "
 				  "names '%s': run dedup repair", name,
 				  (unsigned long long)pid, h.mh_name);
-	dd_snap_rec_from_manifest(out, &h);
+	dd_manifest_snap_rec(out, &h);
 	return 0;
 }
 
@@ -284,7 +261,7 @@ static int dd_sw_pend(void *arg, uint64_t id, const dd_pend_rec *prec)
 				  "manifest names '%s': run dedup repair",
 				  prec->pr_name, (unsigned long long)id,
 				  h.mh_name);
-	dd_snap_rec_from_manifest(&rec, &h);
+	dd_manifest_snap_rec(&rec, &h);
 	return sw->sw_fn(sw->sw_ctx, h.mh_name, &rec);
 }
 

@@ -5,7 +5,8 @@
  * block order, then an END record (format/stream.md).  Every record is
  * framed with its type, length and CRC-32C, so damage is found at the
  * record where it happens; END carries totals and a SHA-256 of every byte
- * before it.  This module knows nothing of stores or LMDB:
+ * before it.  The encoder and decoder know nothing of stores or LMDB;
+ * send.c, recv.c and heal.c reach a store only through store/replica.h:
  *
  *   senc.c    the record encoder, sdec.c the decoder (this header;
  *             wire.h holds the rules they share);
@@ -14,8 +15,9 @@
  *             writer (store/replica.h);
  *   rsend.c   dd_send_fd: a file or device as a stream, without a store,
  *             through the block pipeline (chunk/pipeline.h);
+ *   heal.c    good copies for a heal, from another store or a stream;
  *   rrecv.c   dd_recv_fd and dd_stream_check: a stream rebuilt into a file
- *             or device, or only checked;
+ *             or device, or only checked (rrbatch.c its ring of batches);
  *   rawio.c   what rsend.c and rrecv.c share: fd callbacks, codecs.
  */
 #ifndef DD_STREAM_STREAM_H
