@@ -6,9 +6,10 @@
  * cutter's distinct blocks (zstd per block, the scan's dominant cost)
  * then compresses the same bytes twice, for figures that hardly differ:
  * how well bytes compress depends on the bytes, little on where a block
- * boundary falls in them.  So only the source cutter (the first fixed
- * size) compresses; each of its blocks leaves a segment -- its image,
- * offset, length and compressed size (0 for a zero block) -- and a
+ * boundary falls in them.  So only a source cutter (the fixed cutter of
+ * the estimated one's block size, scan.h bz_src) compresses; each of
+ * its blocks leaves a segment -- its image, offset, length and
+ * compressed size (0 for a zero block) -- and a
  * block of an estimated cutter (FastCDC) is given the compressed size
  * of the source blocks it overlaps, each in proportion to the overlap:
  *
