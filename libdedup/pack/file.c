@@ -8,8 +8,9 @@
  * inject faults.
  *
  * Write order (DESIGN.md invariant 1, format/pack.md §6):
- *  - create: O_EXCL, write the file header, fdatasync, fsync the packs
- *    directory -- only then may the store reference the pack;
+ *  - create: exclusively (O_EXCL locally), write the file header, sync it
+ *    (fdatasync locally), sync the packs directory -- only then may the
+ *    store reference the pack;
  *  - append: header + payload at pk_end, gathered in a write buffer of
  *    DD_PACK_WBUF_BYTES and written in one pwrite when it fills, at
  *    dd_pack_flush and at dd_pack_sync (4 KiB records cost two system
@@ -18,17 +19,18 @@
  *    after the sync returned 0;
  *  - a tail past the store's committed length is cut by dd_pack_truncate,
  *    by recovery or the next writer that takes the pack's lock.
- * After a failed fdatasync the kernel may have dropped dirty pages of
+ * After a failed sync the kernel may have dropped dirty pages of
  * records we already reported as appended, and after a failed write of the
  * buffer those records are gone for sure, so the handle refuses all
  * further appends and syncs (pk_broken): a later successful sync would
  * otherwise vouch for data that is gone.
  *
- * Reads use pread only (dd_vfile_pread) and never touch pk_end, so any number of threads may
- * call dd_pack_read_rec on one handle while one thread appends -- of the
- * records already written out: one still in the buffer is read only after
- * the appending thread called dd_pack_flush (or dd_pack_sync).  A read with
- * an expected record reads header and payload in one system call.
+ * Reads use pread only (dd_vfile_pread) and never touch pk_end, so any
+ * number of threads may call dd_pack_read_rec on one handle while one
+ * thread appends -- of the records already written out: one still in the
+ * buffer is read only after the appending thread called dd_pack_flush (or
+ * dd_pack_sync).  A read with an expected record reads header and payload
+ * in one call.
  *
  * The walk treats the file as hostile (format/pack.md §5.3): it never reads
  * a payload before the header has passed every check, and its one buffer is

@@ -129,7 +129,7 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 /* Writes the appended records still buffered into the file (not durable):
  * before another handle reads them. */
 int dd_pack_flush(dd_pack *p, dd_err *err);
-/* Flush, then fdatasync.  After a failed write or sync every later append
+/* Flush, then dd_vfile_sync (fdatasync locally).  After a failed write or sync every later append
  * and sync on this handle fails with DD_EIO (unsynced records may be
  * lost). */
 int dd_pack_sync(dd_pack *p, dd_err *err);

@@ -17,7 +17,6 @@
  * recorded are removed -- never a record a DDT entry names.  Every flock
  * dies with its process, so a killed writer never leaves a store locked.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

@@ -169,12 +169,13 @@ static int dd_u64_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* A listing's ids, as dd_list_ids gathers them. */
 struct dd_id_list {
 	dd_err *il_err;
 	dd_name_parse_fn il_parse;
 	int il_want;
-	uint64_t *il_ids, *il_max;
-	size_t il_n, il_cap;
+	uint64_t *il_max;
+	dd_idset il_set;
 };
 
 static int dd_list_id(void *arg, const char *name)
@@ -189,17 +190,7 @@ static int dd_list_id(void *arg, const char *name)
 		*il->il_max = id + 1;
 	if (il->il_want >= 0 && state != il->il_want)
 		return 0;
-	if (il->il_n == il->il_cap) {
-		size_t cap = il->il_cap ? il->il_cap * 2 : 64;
-		uint64_t *ids = dd_realloc(il->il_ids, cap * sizeof(*ids));
-
-		if (!ids)
-			return dd_err_set(il->il_err, DD_ENOMEM, "out of memory");
-		il->il_ids = ids;
-		il->il_cap = cap;
-	}
-	il->il_ids[il->il_n++] = id;
-	return 0;
+	return dd_idset_add(il->il_err, &il->il_set, id);
 }
 
 /* Ids in state `want` (or any state: -1) of directory dir, sorted;
@@ -211,8 +202,8 @@ static int dd_list_ids(dd_err *err, dd_vdir *dir, dd_name_parse_fn parse,
 				.il_want = want, .il_max = max};
 	int rc = dd_vdir_list(dir, err, dd_list_id, &il);
 
-	*out = il.il_ids;
-	*n = il.il_n;
+	*out = il.il_set.is_ids;
+	*n = il.il_set.is_n;
 	if (rc) {
 		dd_free(*out);
 		*out = NULL;

@@ -12,12 +12,9 @@
  * record must match its manifest header -- LMDB keeps no checksum, and a
  * damaged name, size, time or digest would otherwise be listed as it is.
  */
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "store/manifest.h"
