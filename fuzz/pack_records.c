@@ -36,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static dd_codec_ctx *fz_codec;
 static uint8_t *fz_dst;       /* DD_BLOCK_SIZE_MAX bytes */
 static int fz_dirfd = -1;
+static dd_vdir *fz_dir;        /* fz_dirfd's directory, for dd_pack_open */
 
 static void fz_init(void)
 {
@@ -45,7 +46,7 @@ static void fz_init(void)
 	if (!fz_dst || dd_codec_new(&fz_codec, NULL, DD_CODEC_ZSTD, 1) != 0)
 		abort();
 	fz_dirfd = open(fz_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fz_dirfd < 0)
+	if (fz_dirfd < 0 || dd_vdir_open_local(&fz_dir, NULL, fz_tmpdir()) != 0)
 		abort();
 }
 
@@ -113,7 +114,7 @@ static void fz_walk(const uint8_t *data, size_t size)
 		snprintf(path, sizeof(path), "%s/%s", fz_tmpdir(), name);
 		fz_write_file(path, data, size);
 	}
-	if (dd_pack_open(&p, &err, fz_dirfd, id, 0) == 0) {
+	if (dd_pack_open(&p, &err, fz_dir, id, 0) == 0) {
 		(void)dd_pack_walk(p, &err, 0, fz_walk_fn, NULL, &end);
 		/* A limit inside and one past the end of the file. */
 		(void)dd_pack_walk(p, &err, size / 2, fz_walk_fn, NULL, &end);

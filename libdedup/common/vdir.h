@@ -96,6 +96,11 @@ int dd_vfile_lock(dd_vfile *f, dd_err *err);
 /* Gives back the space of [off, off + len), which then reads as zeros;
  * the size is unchanged.  DD_ENOTSUP where that cannot be done. */
 int dd_vfile_punch(dd_vfile *f, dd_err *err, uint64_t off, uint64_t len);
+/* Where the data at or after off starts, stepping over the holes the
+ * backend knows of (local: lseek SEEK_DATA, for the ranges dd_vfile_punch
+ * gave back): 0 with *data >= off (off itself where nothing is known), or
+ * 1 when only holes are left to the end of the file. */
+int dd_vfile_seek_data(dd_vfile *f, uint64_t off, uint64_t *data);
 
 /* ---- backends ------------------------------------------------------------
  * A backend fills a dd_vdir_ops and makes its directories with

@@ -1,13 +1,16 @@
 /*
  * file.c -- pack files on disk (format/pack.md §2, §5, §6).
  *
- * A dd_pack is one open pack file: its fd, its id and, for a writer, the
- * offset where the next record goes (pk_end).  All I/O goes through the
- * dd_io wrappers so tests can inject faults.
+ * A dd_pack is one open pack file: its file in the packs directory (a
+ * dd_vfile: local, or a RADOS object), its id and, for a writer, the
+ * offset where the next record goes (pk_end).  All I/O goes through
+ * vdir.h, whose local backend calls the dd_io wrappers, so tests can
+ * inject faults.
  *
  * Write order (DESIGN.md invariant 1, format/pack.md §6):
- *  - create: O_EXCL, write the file header, fdatasync, fsync the packs
- *    directory -- only then may the store reference the pack;
+ *  - create: exclusively (O_EXCL locally), write the file header, sync it
+ *    (fdatasync locally), sync the packs directory -- only then may the
+ *    store reference the pack;
  *  - append: header + payload at pk_end, gathered in a write buffer of
  *    DD_PACK_WBUF_BYTES and written in one pwrite when it fills, at
  *    dd_pack_flush and at dd_pack_sync (4 KiB records cost two system
@@ -16,43 +19,39 @@
  *    after the sync returned 0;
  *  - a tail past the store's committed length is cut by dd_pack_truncate,
  *    by recovery or the next writer that takes the pack's lock.
- * After a failed fdatasync the kernel may have dropped dirty pages of
+ * After a failed sync the kernel may have dropped dirty pages of
  * records we already reported as appended, and after a failed write of the
  * buffer those records are gone for sure, so the handle refuses all
  * further appends and syncs (pk_broken): a later successful sync would
  * otherwise vouch for data that is gone.
  *
- * Reads use pread only and never touch pk_end, so any number of threads may
- * call dd_pack_read_rec on one handle while one thread appends -- of the
- * records already written out: one still in the buffer is read only after
- * the appending thread called dd_pack_flush (or dd_pack_sync).  A read with
- * an expected record reads header and payload in one system call.
+ * Reads use pread only (dd_vfile_pread) and never touch pk_end, so any
+ * number of threads may call dd_pack_read_rec on one handle while one
+ * thread appends -- of the records already written out: one still in the
+ * buffer is read only after the appending thread called dd_pack_flush (or
+ * dd_pack_sync).  A read with an expected record reads header and payload
+ * in one call.
  *
  * The walk treats the file as hostile (format/pack.md §5.3): it never reads
  * a payload before the header has passed every check, and its one buffer is
  * bounded by the format's size limit, not by anything read from the file.
  */
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <errno.h>
-#include <unistd.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 
 #include <dedup.h>
 
 #include "common/alloc.h"
-#include "common/io.h"
+#include "common/vdir.h"
 #include "common/zero.h"
 #include "pack.h"
 
 #define DD_PACK_NAME_LEN 16
 
 struct dd_pack {
-	int pk_fd;
+	dd_vfile *pk_f;
 	uint32_t pk_id;
 	int pk_writable;
 	int pk_broken;          /* a write or sync failed: no more appends */
@@ -78,10 +77,8 @@ static void pack_start_writeback(dd_pack *p)
 
 	if (written < p->pk_flushed + DD_PACK_FLUSH_BYTES)
 		return;
-	/* a hint: its failure changes nothing, fdatasync reports errors */
-	(void)sync_file_range(p->pk_fd, (off64_t)p->pk_flushed,
-			      (off64_t)(written - p->pk_flushed),
-			      SYNC_FILE_RANGE_WRITE);
+	/* a hint: its failure changes nothing, the sync reports errors */
+	dd_vfile_writeback(p->pk_f, p->pk_flushed, written - p->pk_flushed);
 	p->pk_flushed = written;
 }
 
@@ -94,14 +91,13 @@ static int pack_write_buffer(dd_pack *p, dd_err *err)
 
 	if (p->pk_wlen == 0)
 		return 0;
-	rc = dd_io_pwrite_full(err, p->pk_fd, p->pk_wbuf, p->pk_wlen, at,
-			       p->pk_name);
+	rc = dd_vfile_pwrite_full(p->pk_f, err, p->pk_wbuf, p->pk_wlen, at);
 	p->pk_wlen = 0;
 	if (rc) {
 		p->pk_broken = 1;
 		p->pk_end = at;
 		/* keeps walks short; the store cuts the tail anyway */
-		(void)dd_io_ftruncate(NULL, p->pk_fd, at, p->pk_name);
+		(void)dd_vfile_truncate(p->pk_f, NULL, at);
 		return rc;
 	}
 	pack_start_writeback(p);
@@ -146,35 +142,13 @@ static int pack_err_at(dd_err *err, const char *name, uint64_t off,
 			  name, off, msg);
 }
 
-/*
- * fsync(2) of the packs directory, so the new name survives a crash.  The
- * dd_io wrappers only sync a directory by path and the store hands us a
- * dirfd; this is the one system call here outside dd_io (besides the
- * cleanup unlink), so it is not fault-injected (see dd_io_fsync_dir).
- */
-static int pack_fsync_dirfd(dd_err *err, int dirfd, const char *name)
-{
-	int r;
-
-	do
-		r = fsync(dirfd);
-	while (r < 0 && errno == EINTR);
-	/* As dd_io_fsync_dir: a file system that cannot sync a directory
-	 * (EINVAL) has made the name as durable as it can. */
-	if (r < 0 && errno != EINVAL)
-		return dd_err_set_errno(err, errno,
-					"fsync of the packs directory for %s",
-					name);
-	return 0;
-}
-
-static int pack_alloc(dd_pack **out, int fd, uint32_t id, int writable)
+static int pack_alloc(dd_pack **out, dd_vfile *f, uint32_t id, int writable)
 {
 	dd_pack *p = dd_calloc(1, sizeof(*p));
 
 	if (!p)
 		return DD_ENOMEM;
-	p->pk_fd = fd;
+	p->pk_f = f;
 	p->pk_id = id;
 	p->pk_writable = writable;
 	dd_pack_name(p->pk_name, sizeof(p->pk_name), id);
@@ -182,40 +156,38 @@ static int pack_alloc(dd_pack **out, int fd, uint32_t id, int writable)
 	return 0;
 }
 
-int dd_pack_create(dd_pack **out, dd_err *err, int dirfd, uint32_t id)
+int dd_pack_create(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id)
 {
 	uint8_t hdr[DD_PACK_FILE_HDR_SIZE];
 	char name[DD_PACK_NAME_LEN];
 	dd_pack *p = NULL;
-	int fd, rc;
+	dd_vfile *f;
+	int rc;
 
-	if (!out || dirfd < 0)
+	if (!out || !dir)
 		return dd_err_set(err, DD_EINVAL, "dd_pack_create: bad argument");
 	dd_pack_name(name, sizeof(name), id);
-	/* O_EXCL: a pack is never overwritten, even by a confused caller. */
-	fd = dd_io_openat(err, dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-			  0644);
-	if (fd < 0) {
-		struct stat st;
-
-		/* dd_errno_code has no EEXIST; the store needs to tell an
-		 * orphan of a crash (format/pack.md §6) from an I/O error. */
-		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			return dd_err_set(err, DD_EEXIST,
-					  "pack %s already exists", name);
-		return fd;
-	}
+	/* exclusive: a pack is never overwritten, even by a confused caller;
+	 * DD_EEXIST tells the store an orphan of a crash (format/pack.md
+	 * §6) from an I/O error */
+	rc = dd_vdir_open_file(dir, err, name, DD_VF_CREATE, &f);
+	if (rc == DD_EEXIST)
+		return dd_err_set(err, DD_EEXIST, "pack %s already exists",
+				  name);
+	if (rc)
+		return rc;
 	dd_pack_file_hdr_encode(hdr, id);
-	rc = dd_io_pwrite_full(err, fd, hdr, sizeof(hdr), 0, name);
+	rc = dd_vfile_pwrite_full(f, err, hdr, sizeof(hdr), 0);
 	if (rc)
 		goto fail;
-	rc = dd_io_fdatasync(err, fd, name);
+	rc = dd_vfile_sync(f, err);
 	if (rc)
 		goto fail;
-	rc = pack_fsync_dirfd(err, dirfd, name);
+	/* the new name, so that it survives a crash */
+	rc = dd_vdir_sync(dir, err);
 	if (rc)
 		goto fail;
-	rc = pack_alloc(&p, fd, id, 1);
+	rc = pack_alloc(&p, f, id, 1);
 	if (rc) {
 		rc = dd_err_set(err, rc, "pack %s: out of memory", name);
 		goto fail;
@@ -225,31 +197,32 @@ int dd_pack_create(dd_pack **out, dd_err *err, int dirfd, uint32_t id)
 	*out = p;
 	return 0;
 fail:
-	/* Leave no half-made file behind: a retry must be able to O_EXCL. */
-	dd_io_close(fd);
-	(void)unlinkat(dirfd, name, 0);
+	/* Leave no half-made file behind: a retry must be able to create
+	 * it again. */
+	dd_vfile_close(f);
+	(void)dd_vdir_unlink(dir, NULL, name);
 	return rc;
 }
 
-int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
+int dd_pack_open(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id,
 		 int writable)
 {
 	uint8_t hdr[DD_PACK_FILE_HDR_SIZE];
 	char name[DD_PACK_NAME_LEN];
 	dd_err inner;
 	dd_pack *p = NULL;
+	dd_vfile *f;
 	uint64_t size;
 	uint32_t hid;
-	int fd, rc;
+	int rc;
 
-	if (!out || dirfd < 0)
+	if (!out || !dir)
 		return dd_err_set(err, DD_EINVAL, "dd_pack_open: bad argument");
 	dd_pack_name(name, sizeof(name), id);
-	fd = dd_io_openat(err, dirfd, name,
-			  (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
-	if (fd < 0)
-		return fd;
-	rc = dd_io_fsize(err, fd, &size, name);
+	rc = dd_vdir_open_file(dir, err, name, writable ? DD_VF_WRITE : 0, &f);
+	if (rc)
+		return rc;
+	rc = dd_vfile_size(f, err, &size);
 	if (rc)
 		goto fail;
 	if (size < DD_PACK_FILE_HDR_SIZE) {
@@ -258,7 +231,7 @@ int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
 				name, size);
 		goto fail;
 	}
-	rc = dd_io_pread_full(err, fd, hdr, sizeof(hdr), 0, name);
+	rc = dd_vfile_pread_full(f, err, hdr, sizeof(hdr), 0);
 	if (rc)
 		goto fail;
 	dd_err_clear(&inner);
@@ -271,7 +244,7 @@ int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
 		rc = pack_err_at(err, name, 0, &inner);
 		goto fail;
 	}
-	rc = pack_alloc(&p, fd, id, writable);
+	rc = pack_alloc(&p, f, id, writable);
 	if (rc) {
 		rc = dd_err_set(err, rc, "pack %s: out of memory", name);
 		goto fail;
@@ -282,7 +255,7 @@ int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
 	*out = p;
 	return 0;
 fail:
-	dd_io_close(fd);
+	dd_vfile_close(f);
 	return rc;
 }
 
@@ -294,22 +267,19 @@ void dd_pack_close(dd_pack *p)
 	 * unsynced, it is a tail no commit names unless a sync said so */
 	if (p->pk_wlen && !p->pk_broken)
 		(void)pack_write_buffer(p, NULL);
-	dd_io_close(p->pk_fd);
+	dd_vfile_close(p->pk_f);
 	dd_free(p->pk_wbuf);
 	dd_free(p);
 }
 
 int dd_pack_lock(dd_pack *p, dd_err *err)
 {
-	while (flock(p->pk_fd, LOCK_EX | LOCK_NB) != 0) {
-		if (errno == EINTR)
-			continue;
-		if (errno == EWOULDBLOCK)
-			return dd_err_set(err, DD_EBUSY, "pack %s is in use",
-					  p->pk_name);
-		return dd_err_set_errno(err, errno, "pack %s", p->pk_name);
-	}
-	return 0;
+	int rc = dd_vfile_lock(p->pk_f, err);
+
+	if (rc == DD_EBUSY)
+		return dd_err_set(err, DD_EBUSY, "pack %s is in use",
+				  p->pk_name);
+	return rc;
 }
 
 static int pack_check_writable(dd_pack *p, dd_err *err)
@@ -341,7 +311,7 @@ int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
 				  p->pk_name, end);
 	rc = pack_write_buffer(p, err);
 	if (!rc)
-		rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+		rc = dd_vfile_size(p->pk_f, err, &size);
 	if (rc)
 		return rc;
 	/* format/pack.md §6: a committed length past EOF means lost data;
@@ -353,7 +323,7 @@ int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
 	if (end < size) {
 		/* Not synced: if the cut is lost in a crash, the tail is
 		 * still past the committed length and cut again. */
-		rc = dd_io_ftruncate(err, p->pk_fd, end, p->pk_name);
+		rc = dd_vfile_truncate(p->pk_f, err, end);
 		if (rc)
 			return rc;
 	}
@@ -402,16 +372,15 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 		return 0;
 	}
 	/* bigger than the buffer (empty now): two writes rather than a
-	 * copy; a dd_io_pwritev_full would make it one system call */
-	rc = dd_io_pwrite_full(err, p->pk_fd, hdr, sizeof(hdr), off,
-			       p->pk_name);
+	 * copy; a pwritev would make it one system call */
+	rc = dd_vfile_pwrite_full(p->pk_f, err, hdr, sizeof(hdr), off);
 	if (rc == 0)
-		rc = dd_io_pwrite_full(err, p->pk_fd, payload, rec->pr_psize,
-				       off + DD_PACK_REC_HDR_SIZE, p->pk_name);
+		rc = dd_vfile_pwrite_full(p->pk_f, err, payload, rec->pr_psize,
+					  off + DD_PACK_REC_HDR_SIZE);
 	if (rc) {
 		/* pk_end is unchanged, so the next append overwrites the
 		 * partial record; cutting it now just keeps walks short. */
-		(void)dd_io_ftruncate(NULL, p->pk_fd, off, p->pk_name);
+		(void)dd_vfile_truncate(p->pk_f, NULL, off);
 		return rc;
 	}
 	p->pk_end = off + size;
@@ -441,7 +410,7 @@ int dd_pack_sync(dd_pack *p, dd_err *err)
 		rc = pack_write_buffer(p, err);
 	if (rc)
 		return rc;
-	rc = dd_io_fdatasync(err, p->pk_fd, p->pk_name);
+	rc = dd_vfile_sync(p->pk_f, err);
 	if (rc)
 		p->pk_broken = 1;
 	return rc;
@@ -500,9 +469,9 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 					  "pack %s, off %" PRIu64 ": record of %" PRIu32 " bytes does not fit a %zu-byte buffer",
 					  p->pk_name, offset, psize, buflen);
 		/* One system call per block: header and payload together. */
-		rc = dd_io_pread_full(err, p->pk_fd, b,
-				      DD_PACK_REC_HDR_SIZE + (size_t)psize,
-				      offset, p->pk_name);
+		rc = dd_vfile_pread_full(p->pk_f, err, b,
+					 DD_PACK_REC_HDR_SIZE + (size_t)psize,
+					 offset);
 		if (rc)
 			return rc;
 		rc = pack_decode_at(p, err, offset, b, &r);
@@ -523,8 +492,7 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 		return 0;
 	}
 
-	rc = dd_io_pread_full(err, p->pk_fd, b, DD_PACK_REC_HDR_SIZE, offset,
-			      p->pk_name);
+	rc = dd_vfile_pread_full(p->pk_f, err, b, DD_PACK_REC_HDR_SIZE, offset);
 	if (rc)
 		return rc;
 	rc = pack_decode_at(p, err, offset, b, &r);
@@ -534,9 +502,8 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 		return dd_err_set(err, DD_EINVAL,
 				  "pack %s, off %" PRIu64 ": record of %" PRIu32 " bytes does not fit a %zu-byte buffer",
 				  p->pk_name, offset, r.pr_psize, buflen);
-	rc = dd_io_pread_full(err, p->pk_fd, b + DD_PACK_REC_HDR_SIZE,
-			      r.pr_psize, offset + DD_PACK_REC_HDR_SIZE,
-			      p->pk_name);
+	rc = dd_vfile_pread_full(p->pk_f, err, b + DD_PACK_REC_HDR_SIZE,
+				 r.pr_psize, offset + DD_PACK_REC_HDR_SIZE);
 	if (rc)
 		return rc;
 	*rec = r;
@@ -577,14 +544,14 @@ int dd_pack_find_record(dd_pack *p, dd_err *err, uint64_t from,
 
 	if (!buf)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	rc = dd_vfile_size(p->pk_f, err, &size);
 	/* chunks overlap by a header, so a header across two is seen */
 	for (uint64_t at = from; !rc && at + DD_PACK_REC_HDR_SIZE <= size;
 	     at += chunk) {
 		size_t got = 0;
 
-		rc = dd_io_pread(err, p->pk_fd, buf, chunk + DD_PACK_REC_HDR_SIZE,
-				 at, &got, p->pk_name);
+		rc = dd_vfile_pread(p->pk_f, err, buf,
+				    chunk + DD_PACK_REC_HDR_SIZE, at, &got);
 		for (size_t i = 0; !rc && i + DD_PACK_REC_HDR_SIZE <= got &&
 				   i < chunk; i++) {
 			dd_pack_rec rec;
@@ -605,6 +572,8 @@ int dd_pack_find_record(dd_pack *p, dd_err *err, uint64_t from,
 
 int dd_pack_punch(dd_pack *p, dd_err *err, uint64_t off, uint64_t len)
 {
+	int rc;
+
 	if (!p || !p->pk_writable)
 		return dd_err_set(err, DD_EINVAL, "dd_pack_punch: pack not "
 				  "open for writing");
@@ -612,39 +581,36 @@ int dd_pack_punch(dd_pack *p, dd_err *err, uint64_t off, uint64_t len)
 	    len > (uint64_t)INT64_MAX - off)
 		return dd_err_set(err, DD_EINVAL, "pack %s: punch of %" PRIu64
 				  " bytes at %" PRIu64, p->pk_name, len, off);
-	if (fallocate(p->pk_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		      (off_t)off, (off_t)len) == 0)
-		return 0;
-	if (errno == EOPNOTSUPP || errno == ENOSYS)
+	rc = dd_vfile_punch(p->pk_f, err, off, len);
+	if (rc == DD_ENOTSUP)
 		return dd_err_set(err, DD_ENOTSUP, "pack %s: the file system "
 				  "cannot punch holes", p->pk_name);
-	return dd_err_set_errno(err, errno, "pack %s: punch %" PRIu64
-				" bytes at %" PRIu64, p->pk_name, len, off);
+	return rc;
 }
 
 /* A punched range (format/pack.md §6.1) at a record's start: 64 zero
  * bytes where its header was.  *next gets the first non-zero byte at or
  * after off, or bound: the next record's start, since every header begins
  * with its magic.  Holes the file system deallocated are stepped over
- * with SEEK_DATA; the rest is read (buf holds at least 64 KiB). */
+ * (dd_vfile_seek_data); the rest is read (buf holds at least 64 KiB). */
 static int dd_pack_skip_punched(dd_pack *p, dd_err *err, uint8_t *buf,
 				uint64_t off, uint64_t bound, uint64_t *next)
 {
 	const size_t chunk = (size_t)64 << 10;
 
 	while (off < bound) {
-		off_t data = lseek(p->pk_fd, (off_t)off, SEEK_DATA);
+		uint64_t data;
 		size_t got, n;
 		int rc;
 
-		if (data < 0 && errno == ENXIO)
+		if (dd_vfile_seek_data(p->pk_f, off, &data))
 			break;        /* a hole to the end of the file */
-		if (data > (off_t)off)
-			off = (uint64_t)data < bound ? (uint64_t)data : bound;
+		if (data > off)
+			off = data < bound ? data : bound;
 		if (off >= bound)
 			break;
 		n = bound - off < chunk ? (size_t)(bound - off) : chunk;
-		rc = dd_io_pread(err, p->pk_fd, buf, n, off, &got, p->pk_name);
+		rc = dd_vfile_pread(p->pk_f, err, buf, n, off, &got);
 		if (rc)
 			return rc;
 		if (got == 0)
@@ -675,7 +641,7 @@ static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
 		*end = off;
 	if (!p || !fn)
 		return dd_err_set(err, DD_EINVAL, "dd_pack_walk: NULL argument");
-	rc = dd_io_fsize(err, p->pk_fd, &size, p->pk_name);
+	rc = dd_vfile_size(p->pk_f, err, &size);
 	if (rc)
 		return rc;
 	bound = (limit == 0 || limit > size) ? size : limit;
@@ -692,8 +658,8 @@ static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
 					p->pk_name, off, bound - off);
 			goto out;
 		}
-		rc = dd_io_pread(err, p->pk_fd, buf, DD_PACK_REC_HDR_SIZE, off,
-				 &got, p->pk_name);
+		rc = dd_vfile_pread(p->pk_f, err, buf, DD_PACK_REC_HDR_SIZE,
+				    off, &got);
 		if (rc)
 			goto out;
 		if (got < DD_PACK_REC_HDR_SIZE) {
@@ -727,9 +693,10 @@ static int dd_pack_walk_any(dd_pack *p, dd_err *err, uint64_t from,
 		}
 		got = rec.pr_psize;
 		if (payloads)
-			rc = dd_io_pread(err, p->pk_fd, buf + DD_PACK_REC_HDR_SIZE,
-					 rec.pr_psize, off + DD_PACK_REC_HDR_SIZE,
-					 &got, p->pk_name);
+			rc = dd_vfile_pread(p->pk_f, err,
+					    buf + DD_PACK_REC_HDR_SIZE,
+					    rec.pr_psize,
+					    off + DD_PACK_REC_HDR_SIZE, &got);
 		if (rc)
 			goto out;
 		if (got < rec.pr_psize) {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/vdir.h"
 
 #define DD_PACK_FILE_HDR_SIZE 64
 #define DD_PACK_REC_HDR_SIZE 64
@@ -90,16 +91,16 @@ int dd_codec_decompress(dd_codec_ctx *c, dd_err *err, const dd_pack_rec *rec,
 
 typedef struct dd_pack dd_pack;
 
-/* Creates NNNNNNNN.pack (8 hex digits of id) in dirfd (the store's packs/
- * directory) with O_EXCL, writes its header, fdatasyncs it and fsyncs the
- * directory, and opens it for appending.  DD_EEXIST if the file exists (an
- * orphan of a crash: format/pack.md §6); on any other failure no file is
- * left behind. */
-int dd_pack_create(dd_pack **out, dd_err *err, int dirfd, uint32_t id);
+/* Creates NNNNNNNN.pack (8 hex digits of id) in dir (the store's packs/
+ * directory) exclusively, writes its header, syncs it and the directory,
+ * and opens it for appending.  DD_EEXIST if the file exists (an orphan
+ * of a crash: format/pack.md §6); on any other failure no file is left
+ * behind. */
+int dd_pack_create(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id);
 /* Opens an existing pack; checks the file header (format/pack.md §2.2,
  * including that it names pack id).  writable: for appends, which go at
  * the current end of file until dd_pack_truncate sets the end. */
-int dd_pack_open(dd_pack **out, dd_err *err, int dirfd, uint32_t id,
+int dd_pack_open(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id,
 		 int writable);
 void dd_pack_close(dd_pack *p);
 uint32_t dd_pack_id(const dd_pack *p);
@@ -107,10 +108,11 @@ uint32_t dd_pack_id(const dd_pack *p);
 /* The file name of pack id: "0000002a.pack" (buf >= 16 bytes). */
 void dd_pack_name(char *buf, size_t len, uint32_t id);
 
-/* Takes the pack's own lock (flock, exclusive, without waiting) for as
- * long as this handle stays open: the store's writers hold it on every
- * pack they append to, and gc and recovery touch no pack whose lock they
- * cannot take.  DD_EBUSY when another handle holds it. */
+/* Takes the pack's own lock (dd_vfile_lock: flock locally; exclusive,
+ * without waiting) for as long as this handle stays open: the store's
+ * writers hold it on every pack they append to, and gc and recovery touch
+ * no pack whose lock they cannot take.  DD_EBUSY when another handle
+ * holds it. */
 int dd_pack_lock(dd_pack *p, dd_err *err);
 /* Appending: the end offset where the next record goes. */
 uint64_t dd_pack_end(const dd_pack *p);
@@ -127,7 +129,7 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 /* Writes the appended records still buffered into the file (not durable):
  * before another handle reads them. */
 int dd_pack_flush(dd_pack *p, dd_err *err);
-/* Flush, then fdatasync.  After a failed write or sync every later append
+/* Flush, then dd_vfile_sync (fdatasync locally).  After a failed write or sync every later append
  * and sync on this handle fails with DD_EIO (unsynced records may be
  * lost). */
 int dd_pack_sync(dd_pack *p, dd_err *err);
@@ -141,9 +143,10 @@ int dd_pack_read_rec(dd_pack *p, dd_err *err, uint64_t offset,
 		     size_t buflen);
 
 /* Gives back the space of bytes [off, off + len) of a pack (dead records
- * gc chose, format/pack.md §6.1): fallocate PUNCH_HOLE, the file's size
- * unchanged; the range then reads as zeros.  DD_ENOTSUP when the file
- * system cannot; the pack must be open for writing. */
+ * gc chose, format/pack.md §6.1): dd_vfile_punch (fallocate PUNCH_HOLE
+ * locally), the file's size unchanged; the range then reads as zeros.
+ * DD_ENOTSUP when the file system (or backend) cannot; the pack must be
+ * open for writing. */
 int dd_pack_punch(dd_pack *p, dd_err *err, uint64_t off, uint64_t len);
 /* Walks a pack record by record from its first record (for scrub and
  * rebuild).  A punched range (64 zero bytes where a header would start)

@@ -22,7 +22,7 @@
  * the store or damaged: dd_commit_check says so, naming `dedup repair`,
  * and writers refuse to build on it.
  *
- * A store of format 1 has no manifests (st_mfdir < 0): everything here is
+ * A store of format 1 has no manifests (st_mfdir NULL): everything here is
  * then a no-op and the catalog alone is the truth, until the first writer
  * upgrades it (dd_commit_upgrade): a manifest for every snapshot, then
  * DEDUP rewritten as format 2 -- the last step, so a crash before it
@@ -65,7 +65,7 @@ int dd_commit_id_unused(dd_store *s, dd_err *err, dd_txn *txn, uint64_t id)
 		rc = dd_pend_walk(txn, err, dd_pend_has_id, &id);
 		used = rc == 1;
 	}
-	for (int st = DD_MANIFEST_SNAP; rc >= 0 && !used && s->st_mfdir >= 0 &&
+	for (int st = DD_MANIFEST_SNAP; rc >= 0 && !used && s->st_mfdir &&
 	     st <= DD_MANIFEST_DEL; st++)
 		used = dd_manifest_present(s, id, st);
 	if (rc < 0)
@@ -141,7 +141,7 @@ int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 	bool moved = false;
 	int rc;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;
 	rc = dd_mf_write_from_map(s, err, txn, name, rec, &mw);
 	if (!rc)
@@ -160,7 +160,7 @@ void dd_commit_unpublish(dd_store *s, uint64_t id)
 	dd_err err;
 	bool moved;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return;
 	/* back to a temporary name first, so that a crash in between leaves
 	 * a file recovery removes, never a published one */
@@ -175,7 +175,7 @@ int dd_commit_delete_begin(dd_store *s, dd_err *err, uint64_t id)
 	bool moved = false;
 	int rc;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;
 	rc = dd_manifest_move(s->st_mfdir, err, id, DD_MANIFEST_SNAP,
 			      DD_MANIFEST_DEL, &moved);
@@ -194,7 +194,7 @@ void dd_commit_delete_undo(dd_store *s, uint64_t id)
 	dd_err err;
 	bool moved;
 
-	if (s->st_mfdir >= 0)
+	if (s->st_mfdir)
 		dd_manifest_move(s->st_mfdir, &err, id, DD_MANIFEST_DEL,
 				 DD_MANIFEST_SNAP, &moved);
 }
@@ -205,7 +205,7 @@ void dd_commit_delete_end(dd_store *s, uint64_t id)
 
 	/* a leftover ID.del names a snapshot the catalog no longer has:
 	 * recovery removes it */
-	if (s->st_mfdir >= 0)
+	if (s->st_mfdir)
 		dd_manifest_remove(s->st_mfdir, &err, id, DD_MANIFEST_DEL);
 }
 
@@ -367,7 +367,7 @@ int dd_commit_check(dd_store *s, dd_err *err)
 	dd_txn *txn;
 	int rc = 0;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;
 	/* a writer of another process can finish a commit and then an rm
 	 * of the same snapshot between the two reads: a mismatch is only
@@ -532,7 +532,7 @@ int dd_commit_recover(dd_store *s, dd_err *err)
 	bool changed = false;
 	int rc;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;
 	rc = dd_mfstate_read(s, err, &ms);
 	if (rc)
@@ -561,7 +561,7 @@ int dd_commit_recover(dd_store *s, dd_err *err)
 		}
 	}
 	if (!rc && changed)
-		rc = dd_io_fsync_dirfd(err, s->st_mfdir, DD_MANIFEST_DIR);
+		rc = dd_vdir_sync(s->st_mfdir, err);
 	dd_mfstate_free(&ms);
 	return rc;
 }
@@ -587,8 +587,8 @@ static int dd_up_snap(void *arg, const char *name, const dd_snap_rec *rec)
 	dd_manifest_name(tmp, rec->sr_id, DD_MANIFEST_TMP);
 	dd_manifest_name(fin, rec->sr_id, DD_MANIFEST_SNAP);
 	if (!rc)
-		rc = dd_io_renameat(up->up_err, up->up_store->st_mfdir, tmp,
-				    fin, 0);
+		rc = dd_vdir_rename(up->up_store->st_mfdir, up->up_err, tmp,
+				    fin, false);
 	dd_manifest_write_free(mw);
 	return rc;
 }
@@ -629,13 +629,10 @@ int dd_commit_upgrade(dd_store *s, dd_err *err)
 	snprintf(p, sizeof(p), "%s/" DD_MANIFEST_DIR, s->st_path);
 	if (mkdir(p, 0755) != 0 && errno != EEXIST)
 		return dd_err_set_errno(err, errno, "mkdir %s", p);
-	if (s->st_mfdir < 0) {
-		s->st_mfdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
-		if (s->st_mfdir < 0) {
-			rc = s->st_mfdir;
-			s->st_mfdir = -1;
+	if (!s->st_mfdir) {
+		rc = dd_vdir_open_local(&s->st_mfdir, err, p);
+		if (rc)
 			return rc;
-		}
 	}
 	rc = dd_up_conf(s, err, &conf);
 	if (!rc)
@@ -645,7 +642,7 @@ int dd_commit_upgrade(dd_store *s, dd_err *err)
 		dd_txn_abort(up.up_txn);
 	}
 	if (!rc)
-		rc = dd_io_fsync_dirfd(err, s->st_mfdir, DD_MANIFEST_DIR);
+		rc = dd_vdir_sync(s->st_mfdir, err);
 	if (!rc)
 		rc = dd_io_fsync_dir(err, s->st_path);
 	/* the last step: from here on the store is format 2 */

@@ -158,7 +158,7 @@ static int dd_gc_check_manifest(void *arg, const char *name,
 	dd_gc *gc = arg;
 	int rc;
 
-	if (gc->gc_store->st_mfdir < 0)
+	if (!gc->gc_store->st_mfdir)
 		return 0;
 	rc = dd_commit_compare_map(gc->gc_store, gc->gc_err, gc->gc_txn,
 				   rec->sr_id, name);
@@ -307,7 +307,7 @@ static void dd_gc_drop_new(dd_gc *gc)
 	dd_pack_name(name, sizeof(name), dd_pack_id(gc->gc_new));
 	dd_pack_close(gc->gc_new);
 	gc->gc_new = NULL;
-	unlinkat(gc->gc_store->st_packdir, name, 0);
+	(void)dd_vdir_unlink(gc->gc_store->st_packdir, NULL, name);
 }
 
 /* No room for the copies: the packs to rewrite are kept, still locked,
@@ -543,9 +543,14 @@ static int dd_gc_run(dd_gc *gc, double below)
 static uint64_t dd_gc_punch(dd_gc *gc)
 {
 	dd_store *s = gc->gc_store;
+	/* a pack's allocated blocks say what is left to give back; only a
+	 * local directory has them (and holes: dd_vfile_punch) */
+	int pfd = dd_vdir_fd(s->st_packdir);
 	uint64_t oldest, total = 0;
 	dd_err e = {0};
 
+	if (pfd < 0)
+		return 0;
 	if (dd_db_oldest_reader(s->st_db, &e, &oldest) || oldest < gc->gc_commit)
 		return 0;
 	for (uint64_t id = 1; id < gc->gc_npacks; id++) {
@@ -558,7 +563,7 @@ static uint64_t dd_gc_punch(dd_gc *gc)
 		if (gc->gc_fate[id] != DD_GC_KEEP || end <= DD_PACK_FILE_HDR_SIZE)
 			continue;
 		dd_pack_name(name, sizeof(name), (uint32_t)id);
-		if (!p && (fstatat(s->st_packdir, name, &st, 0) != 0 ||
+		if (!p && (fstatat(pfd, name, &st, 0) != 0 ||
 			   (uint64_t)st.st_blocks * 512 <=
 			   gc->gc_live[id] + DD_PACK_FILE_HDR_SIZE + 65536))
 			continue;   /* nothing much dead left in it */

@@ -15,16 +15,13 @@
  * own, each block with its length and each run of holes as bytes (§4.1),
  * and a reader that knows no such feature refuses it whole (DD_ENOTSUP).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
-#include "common/io.h"
+#include "common/vdir.h"
 #include "common/zero.h"
 #include "store/manifest.h"
 #include "store/manifest_internal.h"
@@ -166,8 +163,8 @@ int dd_manifest_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 /* ---- writing (§7) ----------------------------------------------------------*/
 
 struct dd_manifest_writer {
-	int mw_dirfd;
-	int mw_fd;
+	dd_vdir *mw_dir;
+	dd_vfile *mw_f;            /* ID.tmp, open until _free */
 	int mw_chunker;
 	uint64_t mw_id;
 	char mw_name[DD_NAME_MAX + 1];
@@ -183,8 +180,8 @@ struct dd_manifest_writer {
 	dd_digest *mw_digest;
 };
 
-int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
-			    uint64_t id, const char *name, int chunker)
+int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err,
+			    dd_vdir *dir, uint64_t id, const char *name, int chunker)
 {
 	dd_manifest_writer *mw;
 	int rc;
@@ -197,21 +194,16 @@ int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
 	strcpy(mw->mw_name, name);
 	mw->mw_namelen = strlen(name);
 	mw->mw_crc = dd_crc32c(0, name, mw->mw_namelen);
-	mw->mw_dirfd = dirfd;
-	mw->mw_fd = -1;
+	mw->mw_dir = dir;
 	mw->mw_id = id;
 	mw->mw_chunker = chunker;
 	dd_manifest_name(mw->mw_tmp, id, DD_MANIFEST_TMP);
 	mw->mw_buf = dd_malloc(DD_MF_BUF);
 	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err, chunker)
 			: dd_err_set(err, DD_ENOMEM, "out of memory");
-	if (!rc) {
-		mw->mw_fd = dd_io_openat(err, dirfd, mw->mw_tmp,
-					 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-					 0644);
-		if (mw->mw_fd < 0)
-			rc = mw->mw_fd;
-	}
+	if (!rc)
+		rc = dd_vdir_open_file(dir, err, mw->mw_tmp, DD_VF_CREATE,
+				       &mw->mw_f);
 	if (rc) {
 		dd_manifest_write_free(mw);
 		return rc;
@@ -228,9 +220,9 @@ static int dd_mf_flush(dd_manifest_writer *mw, dd_err *err)
 	if (!mw->mw_fill)
 		return 0;
 	mw->mw_crc = dd_crc32c(mw->mw_crc, mw->mw_buf, mw->mw_fill);
-	rc = dd_io_pwrite_full(err, mw->mw_fd, mw->mw_buf, mw->mw_fill,
-			       DD_MANIFEST_HDR_SIZE + mw->mw_namelen +
-				       mw->mw_list_off, mw->mw_tmp);
+	rc = dd_vfile_pwrite_full(mw->mw_f, err, mw->mw_buf, mw->mw_fill,
+				  DD_MANIFEST_HDR_SIZE + mw->mw_namelen +
+					  mw->mw_list_off);
 	mw->mw_list_off += mw->mw_fill;
 	mw->mw_fill = 0;
 	return rc;
@@ -355,17 +347,14 @@ int dd_manifest_write_finish(dd_manifest_writer *mw, dd_err *err,
 	memcpy(tail, DD_MF_END_MAGIC, 4);
 	dd_put_le32(tail + 4, mw->mw_crc);
 	dd_mf_hdr_encode(head, &h, mw->mw_namelen);
-	rc = dd_io_pwrite_full(err, mw->mw_fd, tail, sizeof(tail), end,
-			       mw->mw_tmp);
+	rc = dd_vfile_pwrite_full(mw->mw_f, err, tail, sizeof(tail), end);
 	if (!rc)
-		rc = dd_io_pwrite_full(err, mw->mw_fd, head, sizeof(head), 0,
-				       mw->mw_tmp);
+		rc = dd_vfile_pwrite_full(mw->mw_f, err, head, sizeof(head), 0);
 	if (!rc)
-		rc = dd_io_pwrite_full(err, mw->mw_fd, mw->mw_name,
-				       mw->mw_namelen, DD_MANIFEST_HDR_SIZE,
-				       mw->mw_tmp);
+		rc = dd_vfile_pwrite_full(mw->mw_f, err, mw->mw_name,
+					  mw->mw_namelen, DD_MANIFEST_HDR_SIZE);
 	if (!rc)
-		rc = dd_io_fdatasync(err, mw->mw_fd, mw->mw_tmp);
+		rc = dd_vfile_sync(mw->mw_f, err);
 	return rc;
 }
 
@@ -376,17 +365,17 @@ void dd_manifest_write_free(dd_manifest_writer *mw)
 	/* an unpublished ID.tmp is no part of the store (a published one
 	 * has another name now); a failure to remove it leaves it to
 	 * recovery */
-	if (mw->mw_fd >= 0) {
-		dd_io_close(mw->mw_fd);
-		unlinkat(mw->mw_dirfd, mw->mw_tmp, 0);
+	if (mw->mw_f) {
+		dd_vfile_close(mw->mw_f);
+		(void)dd_vdir_unlink(mw->mw_dir, NULL, mw->mw_tmp);
 	}
 	dd_digest_free(mw->mw_digest);
 	dd_free(mw->mw_buf);
 	dd_free(mw);
 }
 
-int dd_manifest_move(int dirfd, dd_err *err, uint64_t id, int from, int to,
-		     bool *moved)
+int dd_manifest_move(dd_vdir *dir, dd_err *err, uint64_t id, int from,
+		     int to, bool *moved)
 {
 	char a[DD_MANIFEST_NAME_MAX], b[DD_MANIFEST_NAME_MAX];
 	int rc;
@@ -394,7 +383,7 @@ int dd_manifest_move(int dirfd, dd_err *err, uint64_t id, int from, int to,
 	dd_manifest_name(a, id, from);
 	dd_manifest_name(b, id, to);
 	*moved = false;
-	rc = dd_io_renameat(err, dirfd, a, b, RENAME_NOREPLACE);
+	rc = dd_vdir_rename(dir, err, a, b, true);
 	if (rc == DD_EEXIST)
 		return dd_err_set(err, DD_EEXIST, "manifest %s exists already "
 				  "(an older catalog reused a snapshot id?): "
@@ -402,14 +391,14 @@ int dd_manifest_move(int dirfd, dd_err *err, uint64_t id, int from, int to,
 	if (rc)
 		return rc;
 	*moved = true;
-	return dd_io_fsync_dirfd(err, dirfd, DD_MANIFEST_DIR);
+	return dd_vdir_sync(dir, err);
 }
 
-int dd_manifest_remove(int dirfd, dd_err *err, uint64_t id, int state)
+int dd_manifest_remove(dd_vdir *dir, dd_err *err, uint64_t id, int state)
 {
 	char n[DD_MANIFEST_NAME_MAX];
 
 	dd_manifest_name(n, id, state);
-	return dd_io_unlinkat(err, dirfd, n, 0);
+	return dd_vdir_unlink(dir, err, n);
 }
 

@@ -21,6 +21,7 @@
 
 #include "dedup.h"
 #include "common/err.h"
+#include "common/vdir.h"
 #include "hash/hash.h"
 
 #define DD_MANIFEST_DIR "manifests"
@@ -61,11 +62,12 @@ int dd_manifest_parse_name(const char *name, uint64_t *id, int *state);
 
 typedef struct dd_manifest_writer dd_manifest_writer;
 
-/* Creates manifests/ID.tmp (O_EXCL: a leftover one is removed only by
- * recovery, never here) for snapshot id called name, of an image cut by
- * chunker (enum dd_chunker). */
-int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err, int dirfd,
-			    uint64_t id, const char *name, int chunker);
+/* Creates ID.tmp in dir, the store's manifests (exclusively, DD_EEXIST:
+ * a leftover one is removed only by recovery, never here) for snapshot
+ * id called name, of an image cut by chunker (enum dd_chunker). */
+int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err,
+			    dd_vdir *dir, uint64_t id, const char *name,
+			    int chunker);
 /* Appends block entries in image order; len, the block's length, is
  * written for content-defined blocks (and ignored for fixed ones). */
 int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,
@@ -86,10 +88,10 @@ void dd_manifest_write_free(dd_manifest_writer *mw);
 /* Renames ID.`from` to ID.`to` (states), replacing nothing (DD_EEXIST if
  * ID.`to` exists), then syncs the directory.  *moved tells whether the
  * rename happened, even when the sync then failed. */
-int dd_manifest_move(int dirfd, dd_err *err, uint64_t id, int from, int to,
-		     bool *moved);
+int dd_manifest_move(dd_vdir *dir, dd_err *err, uint64_t id, int from,
+		     int to, bool *moved);
 /* Removes ID in that state; DD_ENOENT if absent. */
-int dd_manifest_remove(int dirfd, dd_err *err, uint64_t id, int state);
+int dd_manifest_remove(dd_vdir *dir, dd_err *err, uint64_t id, int state);
 
 /* ---- reading ---------------------------------------------------------------*/
 
@@ -114,13 +116,13 @@ typedef struct dd_manifest_ent {
 int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
 			  const char *label, uint64_t expect_id,
 			  uint64_t max_blocks, dd_manifest_hdr *hdr);
-/* The same for manifests/ID in a state, reading its own descriptor.
- * DD_ENOENT if there is no such file. */
-int dd_manifest_open_at(dd_manifest_reader **out, dd_err *err, int dirfd,
+/* The same for ID in a state in dir (the store's manifests), reading a
+ * file of its own.  DD_ENOENT if there is no such file. */
+int dd_manifest_open_at(dd_manifest_reader **out, dd_err *err, dd_vdir *dir,
 			uint64_t id, int state, dd_manifest_hdr *hdr);
-/* Reads only the header of manifests/ID.snap, checked (§3) but without
- * the list walk: what a listing needs. */
-int dd_manifest_read_header_at(int dirfd, dd_err *err, uint64_t id,
+/* Reads only the header of ID.snap in dir, checked (§3) but without the
+ * list walk: what a listing needs. */
+int dd_manifest_read_header_at(dd_vdir *dir, dd_err *err, uint64_t id,
 			       dd_manifest_hdr *hdr);
 /* The next entry: 1 and *ent, or 0 after the last. */
 int dd_manifest_read_next(dd_manifest_reader *mr, dd_err *err,

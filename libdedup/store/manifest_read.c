@@ -10,25 +10,49 @@
  * Content-defined blocks have tags of their own (§4.1): each block with
  * its length, each run of holes as bytes.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/crc32c.h"
 #include "common/endian.h"
 #include "common/io.h"
+#include "common/vdir.h"
 #include "store/manifest.h"
 #include "store/manifest_internal.h"
 #include "store/store_internal.h"
 
 /* ---- reading (§6) ----------------------------------------------------------*/
 
+/* Where a manifest is read from: a file of the store's manifests (a
+ * dd_vfile, which the reader owns), or a descriptor the caller gave
+ * (dd_manifest_read_open: a file anywhere, the fuzz harness's). */
+struct dd_mf_src {
+	dd_vfile *ms_vf;
+	int ms_fd;                 /* when ms_vf is NULL */
+	const char *ms_label;      /* names the file in messages */
+};
+
+static int dd_mf_pread_full(const struct dd_mf_src *src, dd_err *err,
+			    void *buf, size_t len, uint64_t off)
+{
+	/* a vfile's name is the label: the messages are the same */
+	if (src->ms_vf)
+		return dd_vfile_pread_full(src->ms_vf, err, buf, len, off);
+	return dd_io_pread_full(err, src->ms_fd, buf, len, off,
+				src->ms_label);
+}
+
+static int dd_mf_size(const struct dd_mf_src *src, dd_err *err,
+		      uint64_t *size)
+{
+	if (src->ms_vf)
+		return dd_vfile_size(src->ms_vf, err, size);
+	return dd_io_fsize(err, src->ms_fd, size, src->ms_label);
+}
+
 struct dd_manifest_reader {
-	int mr_fd;
-	bool mr_own_fd;
+	struct dd_mf_src mr_src;   /* ms_label points at mr_label */
 	char mr_label[64];
 	dd_manifest_hdr mr_hdr;
 	uint64_t mr_list_start;    /* file offset of the list */
@@ -55,8 +79,8 @@ static int dd_mf_fill(dd_manifest_reader *mr, dd_err *err, size_t want)
 	n = DD_MF_BUF - have;
 	if (n > left)
 		n = (size_t)left;
-	rc = dd_io_pread_full(err, mr->mr_fd, mr->mr_buf + have, n,
-			      mr->mr_list_start + mr->mr_buf_pos, mr->mr_label);
+	rc = dd_mf_pread_full(&mr->mr_src, err, mr->mr_buf + have, n,
+			      mr->mr_list_start + mr->mr_buf_pos);
 	if (rc)
 		return rc;
 	mr->mr_end += n;
@@ -226,8 +250,8 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 	bool prev_hole = false;
 	int rc;
 
-	rc = dd_io_pread_full(err, mr->mr_fd, tail, sizeof(tail),
-			      mr->mr_list_start + h->mh_list_bytes, mr->mr_label);
+	rc = dd_mf_pread_full(&mr->mr_src, err, tail, sizeof(tail),
+			      mr->mr_list_start + h->mh_list_bytes);
 	if (rc)
 		return rc;
 	/* pass 1: CRC of the raw bytes, chunk by chunk */
@@ -235,8 +259,8 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 		size_t n = h->mh_list_bytes - off > DD_MF_BUF
 				   ? DD_MF_BUF : (size_t)(h->mh_list_bytes - off);
 
-		rc = dd_io_pread_full(err, mr->mr_fd, mr->mr_buf, n,
-				      mr->mr_list_start + off, mr->mr_label);
+		rc = dd_mf_pread_full(&mr->mr_src, err, mr->mr_buf, n,
+				      mr->mr_list_start + off);
 		if (rc)
 			return rc;
 		crc = dd_crc32c(crc, mr->mr_buf, n);
@@ -290,21 +314,22 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 	return rc;
 }
 
-/* Reads and checks the header and name of the manifest in fd. */
-static int dd_mf_read_head(dd_err *err, int fd, const char *label,
+/* Reads and checks the header and name of the manifest in src. */
+static int dd_mf_read_head(dd_err *err, const struct dd_mf_src *src,
 			   uint64_t expect_id, dd_manifest_hdr *h)
 {
+	const char *label = src->ms_label;
 	uint8_t head[DD_MANIFEST_HDR_SIZE];
 	uint64_t fsize;
 	size_t namelen = 0;
-	int rc = dd_io_fsize(err, fd, &fsize, label);
+	int rc = dd_mf_size(src, err, &fsize);
 
 	if (rc)
 		return rc;
 	if (fsize < DD_MANIFEST_HDR_SIZE + DD_MANIFEST_TRAILER_SIZE)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest of %llu "
 				  "bytes", label, (unsigned long long)fsize);
-	rc = dd_io_pread_full(err, fd, head, sizeof(head), 0, label);
+	rc = dd_mf_pread_full(src, err, head, sizeof(head), 0);
 	if (!rc)
 		rc = dd_manifest_hdr_decode(err, head, label, h, &namelen);
 	if (rc)
@@ -322,8 +347,8 @@ static int dd_mf_read_head(dd_err *err, int fd, const char *label,
 						       namelen +
 						       h->mh_list_bytes +
 						       DD_MANIFEST_TRAILER_SIZE));
-	rc = dd_io_pread_full(err, fd, h->mh_name, namelen,
-			      DD_MANIFEST_HDR_SIZE, label);
+	rc = dd_mf_pread_full(src, err, h->mh_name, namelen,
+			      DD_MANIFEST_HDR_SIZE);
 	if (rc)
 		return rc;
 	h->mh_name[namelen] = 0;
@@ -333,8 +358,10 @@ static int dd_mf_read_head(dd_err *err, int fd, const char *label,
 	return 0;
 }
 
-int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
-			  const char *label, uint64_t expect_id,
+/* dd_manifest_read_open for a source; a vfile in it is the reader's
+ * once this returns 0. */
+static int dd_mf_open_src(dd_manifest_reader **out, dd_err *err,
+			  const struct dd_mf_src *src, uint64_t expect_id,
 			  uint64_t max_blocks, dd_manifest_hdr *hdr)
 {
 	dd_manifest_reader *mr = dd_calloc(1, sizeof(*mr));
@@ -342,13 +369,13 @@ int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
 
 	if (!mr)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	mr->mr_fd = fd;
-	snprintf(mr->mr_label, sizeof(mr->mr_label), "%s", label);
+	snprintf(mr->mr_label, sizeof(mr->mr_label), "%s", src->ms_label);
+	mr->mr_src = *src;
+	mr->mr_src.ms_label = mr->mr_label;
 	mr->mr_buf = dd_malloc(DD_MF_BUF);
 	rc = mr->mr_buf ? 0 : dd_err_set(err, DD_ENOMEM, "out of memory");
 	if (!rc)
-		rc = dd_mf_read_head(err, fd, mr->mr_label, expect_id,
-				     &mr->mr_hdr);
+		rc = dd_mf_read_head(err, &mr->mr_src, expect_id, &mr->mr_hdr);
 	if (!rc && max_blocks && mr->mr_hdr.mh_blocks > max_blocks)
 		rc = dd_err_set(err, DD_ECORRUPT, "%s: manifest claims %llu "
 				"blocks, more than %llu", mr->mr_label,
@@ -358,6 +385,8 @@ int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
 	if (!rc)
 		rc = dd_mf_verify(mr, err);
 	if (rc) {
+		/* the source stays the caller's */
+		mr->mr_src.ms_vf = NULL;
 		dd_manifest_read_close(mr);
 		return rc;
 	}
@@ -366,37 +395,47 @@ int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
 	return 0;
 }
 
-int dd_manifest_open_at(dd_manifest_reader **out, dd_err *err, int dirfd,
+int dd_manifest_read_open(dd_manifest_reader **out, dd_err *err, int fd,
+			  const char *label, uint64_t expect_id,
+			  uint64_t max_blocks, dd_manifest_hdr *hdr)
+{
+	struct dd_mf_src src = {.ms_fd = fd, .ms_label = label};
+
+	return dd_mf_open_src(out, err, &src, expect_id, max_blocks, hdr);
+}
+
+int dd_manifest_open_at(dd_manifest_reader **out, dd_err *err, dd_vdir *dir,
 			uint64_t id, int state, dd_manifest_hdr *hdr)
 {
 	char name[DD_MANIFEST_NAME_MAX];
-	int fd, rc;
+	struct dd_mf_src src = {.ms_fd = -1};
+	int rc;
 
 	dd_manifest_name(name, id, state);
-	fd = dd_io_openat(err, dirfd, name, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return fd;
-	rc = dd_manifest_read_open(out, err, fd, name, id, 0, hdr);
-	if (rc) {
-		dd_io_close(fd);
+	rc = dd_vdir_open_file(dir, err, name, 0, &src.ms_vf);
+	if (rc)
 		return rc;
-	}
-	(*out)->mr_own_fd = true;
-	return 0;
+	src.ms_label = dd_vfile_name(src.ms_vf);
+	rc = dd_mf_open_src(out, err, &src, id, 0, hdr);
+	if (rc)
+		dd_vfile_close(src.ms_vf);
+	return rc;
 }
 
-int dd_manifest_read_header_at(int dirfd, dd_err *err, uint64_t id,
+int dd_manifest_read_header_at(dd_vdir *dir, dd_err *err, uint64_t id,
 			       dd_manifest_hdr *hdr)
 {
 	char name[DD_MANIFEST_NAME_MAX];
-	int fd, rc;
+	struct dd_mf_src src = {.ms_fd = -1};
+	int rc;
 
 	dd_manifest_name(name, id, DD_MANIFEST_SNAP);
-	fd = dd_io_openat(err, dirfd, name, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return fd;
-	rc = dd_mf_read_head(err, fd, name, id, hdr);
-	dd_io_close(fd);
+	rc = dd_vdir_open_file(dir, err, name, 0, &src.ms_vf);
+	if (rc)
+		return rc;
+	src.ms_label = dd_vfile_name(src.ms_vf);
+	rc = dd_mf_read_head(err, &src, id, hdr);
+	dd_vfile_close(src.ms_vf);
 	return rc;
 }
 
@@ -413,8 +452,7 @@ void dd_manifest_read_close(dd_manifest_reader *mr)
 {
 	if (!mr)
 		return;
-	if (mr->mr_own_fd)
-		dd_io_close(mr->mr_fd);
+	dd_vfile_close(mr->mr_src.ms_vf);
 	dd_free(mr->mr_buf);
 	dd_free(mr);
 }

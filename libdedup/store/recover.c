@@ -17,7 +17,6 @@
  * recorded are removed -- never a record a DDT entry names.  Every flock
  * dies with its process, so a killed writer never leaves a store locked.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -203,15 +202,15 @@ int dd_store_reap(dd_store *s, dd_err *err, uint64_t *freed)
 	 * no record names, which recovery removes */
 	for (size_t i = 0; !rc && i < dm.dm_n; i++) {
 		char name[32];
-		struct stat st;
+		uint64_t size;
 
 		dd_pack_name(name, sizeof(name), dm.dm_id[i]);
-		if (fstatat(s->st_packdir, name, &st, 0) == 0)
-			*freed += (uint64_t)st.st_size;
-		unlinkat(s->st_packdir, name, 0);
+		if (dd_vdir_stat(s->st_packdir, NULL, name, &size) == 0)
+			*freed += size;
+		(void)dd_vdir_unlink(s->st_packdir, NULL, name);
 	}
 	if (!rc)
-		fsync(s->st_packdir);
+		(void)dd_vdir_sync(s->st_packdir, NULL);
 	dd_free(dm.dm_id);
 	return rc;
 }
@@ -325,14 +324,13 @@ static int dd_pack_present(void *arg, uint32_t id, uint64_t end)
 {
 	struct dd_pack_present *pp = arg;
 	char name[16];           /* dd_pack_name's size */
-	struct stat st;
+	int rc;
 
 	(void)end;
 	dd_pack_name(name, sizeof(name), id);
-	if (fstatat(pp->pp_store->st_packdir, name, &st, 0) == 0)
-		return 0;
-	if (errno != ENOENT)
-		return dd_err_set_errno(pp->pp_err, errno, "%s", name);
+	rc = dd_vdir_stat(pp->pp_store->st_packdir, pp->pp_err, name, NULL);
+	if (rc != DD_ENOENT)
+		return rc;
 	return dd_err_set(pp->pp_err, DD_ECORRUPT, "pack %s is in the catalog "
 			  "but not in packs/ (a catalog older than the store, "
 			  "or a lost file): run dedup repair", name);
@@ -401,13 +399,19 @@ static int dd_recover_orphan(dd_store *s, dd_err *err, dd_txn *txn,
 	} else if (rc == DD_ENOENT) {
 		return 0;
 	}
-	if (!rc && unlinkat(s->st_packdir, name, 0) != 0 && errno != ENOENT)
-		rc = dd_err_set_errno(err, errno, "remove %s", name);
+	if (!rc) {
+		rc = dd_vdir_unlink(s->st_packdir, err, name);
+		if (rc == DD_ENOENT)
+			rc = 0;
+	}
 	return rc == 1 ? 0 : rc;
 }
 
-/* What the scan of packs/ found to mend. */
+/* What the scan of packs/ found to mend, and what it scans against. */
 struct dd_pack_todo {
+	dd_store *pt_store;
+	dd_txn *pt_txn;
+	const struct dd_doomed *pt_doomed;
 	dd_err *pt_err;
 	uint32_t *pt_tail, *pt_orphan;
 	size_t pt_ntail, pt_norphan, pt_cap_tail, pt_cap_orphan;
@@ -429,15 +433,14 @@ static int dd_todo_add(dd_err *err, uint32_t **ids, size_t *n, size_t *cap,
 	return 0;
 }
 
-/* One file of packs/ against the catalog of txn. */
-static int dd_scan_pack(dd_store *s, dd_txn *txn, struct dd_pack_todo *pt,
-			const struct dd_doomed *doomed, const char *fname)
+/* One file of packs/ against the catalog of pt_txn (a dd_vdir_list_fn). */
+static int dd_scan_pack(void *arg, const char *fname)
 {
+	struct dd_pack_todo *pt = arg;
 	dd_err *err = pt->pt_err;
 	char *end;
 	unsigned long id;
-	uint64_t committed;
-	struct stat st;
+	uint64_t committed, size;
 	int rc;
 
 	if (strlen(fname) != 13 || strcmp(fname + 8, ".pack") != 0)
@@ -446,21 +449,22 @@ static int dd_scan_pack(dd_store *s, dd_txn *txn, struct dd_pack_todo *pt,
 	id = strtoul(fname, &end, 16);
 	if (errno || end != fname + 8 || id == 0 || id > UINT32_MAX)
 		return 0;
-	if (dd_is_doomed(doomed, (uint32_t)id))
+	if (dd_is_doomed(pt->pt_doomed, (uint32_t)id))
 		return 0; /* a reader may still need it */
-	rc = dd_packs_get(txn, err, (uint32_t)id, &committed);
+	rc = dd_packs_get(pt->pt_txn, err, (uint32_t)id, &committed);
 	if (rc == DD_ENOENT)
 		return dd_todo_add(err, &pt->pt_orphan, &pt->pt_norphan,
 				   &pt->pt_cap_orphan, (uint32_t)id);
 	if (rc)
 		return rc;
-	if (fstatat(s->st_packdir, fname, &st, 0) != 0)
-		return dd_err_set_errno(err, errno, "%s", fname);
+	rc = dd_vdir_stat(pt->pt_store->st_packdir, err, fname, &size);
+	if (rc)
+		return rc;
 	/* a pack shorter than its committed end lost records: damage, which
 	 * scrub reports and reads refuse block by block; there is no tail to
 	 * cut, and refusing here would keep rm and gc from removing the
 	 * snapshots it hurt (format/store.md §5) */
-	if ((uint64_t)st.st_size > committed)
+	if (size > committed)
 		return dd_todo_add(err, &pt->pt_tail, &pt->pt_ntail,
 				   &pt->pt_cap_tail, (uint32_t)id);
 	return 0;
@@ -474,24 +478,14 @@ static int dd_scan_pack(dd_store *s, dd_txn *txn, struct dd_pack_todo *pt,
  * some. */
 static int dd_recover_packs(dd_store *s, dd_err *err)
 {
-	int dfd = dup(s->st_packdir);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	struct dd_doomed doomed = {.dm_err = err, .dm_all = true};
-	struct dd_pack_todo pt = {.pt_err = err};
-	struct dirent *de;
+	struct dd_pack_todo pt = {.pt_store = s, .pt_doomed = &doomed,
+				  .pt_err = err};
 	dd_txn *txn;
-	int rc;
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return dd_err_set_errno(err, errno, "%s/packs", s->st_path);
-	}
-	rc = dd_txn_begin(s->st_db, err, false, &txn);
-	if (rc) {
-		closedir(d);
+	if (rc)
 		return rc;
-	}
 	rc = dd_packs_walk_doomed(txn, err, dd_doomed_collect, &doomed);
 	/* every pack the catalog records must be there before anything is
 	 * cut: a catalog that lists vanished packs is not one to trust with
@@ -499,11 +493,10 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 	if (!rc)
 		rc = dd_packs_walk(txn, err, dd_pack_present,
 				   &(struct dd_pack_present){s, err});
-	rewinddir(d);
-	while (!rc && (de = readdir(d)) != NULL)
-		rc = dd_scan_pack(s, txn, &pt, &doomed, de->d_name);
+	pt.pt_txn = txn;
+	if (!rc)
+		rc = dd_vdir_list(s->st_packdir, err, dd_scan_pack, &pt);
 	dd_txn_abort(txn);
-	closedir(d);
 	for (size_t i = 0; !rc && i < pt.pt_ntail; i++)
 		rc = dd_recover_tail(s, err, pt.pt_tail[i]);
 	if (!rc && pt.pt_norphan) {
@@ -518,8 +511,8 @@ static int dd_recover_packs(dd_store *s, dd_err *err)
 			dd_txn_abort(txn);
 		}
 	}
-	if (!rc && (pt.pt_ntail || pt.pt_norphan) && fsync(s->st_packdir) != 0)
-		rc = dd_err_set_errno(err, errno, "sync %s/packs", s->st_path);
+	if (!rc && (pt.pt_ntail || pt.pt_norphan))
+		rc = dd_vdir_sync(s->st_packdir, err);
 	dd_free(doomed.dm_id);
 	dd_free(pt.pt_tail);
 	dd_free(pt.pt_orphan);

@@ -61,7 +61,8 @@ typedef struct dd_repair {
 	dd_repair_opts rp_opts;
 	dd_repair_result rp_res;
 	dd_store_conf rp_conf;
-	int rp_lockfd, rp_packdir, rp_mfdir;
+	int rp_lockfd;
+	dd_vdir *rp_packdir, *rp_mfdir;
 	dd_db *rp_db;
 	dd_txn *rp_txn;
 	uint64_t rp_ops;          /* changes in the open transaction */
@@ -168,49 +169,41 @@ static int dd_u64_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Ids in state `want` (or any state: -1) of directory dirfd, sorted;
+/* A listing's ids, as dd_list_ids gathers them. */
+struct dd_id_list {
+	dd_err *il_err;
+	dd_name_parse_fn il_parse;
+	int il_want;
+	uint64_t *il_max;
+	dd_idset il_set;
+};
+
+static int dd_list_id(void *arg, const char *name)
+{
+	struct dd_id_list *il = arg;
+	uint64_t id;
+	int state;
+
+	if (!il->il_parse(name, &id, &state))
+		return 0;
+	if (id + 1 > *il->il_max)
+		*il->il_max = id + 1;
+	if (il->il_want >= 0 && state != il->il_want)
+		return 0;
+	return dd_idset_add(il->il_err, &il->il_set, id);
+}
+
+/* Ids in state `want` (or any state: -1) of directory dir, sorted;
  * *max gets one past the largest id of any state. */
-static int dd_list_ids(dd_err *err, int dfd, dd_name_parse_fn parse,
+static int dd_list_ids(dd_err *err, dd_vdir *dir, dd_name_parse_fn parse,
 		       int want, uint64_t **out, size_t *n, uint64_t *max)
 {
-	int dup_fd = dup(dfd);
-	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-	struct dirent *de;
-	size_t cap = 0;
-	int rc = 0;
+	struct dd_id_list il = {.il_err = err, .il_parse = parse,
+				.il_want = want, .il_max = max};
+	int rc = dd_vdir_list(dir, err, dd_list_id, &il);
 
-	*out = NULL;
-	*n = 0;
-	if (!d) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return dd_err_set_errno(err, errno, "read directory");
-	}
-	rewinddir(d);
-	while (!rc && (de = readdir(d)) != NULL) {
-		uint64_t id;
-		int state;
-
-		if (!parse(de->d_name, &id, &state))
-			continue;
-		if (id + 1 > *max)
-			*max = id + 1;
-		if (want >= 0 && state != want)
-			continue;
-		if (*n == cap) {
-			uint64_t *ids;
-
-			cap = cap ? cap * 2 : 64;
-			ids = dd_realloc(*out, cap * sizeof(*ids));
-			if (!ids) {
-				rc = dd_err_set(err, DD_ENOMEM, "out of memory");
-				break;
-			}
-			*out = ids;
-		}
-		(*out)[(*n)++] = id;
-	}
-	closedir(d);
+	*out = il.il_set.is_ids;
+	*n = il.il_set.is_n;
 	if (rc) {
 		dd_free(*out);
 		*out = NULL;
@@ -223,12 +216,12 @@ static int dd_list_ids(dd_err *err, int dfd, dd_name_parse_fn parse,
 
 /* Moves a file the store cannot use aside (NAME.damaged), out of every
  * name the store reads, kept for whoever wants to look at it. */
-static int dd_move_aside(dd_err *err, int dfd, const char *name)
+static int dd_move_aside(dd_err *err, dd_vdir *dir, const char *name)
 {
 	char to[64];
 
 	snprintf(to, sizeof(to), "%s.damaged", name);
-	return dd_io_renameat(err, dfd, name, to, 0);
+	return dd_vdir_rename(dir, err, name, to, false);
 }
 
 /* ---- pass 1: packs -----------------------------------------------------------*/
@@ -392,11 +385,11 @@ static int dd_repair_packs(dd_repair *rp)
 	rp->rp_pack_next = max;
 	for (size_t i = 0; !rc && i < n; i++) {
 		char name[16];
-		struct stat st;
+		uint64_t size;
 
 		dd_pack_name(name, sizeof(name), (uint32_t)ids[i]);
-		if (fstatat(rp->rp_packdir, name, &st, 0) == 0)
-			rp->rp_total += (uint64_t)st.st_size;
+		if (dd_vdir_stat(rp->rp_packdir, NULL, name, &size) == 0)
+			rp->rp_total += size;
 	}
 	rp->rp_res.pack_bytes = rp->rp_total;
 	for (size_t i = 0; !rc && i < n; i++)
@@ -675,7 +668,7 @@ static int dd_repair_swap(dd_repair *rp, const char *fresh, const char *db)
 			dd_manifest_remove(rp->rp_mfdir, &e, ids[i], st_);
 		dd_free(ids);
 	}
-	dd_io_fsync_dirfd(&(dd_err){0}, rp->rp_mfdir, DD_MANIFEST_DIR);
+	(void)dd_vdir_sync(rp->rp_mfdir, NULL);
 	return 0;
 }
 
@@ -691,14 +684,14 @@ static int dd_repair_lock(dd_repair *rp)
 static int dd_repair_open_dirs(dd_repair *rp)
 {
 	char p[4096];
+	int rc;
 
 	snprintf(p, sizeof(p), "%s/packs", rp->rp_path);
-	rp->rp_packdir = dd_io_open(rp->rp_err, p, O_RDONLY | O_DIRECTORY, 0);
-	if (rp->rp_packdir < 0)
-		return rp->rp_packdir;
+	rc = dd_vdir_open_local(&rp->rp_packdir, rp->rp_err, p);
+	if (rc)
+		return rc;
 	snprintf(p, sizeof(p), "%s/" DD_MANIFEST_DIR, rp->rp_path);
-	rp->rp_mfdir = dd_io_open(rp->rp_err, p, O_RDONLY | O_DIRECTORY, 0);
-	return rp->rp_mfdir < 0 ? rp->rp_mfdir : 0;
+	return dd_vdir_open_local(&rp->rp_mfdir, rp->rp_err, p);
 }
 
 /* The scratch of the verify pass: a codec and the store's hasher. */
@@ -714,8 +707,7 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 		    dd_repair_result *out)
 {
 	dd_err *err = dd_thread_err();
-	dd_repair rp = {.rp_path = path, .rp_err = err, .rp_lockfd = -1,
-			.rp_packdir = -1, .rp_mfdir = -1};
+	dd_repair rp = {.rp_path = path, .rp_err = err, .rp_lockfd = -1};
 	char fresh[4096], db[4096];
 	int rc;
 
@@ -769,10 +761,8 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 	else
 		dd_remove_flat_dir(&(dd_err){0}, fresh);
 	dd_scratch_fini(&rp.rp_sc);
-	if (rp.rp_mfdir >= 0)
-		dd_io_close(rp.rp_mfdir);
-	if (rp.rp_packdir >= 0)
-		dd_io_close(rp.rp_packdir);
+	dd_vdir_close(rp.rp_mfdir);
+	dd_vdir_close(rp.rp_packdir);
 	if (rp.rp_lockfd >= 0)
 		dd_io_close(rp.rp_lockfd);   /* and the lock with it */
 	if (!rc && out)

@@ -372,7 +372,7 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 		/* the map against the snapshot's manifest, the truth that
 		 * repair rebuilds from (one deleted since this scrub began
 		 * has none any more: dd_commit_check sees to the set) */
-		if (!rc && sc->sc_store->st_mfdir >= 0) {
+		if (!rc && sc->sc_store->st_mfdir) {
 			rc = dd_commit_compare_map(sc->sc_store, sc->sc_err,
 						   sc->sc_txn, r->sr_id, name);
 			if (rc == DD_ENOENT)

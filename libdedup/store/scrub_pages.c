@@ -162,7 +162,7 @@ static int dd_scrub_manifest_uses(dd_store *s, dd_err *err, uint64_t id,
 	dd_manifest_ent e;
 	int rc;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;  /* a format-1 store keeps none: nothing to name */
 	rc = dd_manifest_open_at(&mr, err, s->st_mfdir, id, DD_MANIFEST_SNAP,
 				 &h);

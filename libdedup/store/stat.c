@@ -6,7 +6,6 @@
  * those of `zdb -S` (DESIGN.md): on logical sizes, zero blocks excluded.
  */
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/hist.h"
 #include "store/store_internal.h"
@@ -49,12 +48,12 @@ static int dd_stat_pack(void *arg, uint32_t id, uint64_t end)
 {
 	struct dd_stat_packs *sp = arg;
 	char name[32];
-	struct stat st;
+	uint64_t size;
 
 	dd_pack_name(name, sizeof(name), id);
 	sp->sp_stat->pack_files++;
-	if (fstatat(sp->sp_store->st_packdir, name, &st, 0) == 0)
-		sp->sp_stat->pack_bytes += (uint64_t)st.st_size;
+	if (dd_vdir_stat(sp->sp_store->st_packdir, NULL, name, &size) == 0)
+		sp->sp_stat->pack_bytes += size;
 	else
 		sp->sp_stat->pack_bytes += end;
 	return 0;

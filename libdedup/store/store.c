@@ -192,8 +192,6 @@ static int dd_store_alloc(dd_store **out, dd_err *err, const char *path,
 	s = dd_calloc(1, sizeof(*s));
 	if (!s)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	s->st_packdir = -1;
-	s->st_mfdir = -1;
 	pthread_mutex_init(&s->st_lock, NULL);
 	pthread_mutex_init(&s->st_pool_lock, NULL);
 	/* A version-1 struct ends at `threads`, a version-2 one at
@@ -241,16 +239,12 @@ static int dd_store_attach(dd_store *s, dd_err *err, bool create,
 	if (rc)
 		return rc;
 	snprintf(p, sizeof(p), "%s/packs", s->st_path);
-	s->st_packdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
-	if (s->st_packdir < 0)
-		return s->st_packdir;
-	if (conf->sc_format >= 2) {
+	rc = dd_vdir_open_local(&s->st_packdir, err, p);
+	if (!rc && conf->sc_format >= 2) {
 		snprintf(p, sizeof(p), "%s/" DD_MANIFEST_DIR, s->st_path);
-		s->st_mfdir = dd_io_open(err, p, O_RDONLY | O_DIRECTORY, 0);
-		if (s->st_mfdir < 0)
-			return s->st_mfdir;
+		rc = dd_vdir_open_local(&s->st_mfdir, err, p);
 	}
-	return 0;
+	return rc;
 }
 
 static int dd_store_start_pool(dd_store *s, dd_err *err)
@@ -459,10 +453,8 @@ void dd_store_close(dd_store *s)
 	for (uint32_t i = 0; i < s->st_npacks; i++)
 		dd_pack_close(s->st_packs[i]);
 	dd_free(s->st_packs);
-	if (s->st_packdir >= 0)
-		dd_io_close(s->st_packdir);
-	if (s->st_mfdir >= 0)
-		dd_io_close(s->st_mfdir);
+	dd_vdir_close(s->st_packdir);
+	dd_vdir_close(s->st_mfdir);
 	dd_db_close(s->st_db);
 	pthread_mutex_destroy(&s->st_lock);
 	pthread_mutex_destroy(&s->st_pool_lock);

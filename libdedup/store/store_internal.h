@@ -30,6 +30,7 @@
 #include "dedup.h"
 #include "common/err.h"
 #include "common/pool.h"
+#include "common/vdir.h"
 #include "catalog/db.h"
 #include "chunk/chunk.h"
 #include "hash/hash.h"
@@ -60,8 +61,8 @@ typedef struct dd_scratch {
 
 struct dd_store {
 	char *st_path;
-	int st_packdir;            /* fd of STORE/packs */
-	int st_mfdir;              /* fd of STORE/manifests; -1 in format 1 */
+	dd_vdir *st_packdir;       /* STORE/packs */
+	dd_vdir *st_mfdir;         /* STORE/manifests; NULL in format 1 */
 	int st_format;             /* of the DEDUP file (format/store.md §1) */
 	dd_db *st_db;
 	dd_open_opts st_opts;

@@ -12,12 +12,9 @@
  * record must match its manifest header -- LMDB keeps no checksum, and a
  * damaged name, size, time or digest would otherwise be listed as it is.
  */
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "store/manifest.h"
@@ -60,36 +57,31 @@ void dd_mfstate_free(dd_mfstate *ms)
 	memset(ms, 0, sizeof(*ms));
 }
 
+struct dd_mfstate_scan {
+	dd_err *ms_err;
+	dd_mfstate *ms_state;
+};
+
+static int dd_mfstate_add(void *arg, const char *name)
+{
+	struct dd_mfstate_scan *sc = arg;
+	uint64_t id;
+	int state;
+
+	if (!dd_manifest_parse_name(name, &id, &state))
+		return 0;
+	return dd_idset_add(sc->ms_err, &sc->ms_state->ms_set[state], id);
+}
+
 int dd_mfstate_read(dd_store *s, dd_err *err, dd_mfstate *ms)
 {
-	int dfd;
-	DIR *d;
-	struct dirent *de;
-	int rc = 0;
+	struct dd_mfstate_scan sc = {.ms_err = err, .ms_state = ms};
+	int rc;
 
 	memset(ms, 0, sizeof(*ms));
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return 0;
-	dfd = dup(s->st_mfdir);
-	d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return dd_err_set_errno(err, errno, "%s/%s", s->st_path,
-					DD_MANIFEST_DIR);
-	}
-	rewinddir(d);
-	while (!rc && (errno = 0, de = readdir(d)) != NULL) {
-		uint64_t id;
-		int state;
-
-		if (dd_manifest_parse_name(de->d_name, &id, &state))
-			rc = dd_idset_add(err, &ms->ms_set[state], id);
-	}
-	if (!rc && errno)
-		rc = dd_err_set_errno(err, errno, "read %s/%s", s->st_path,
-				      DD_MANIFEST_DIR);
-	closedir(d);
+	rc = dd_vdir_list(s->st_mfdir, err, dd_mfstate_add, &sc);
 	for (int i = 0; i < 3; i++)
 		if (ms->ms_set[i].is_n)
 			qsort(ms->ms_set[i].is_ids, ms->ms_set[i].is_n,
@@ -104,7 +96,7 @@ bool dd_manifest_present(const dd_store *s, uint64_t id, int state)
 	char name[DD_MANIFEST_NAME_MAX];
 
 	dd_manifest_name(name, id, state);
-	return faccessat(s->st_mfdir, name, F_OK, 0) == 0;
+	return dd_vdir_stat(s->st_mfdir, NULL, name, NULL) == 0;
 }
 
 /* ---- a pending writer by name: the catalog and the manifests -----------------*/
@@ -191,7 +183,7 @@ int dd_store_snap_get(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 	uint64_t pid = 0;
 	int rc = dd_snap_get(txn, err, name, out);
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return rc;
 	if (rc == 0) {
 		rc = dd_snap_matches_manifest(s, err, name, out);
@@ -272,7 +264,7 @@ int dd_store_snap_walk(dd_store *s, dd_err *err, dd_txn *txn,
 	struct dd_sw sw = {s, err, &ms, fn, ctx};
 	int rc;
 
-	if (s->st_mfdir < 0)
+	if (!s->st_mfdir)
 		return dd_snap_walk(txn, err, fn, ctx);
 	rc = dd_mfstate_read(s, err, &ms);
 	if (rc)

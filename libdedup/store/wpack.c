@@ -12,10 +12,6 @@
  * recovery, which removes such files only inside a write transaction of
  * its own, can never remove one being created.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "common/alloc.h"
 #include "store/writer_internal.h"
 
@@ -31,13 +27,14 @@ static int dd_pack_remove_orphan(dd_store *s, dd_err *err, uint32_t id)
 	dd_pack_name(name, sizeof(name), id);
 	if (!rc) {
 		rc = dd_pack_lock(p, err);
-		if (!rc && unlinkat(s->st_packdir, name, 0) != 0)
-			rc = dd_err_set_errno(err, errno, "remove %s", name);
+		if (!rc)
+			rc = dd_vdir_unlink(s->st_packdir, err, name);
 		dd_pack_close(p);
 		return rc;
 	}
 	/* no readable header: nothing in it was ever named */
-	if (rc == DD_ECORRUPT && unlinkat(s->st_packdir, name, 0) == 0)
+	if (rc == DD_ECORRUPT &&
+	    dd_vdir_unlink(s->st_packdir, NULL, name) == 0)
 		return 0;
 	return rc;
 }
@@ -81,7 +78,7 @@ int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
 
 		dd_pack_name(name, sizeof(name), dd_pack_id(p));
 		dd_pack_close(p);
-		unlinkat(s->st_packdir, name, 0);
+		(void)dd_vdir_unlink(s->st_packdir, NULL, name);
 	}
 	if (!rc)
 		*out = p;

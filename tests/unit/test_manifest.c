@@ -36,6 +36,7 @@
 struct fx {
 	char dir[64];
 	int dfd;
+	dd_vdir *vd;               /* the same directory, as the store has it */
 };
 
 static int fx_setup(void **state)
@@ -46,6 +47,7 @@ static int fx_setup(void **state)
 	assert_non_null(mkdtemp(fx->dir));
 	fx->dfd = open(fx->dir, O_RDONLY | O_DIRECTORY);
 	assert_true(fx->dfd >= 0);
+	assert_int_equal(dd_vdir_open_local(&fx->vd, NULL, fx->dir), 0);
 	*state = fx;
 	return 0;
 }
@@ -54,6 +56,7 @@ static int fx_teardown(void **state)
 {
 	struct fx *fx = *state;
 
+	dd_vdir_close(fx->vd);
 	close(fx->dfd);
 	th_rm_rf(fx->dir);
 	free(fx);
@@ -110,11 +113,12 @@ static void img_hdr(const struct img *m, uint64_t id, const char *name,
 }
 
 /* Writes m as manifests ID.tmp through the writer, holes in runs. */
-static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
+static int img_write(dd_vdir *vd, const struct img *m,
+		     const dd_manifest_hdr *h)
 {
 	dd_manifest_writer *mw;
 	dd_err err;
-	int rc = dd_manifest_write_begin(&mw, &err, dfd, h->mh_id, h->mh_name,
+	int rc = dd_manifest_write_begin(&mw, &err, vd, h->mh_id, h->mh_name,
 					 m->chunker);
 
 	if (rc)
@@ -132,7 +136,7 @@ static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	if (!rc) {
 		bool moved;
 
-		rc = dd_manifest_move(dfd, &err, h->mh_id, DD_MANIFEST_TMP,
+		rc = dd_manifest_move(vd, &err, h->mh_id, DD_MANIFEST_TMP,
 				      DD_MANIFEST_SNAP, &moved);
 	}
 	dd_manifest_write_free(mw);
@@ -140,7 +144,8 @@ static int img_write(int dfd, const struct img *m, const dd_manifest_hdr *h)
 }
 
 /* Reads manifest id back and checks header and every block against m. */
-static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
+static void img_check(dd_vdir *vd, const struct img *m,
+		      const dd_manifest_hdr *h)
 {
 	dd_manifest_reader *mr;
 	dd_manifest_hdr got;
@@ -149,7 +154,7 @@ static void img_check(int dfd, const struct img *m, const dd_manifest_hdr *h)
 	uint64_t at = 0, off = 0;
 	int rc = 0;
 
-	assert_int_equal(dd_manifest_open_at(&mr, &err, dfd, h->mh_id,
+	assert_int_equal(dd_manifest_open_at(&mr, &err, vd, h->mh_id,
 					     DD_MANIFEST_SNAP, &got), 0);
 	assert_int_equal(got.mh_id, h->mh_id);
 	assert_int_equal(got.mh_ctime, h->mh_ctime);
@@ -232,18 +237,18 @@ static void test_roundtrip(void **state)
 	}
 	m.hole[n - 1] = 0;
 	img_hdr(&m, 0x1234, "round trip", &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	img_check(fx->dfd, &m, &h);
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
+	img_check(fx->vd, &m, &h);
 	/* an image of holes only, and an empty one */
 	memset(m.hole, 1, n);
 	img_hdr(&m, 7, "holes", &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	img_check(fx->dfd, &m, &h);
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
+	img_check(fx->vd, &m, &h);
 	img_free(&m);
 	img_alloc(&m, 0, 131072, 0);
 	img_hdr(&m, 8, "empty", &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	img_check(fx->dfd, &m, &h);
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
+	img_check(fx->vd, &m, &h);
 	img_free(&m);
 }
 
@@ -285,7 +290,7 @@ static uint8_t *golden_match(struct fx *fx, const char *golden,
 	size_t wlen, glen;
 	int fd;
 
-	assert_int_equal(img_write(fx->dfd, m, h), 0);
+	assert_int_equal(img_write(fx->vd, m, h), 0);
 	snprintf(path, sizeof(path), "%s/000000000000002a.snap", fx->dir);
 	if (getenv("DD_REGEN_GOLDEN") && !strcmp(getenv("DD_REGEN_GOLDEN"), "1")) {
 		FILE *f = fopen(golden, "wb");
@@ -308,7 +313,7 @@ static uint8_t *golden_match(struct fx *fx, const char *golden,
 		    O_WRONLY | O_CREAT | O_EXCL, 0644);
 	assert_int_equal(write(fd, want, wlen), (ssize_t)wlen);
 	close(fd);
-	img_check(fx->dfd, m, h);
+	img_check(fx->vd, m, h);
 	return want;
 }
 
@@ -495,12 +500,12 @@ static void test_roundtrip_cdc(void **state)
 	img_sizes(&m);
 	img_hdr(&m, 0x1235, "round trip cdc", &h);
 	assert_true(h.mh_blocks < n);   /* holes joined */
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	img_check(fx->dfd, &m, &h);
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
+	img_check(fx->vd, &m, &h);
 	/* the header of another chunker: the writer refuses it */
 	h.mh_id = 0x1236;
 	h.mh_chunker = DD_CHUNKER_FIXED;
-	assert_int_equal(img_write(fx->dfd, &m, &h), DD_EINVAL);
+	assert_int_equal(img_write(fx->vd, &m, &h), DD_EINVAL);
 	img_free(&m);
 }
 
@@ -611,7 +616,7 @@ static void test_write_checks_digest(void **state)
 	 * digest): nothing is published, no temporary file stays */
 	first = m.hash[0][0];
 	m.hash[0][0] ^= 0xff;
-	assert_int_equal(img_write(fx->dfd, &m, &h), DD_ECORRUPT);
+	assert_int_equal(img_write(fx->vd, &m, &h), DD_ECORRUPT);
 	assert_int_equal(faccessat(fx->dfd, "000000000000002a.snap", F_OK, 0),
 			 -1);
 	assert_int_equal(faccessat(fx->dfd, "000000000000002a.tmp", F_OK, 0),
@@ -619,9 +624,9 @@ static void test_write_checks_digest(void **state)
 	m.hash[0][0] = first;
 	/* block totals that disagree with the header */
 	h.mh_blocks++;
-	assert_int_equal(img_write(fx->dfd, &m, &h), DD_ECORRUPT);
+	assert_int_equal(img_write(fx->vd, &m, &h), DD_ECORRUPT);
 	h.mh_blocks--;
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
 	img_free(&m);
 }
 
@@ -652,16 +657,16 @@ static void test_names_and_moves(void **state)
 	assert_int_equal(dd_manifest_parse_name(".", &id, &st), 0);
 	/* publishing never replaces an ID.snap; a deleted one is gone */
 	golden_img(&m, &h);
-	assert_int_equal(img_write(fx->dfd, &m, &h), 0);
-	assert_int_equal(img_write(fx->dfd, &m, &h), DD_EEXIST);
-	assert_int_equal(dd_manifest_move(fx->dfd, &err, 0x2a, DD_MANIFEST_SNAP,
+	assert_int_equal(img_write(fx->vd, &m, &h), 0);
+	assert_int_equal(img_write(fx->vd, &m, &h), DD_EEXIST);
+	assert_int_equal(dd_manifest_move(fx->vd, &err, 0x2a, DD_MANIFEST_SNAP,
 					  DD_MANIFEST_DEL, &moved), 0);
 	assert_true(moved);
-	assert_int_equal(dd_manifest_open_at(NULL, &err, fx->dfd, 0x2a,
+	assert_int_equal(dd_manifest_open_at(NULL, &err, fx->vd, 0x2a,
 					     DD_MANIFEST_SNAP, &h), DD_ENOENT);
-	assert_int_equal(dd_manifest_remove(fx->dfd, &err, 0x2a,
+	assert_int_equal(dd_manifest_remove(fx->vd, &err, 0x2a,
 					    DD_MANIFEST_DEL), 0);
-	assert_int_equal(dd_manifest_remove(fx->dfd, &err, 0x2a,
+	assert_int_equal(dd_manifest_remove(fx->vd, &err, 0x2a,
 					    DD_MANIFEST_DEL), DD_ENOENT);
 	img_free(&m);
 }

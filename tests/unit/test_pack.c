@@ -85,6 +85,7 @@ static void fix_crc(uint8_t hdr[64])
 struct tmpdir {
 	char td_path[64];
 	int td_fd;
+	dd_vdir *td_vd;            /* the same directory, as the store has it */
 };
 
 static void tmpdir_make(struct tmpdir *t)
@@ -93,6 +94,7 @@ static void tmpdir_make(struct tmpdir *t)
 	assert_non_null(mkdtemp(t->td_path));
 	t->td_fd = open(t->td_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(t->td_fd >= 0);
+	assert_int_equal(dd_vdir_open_local(&t->td_vd, NULL, t->td_path), 0);
 }
 
 static void tmpdir_remove(struct tmpdir *t)
@@ -105,6 +107,7 @@ static void tmpdir_remove(struct tmpdir *t)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
 			unlinkat(t->td_fd, e->d_name, 0);
 	closedir(d);
+	dd_vdir_close(t->td_vd);
 	close(t->td_fd);
 	rmdir(t->td_path);
 }
@@ -581,7 +584,7 @@ static void fixture_build(struct fixture *fx)
 
 	tmpdir_make(&fx->fx_dir);
 	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_ZSTD, 1), 0);
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 42), 0);
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 42), 0);
 	assert_int_equal(dd_pack_id(p), 42);
 	assert_int_equal(dd_pack_end(p), DD_PACK_FILE_HDR_SIZE);
 	for (int i = 0; i < NRECS; i++) {
@@ -674,7 +677,7 @@ static int walk_pack(const struct fixture *fx, int writable, uint64_t limit,
 	dd_err err;
 	int rc;
 
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 42,
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 42,
 				      writable), 0);
 	rc = dd_pack_walk(p, &err, limit, walk_cb, &wl, end);
 	if (rc)
@@ -697,7 +700,7 @@ static void test_pack_roundtrip(void **state)
 	int n;
 
 	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_NONE, 0), 0);
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 42, 0), 0);
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 42, 0), 0);
 	assert_int_equal(dd_pack_end(p), fx->fx_end);
 	for (int i = 0; i < NRECS; i++) {
 		const dd_pack_rec *want = &fx->fx_rec[i];
@@ -754,22 +757,22 @@ static void test_pack_name_and_exists(void **state)
 	dd_pack_name(name, sizeof(name), 0xffffffffu);
 	assert_string_equal(name, "ffffffff.pack");
 
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 42),
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 42),
 			 DD_EEXIST);
 	assert_null(p);
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 43, 0),
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 43, 0),
 			 DD_ENOENT);
 
 	/* A pack renamed to another id is not that pack. */
 	assert_int_equal(linkat(fx->fx_dir.td_fd, "0000002a.pack",
 				fx->fx_dir.td_fd, "0000002b.pack", 0), 0);
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 43, 0),
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 43, 0),
 			 DD_ECORRUPT);
 	assert_non_null(strstr(err.de_msg, "0000002b.pack"));
 
 	/* Shorter than a header. */
 	truncate_at(fx->fx_dir.td_fd, "0000002b.pack", 63);
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 43, 0),
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 43, 0),
 			 DD_ECORRUPT);
 }
 
@@ -788,7 +791,7 @@ static void test_pack_open_newer_version(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
 	close(fd);
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 42, 0),
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 42, 0),
 			 DD_EVERSION);
 	assert_non_null(strstr(err.de_msg, "version 2"));
 	assert_true(strncmp(err.de_msg, "DD_EVERSION: ", 13) == 0);
@@ -805,7 +808,7 @@ static void test_pack_read_mismatch(void **state)
 	dd_pack *p = NULL;
 	dd_err err;
 
-	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_fd, 42, 0), 0);
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 42, 0), 0);
 
 	want = fx->fx_rec[2];
 	want.pr_hash[31] ^= 1;
@@ -887,7 +890,7 @@ static void test_pack_torn_tail(void **state)
 	assert_int_equal(end, fx->fx_off[NRECS - 1]);
 
 	/* The next writer cuts the tail and appends after the good part. */
-	assert_int_equal(dd_pack_open(&p, &err, fd, 42, 1), 0);
+	assert_int_equal(dd_pack_open(&p, &err, fx->fx_dir.td_vd, 42, 1), 0);
 	assert_int_equal(dd_pack_end(p), fx->fx_off[NRECS - 1] + 10);
 	assert_int_equal(dd_pack_truncate(p, &err, fx->fx_end), DD_ECORRUPT);
 	assert_int_equal(dd_pack_truncate(p, &err, 63), DD_EINVAL);
@@ -980,16 +983,16 @@ static void test_pack_faults(void **state)
 
 	/* A failed create leaves no file, so the id can be retried. */
 	dd_fault_arm(DD_FAULT_WRITE, 1, EIO, 0);
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 7),
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 7),
 			 DD_EIO);
 	assert_int_equal(faccessat(fx->fx_dir.td_fd, "00000007.pack", F_OK, 0),
 			 -1);
 	dd_fault_arm(DD_FAULT_SYNC, 1, EIO, 0);
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 7),
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 7),
 			 DD_EIO);
 	assert_int_equal(faccessat(fx->fx_dir.td_fd, "00000007.pack", F_OK, 0),
 			 -1);
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 7), 0);
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 7), 0);
 
 	/* Records gather in the write buffer: the file grows at flush.  A
 	 * failed write of the buffer loses its records, so the end goes
@@ -1010,7 +1013,7 @@ static void test_pack_faults(void **state)
 
 	/* A record bigger than the buffer is written at once: a failed
 	 * write leaves the end where it was, and the handle goes on. */
-	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_fd, 8), 0);
+	assert_int_equal(dd_pack_create(&p, &err, fx->fx_dir.td_vd, 8), 0);
 	big = calloc(1, 1u << 20);
 	assert_non_null(big);
 	make_rec(&rec, DD_CODEC_NONE, 1u << 20, 1u << 20);
@@ -1101,7 +1104,7 @@ static void golden_regen(const char *path)
 	golden_data(g);
 	tmpdir_make(&t);
 	assert_int_equal(dd_codec_new(&c, NULL, DD_CODEC_ZSTD, 3), 0);
-	assert_int_equal(dd_pack_create(&p, &err, t.td_fd, GOLDEN_ID), 0);
+	assert_int_equal(dd_pack_create(&p, &err, t.td_vd, GOLDEN_ID), 0);
 	for (int i = 0; i < GOLDEN_NRECS; i++) {
 		memset(&rec, 0, sizeof(rec));
 		rec.pr_lsize = g[i].gr_lsize;
@@ -1221,7 +1224,7 @@ static void test_golden(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, gold, glen), (ssize_t)glen);
 	close(fd);
-	assert_int_equal(dd_pack_open(&p, &err, t.td_fd, GOLDEN_ID, 0), 0);
+	assert_int_equal(dd_pack_open(&p, &err, t.td_vd, GOLDEN_ID, 0), 0);
 	assert_int_equal(dd_pack_walk(p, &err, 0, golden_walk_cb, &n, &end), 0);
 	assert_int_equal(n, GOLDEN_NRECS);
 	assert_int_equal(end, glen);
