@@ -95,6 +95,19 @@ void dd_rados_where(char *buf, size_t len, const dd_rados_pool *p,
 			 oid ? "/" : "", oid ? oid : "");
 }
 
+int dd_rados_reachable(dd_err *err, const dd_rados_pool *p, const char *what,
+		       const char *oid)
+{
+	char where[DD_RADOS_POOL_MAX + DD_RADOS_NAME_MAX + 256];
+
+	if (!p || !atomic_load(&p->rp_rados->ra_timed_out))
+		return 0;
+	dd_rados_where(where, sizeof(where), p, oid);
+	return dd_err_set(err, DD_EIO, "rados: %s%s%s: the cluster did not "
+			  "answer within its timeout before", what,
+			  where[0] ? " " : "", where);
+}
+
 int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
 		  const char *what, const char *oid)
 {
@@ -116,6 +129,8 @@ int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
 		code = dd_errno_code(e);
 		break;
 	}
+	if (e == ETIMEDOUT && p)
+		atomic_store(&p->rp_rados->ra_timed_out, true);
 	dd_rados_where(where, sizeof(where), p, oid);
 	return dd_err_set(err, code, "rados: %s%s%s: %s", what,
 			  where[0] ? " " : "", where,

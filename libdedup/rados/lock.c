@@ -91,6 +91,8 @@ int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (len)
 		buf[0] = 0;
+	if (dd_rados_reachable(err, p, "list the lockers of", oid))
+		return DD_EIO;
 	n = rados_list_lockers(p->rp_io, oid, DD_RADOS_LOCK_NAME, &exclusive,
 			       tag, &tag_len, clients, &clients_len, cookies,
 			       &cookies_len, addrs, &addrs_len);
@@ -107,6 +109,9 @@ int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 /* One call of rados_lock_exclusive: 0, or librados's negative errno. */
 static int dd_rados_lock_call(dd_rados_lock *l, uint8_t flags)
 {
+	/* the cluster timed out before: as dd_rados_reachable */
+	if (atomic_load(&l->rl_pool->rp_rados->ra_timed_out))
+		return -ETIMEDOUT;
 	struct timeval dur = {(time_t)l->rl_duration, 0};
 
 	return rados_lock_exclusive(l->rl_pool->rp_io, l->rl_oid,
@@ -287,8 +292,10 @@ int dd_rados_lock_release(dd_rados_lock *l, dd_err *err)
 		pthread_cond_destroy(&l->rl_wake);
 		pthread_mutex_destroy(&l->rl_mutex);
 	}
-	r = rados_unlock(l->rl_pool->rp_io, l->rl_oid, DD_RADOS_LOCK_NAME,
-			 l->rl_cookie);
+	/* out of reach before: the lock expires by its duration instead */
+	r = atomic_load(&l->rl_pool->rp_rados->ra_timed_out)
+		    ? 0 : rados_unlock(l->rl_pool->rp_io, l->rl_oid,
+				       DD_RADOS_LOCK_NAME, l->rl_cookie);
 	/* ENOENT: expired, nothing left to release */
 	if (r < 0 && r != -ENOENT)
 		rc = dd_rados_fail(err, r, l->rl_pool, "unlock", l->rl_oid);

@@ -24,7 +24,7 @@ static int dd_rados_io_len(dd_err *err, const dd_rados_pool *p,
 		return dd_err_set(err, DD_EINVAL, "rados: %s: no pool or "
 				  "object name", what);
 	if (len <= DD_RADOS_IO_MAX)
-		return 0;
+		return dd_rados_reachable(err, p, what, oid);
 	dd_rados_where(where, sizeof(where), p, oid);
 	return dd_err_set(err, DD_EINVAL, "rados: %s %s: %zu bytes in one "
 			  "call, more than %u", what, where, len,
@@ -122,6 +122,17 @@ int dd_rados_remove(dd_rados_pool *p, dd_err *err, const char *oid)
 	return r < 0 ? dd_rados_fail_obj(err, r, p, "remove", oid) : 0;
 }
 
+int dd_rados_truncate(dd_rados_pool *p, dd_err *err, const char *oid,
+		      uint64_t size)
+{
+	int r = dd_rados_io_len(err, p, "truncate", oid, 0);
+
+	if (r)
+		return r;
+	r = rados_trunc(p->rp_io, oid, size);
+	return r < 0 ? dd_rados_fail_obj(err, r, p, "truncate", oid) : 0;
+}
+
 int dd_rados_list(dd_rados_pool *p, dd_err *err, const char *prefix,
 		  dd_rados_list_fn fn, void *arg)
 {
@@ -132,6 +143,9 @@ int dd_rados_list(dd_rados_pool *p, dd_err *err, const char *prefix,
 	if (!p || !fn)
 		return dd_err_set(err, DD_EINVAL, "rados: list: no pool or "
 				  "callback");
+	r = dd_rados_reachable(err, p, "list", NULL);
+	if (r)
+		return r;
 	/* the ioctx's namespace: the OSDs send this store's objects only */
 	r = rados_nobjects_list_open(p->rp_io, &ctx);
 	if (r < 0)

@@ -108,6 +108,9 @@ int dd_rados_read(dd_rados_pool *p, dd_err *err, const char *oid, void *buf,
 int dd_rados_stat(dd_rados_pool *p, dd_err *err, const char *oid,
 		  uint64_t *size, time_t *mtime);
 int dd_rados_remove(dd_rados_pool *p, dd_err *err, const char *oid);
+/* Cuts or extends (with zeros) an existing object to size bytes. */
+int dd_rados_truncate(dd_rados_pool *p, dd_err *err, const char *oid,
+		      uint64_t size);
 
 /* Calls fn for each object of p's namespace whose name starts with
  * prefix ("" for all), in no particular order; a non-zero return of fn
@@ -158,5 +161,14 @@ int dd_rados_lock_check(dd_rados_lock *l, dd_err *err);
 /* Who holds the lock on oid, as above; "" when nobody does. */
 int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 			 char *buf, size_t len);
+
+/* ---- vdir_rados.c ---------------------------------------------------------*/
+
+struct dd_vdir;
+/* The directory `dir` ("packs", "manifests") of the store in p's
+ * namespace, as a vdir (common/vdir.h) whose files are the objects
+ * "DIR/NAME".  p must outlive it. */
+int dd_rados_vdir_open(struct dd_vdir **out, dd_err *err, dd_rados_pool *p,
+		       const char *dir);
 
 #endif

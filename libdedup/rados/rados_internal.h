@@ -5,6 +5,8 @@
 #define DD_RADOS_RADOS_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <rados/librados.h>
 
 #include "dedup.h"
@@ -14,6 +16,11 @@
 struct dd_rados {
 	rados_t ra_cluster;
 	dd_rados_conf ra_conf;      /* the timeouts in force */
+	/* an operation ran out of time: the cluster is out of reach, and
+	 * every later operation fails at once (dd_rados_reachable) instead
+	 * of waiting out its own bound -- the cleanup steps of a failing
+	 * command would otherwise multiply the bound the caller chose */
+	_Atomic bool ra_timed_out;
 };
 
 struct dd_rados_pool {
@@ -32,6 +39,12 @@ struct dd_rados_pool {
  * DD_E* code (rados.h), and returns that code. */
 int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
 		  const char *what, const char *oid);
+
+/* 0, or DD_EIO "rados: WHAT POOL/NS/OID: the cluster did not answer
+ * within its timeout before" once an operation of p's connection timed
+ * out. */
+int dd_rados_reachable(dd_err *err, const dd_rados_pool *p, const char *what,
+		       const char *oid);
 
 /* "POOL/NS/OID" into buf, for messages ("POOL/OID" in the default
  * namespace). */

@@ -144,6 +144,10 @@ int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 	if (!s->st_mfdir)
 		return 0;
 	rc = dd_mf_write_from_map(s, err, txn, name, rec, &mw);
+	/* the commit: only while this process holds a RADOS store's lock (a
+	 * writer cut off past the lock's duration commits nothing) */
+	if (!rc && s->st_rstore)
+		rc = dd_rstore_check(s->st_rstore, err);
 	if (!rc)
 		rc = dd_manifest_move(s->st_mfdir, err, rec->sr_id,
 				      DD_MANIFEST_TMP, DD_MANIFEST_SNAP, &moved);
@@ -204,7 +208,10 @@ void dd_commit_delete_end(dd_store *s, uint64_t id)
 	dd_err err;
 
 	/* a leftover ID.del names a snapshot the catalog no longer has:
-	 * recovery removes it */
+	 * recovery removes it.  An ID.snap beside it (a RADOS rename cut
+	 * short, format/store.md §11) goes first, or it would come back. */
+	if (s->st_mfdir && s->st_rstore)
+		dd_manifest_remove(s->st_mfdir, &err, id, DD_MANIFEST_SNAP);
 	if (s->st_mfdir)
 		dd_manifest_remove(s->st_mfdir, &err, id, DD_MANIFEST_DEL);
 }

@@ -643,7 +643,7 @@ int dd_store_gc(dd_store *s, const dd_gc_opts *opts, dd_gc_result *out)
 		dd_space_reserve_make(s);
 	}
 	dd_gc_free_state(&gc, rc == 0);
-	dd_store_leave(lockfd);
+	dd_store_leave(s, lockfd);
 	dd_lock_drop(gcfd);
 	if (rc)
 		return dd_store_fail(s, &err);

@@ -96,7 +96,7 @@ void dd_heal_free(dd_heal *h)
 	dd_free(h->h_vbuf);
 	dd_scratch_fini(&h->h_sc);
 	if (h->h_lockfd >= 0)
-		dd_store_leave(h->h_lockfd);
+		dd_store_leave(h->h_store, h->h_lockfd);
 	dd_free(h);
 }
 
@@ -166,7 +166,7 @@ static int dd_heal_store(dd_heal *h, dd_err *err, size_t first,
 	if (rc)
 		return rc;
 	if (!p || dd_pack_end(p) + DD_PACK_REC_HDR_SIZE + rec.pr_psize >
-			  DD_PACK_MAX_BYTES) {
+			  dd_store_pack_max(s)) {
 		dd_pack **np = dd_realloc(h->h_packs, (h->h_npacks + 1) *
 					  sizeof(*np));
 

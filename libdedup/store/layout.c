@@ -84,9 +84,8 @@ static int dd_conf_line(dd_store_conf *c, const char *line)
 
 int dd_store_conf_read(dd_err *err, const char *path, dd_store_conf *c)
 {
-	char fpath[4096], buf[1024], *line, *save = NULL;
+	char fpath[4096], buf[1024];
 	size_t got = 0;
-	long fmt = -1;
 	int fd, rc;
 
 	memset(c, 0, sizeof(*c));
@@ -109,7 +108,17 @@ int dd_store_conf_read(dd_err *err, const char *path, dd_store_conf *c)
 	if (rc)
 		return rc;
 	buf[got] = 0;
-	line = strtok_r(buf, "\n", &save);
+	return dd_store_conf_parse(err, path, buf, c);
+}
+
+int dd_store_conf_parse(dd_err *err, const char *path, char *text,
+			dd_store_conf *c)
+{
+	char *line, *save = NULL;
+	long fmt = -1;
+
+	memset(c, 0, sizeof(*c));
+	line = strtok_r(text, "\n", &save);
 	if (!line || strcmp(line, DD_STORE_MAGIC_LINE) != 0)
 		return dd_err_set(err, DD_EFORMAT,
 				  "%s: not a libdedup store (bad DEDUP file)",

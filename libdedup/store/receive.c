@@ -775,7 +775,7 @@ int dd_replica_discard(dd_store *s, dd_err *err)
 			dd_txn_abort(txn);
 		}
 	} while (!rc && pd.pd_id);
-	dd_store_leave(lockfd);
+	dd_store_leave(s, lockfd);
 	if (!rc && !found)
 		rc = dd_err_set(err, DD_ENOENT, "no partial receive to discard");
 	return rc;

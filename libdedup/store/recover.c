@@ -18,6 +18,7 @@
  * dies with its process, so a killed writer never leaves a store locked.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +55,21 @@ static int dd_store_upgrade_alone(dd_store *s, dd_err *err)
 	return rc;
 }
 
+/* A RADOS store's session (rstore.h) comes first: it is what makes this
+ * process the store's only changer, on every machine, before recovery
+ * cuts any tail. */
+static int dd_store_enter_rados(dd_store *s, dd_err *err)
+{
+	unsigned wait_ms = 0;
+
+	if (!s->st_rstore)
+		return 0;
+	if (s->st_opts.wait_for_lock)
+		wait_ms = s->st_opts.lock_timeout_ms ? s->st_opts.lock_timeout_ms
+						     : UINT_MAX;
+	return dd_rstore_enter(s->st_rstore, err, wait_ms);
+}
+
 int dd_store_enter(dd_store *s, dd_err *err, int *lockfd)
 {
 	int rc;
@@ -62,22 +78,29 @@ int dd_store_enter(dd_store *s, dd_err *err, int *lockfd)
 	if (s->st_opts.readonly)
 		return dd_err_set(err, DD_EPERM, "%s: store opened read-only",
 				  s->st_path);
+	rc = dd_store_enter_rados(s, err);
+	if (rc)
+		return rc;
 	rc = dd_store_upgrade_alone(s, err);
 	if (!rc)
 		rc = dd_lock_take(s, err, "lock", false, lockfd);
-	if (rc)
-		return rc;
-	rc = dd_store_recover(s, err);
-	if (rc) {
-		dd_lock_drop(*lockfd);
-		*lockfd = -1;
+	if (!rc) {
+		rc = dd_store_recover(s, err);
+		if (rc) {
+			dd_lock_drop(*lockfd);
+			*lockfd = -1;
+		}
 	}
+	if (rc && s->st_rstore)
+		dd_rstore_leave(s->st_rstore);
 	return rc;
 }
 
-void dd_store_leave(int lockfd)
+void dd_store_leave(dd_store *s, int lockfd)
 {
 	dd_lock_drop(lockfd);
+	if (s->st_rstore)
+		dd_rstore_leave(s->st_rstore);
 }
 
 /* ---- dead writers' pending snapshots ------------------------------------------*/

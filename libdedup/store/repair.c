@@ -48,6 +48,7 @@
 #include "common/alloc.h"
 #include "common/io.h"
 #include "store/manifest.h"
+#include "store/rstore.h"
 #include "store/store_internal.h"
 
 #define DD_REPAIR_DIR "db.repair"
@@ -63,6 +64,10 @@ typedef struct dd_repair {
 	dd_store_conf rp_conf;
 	int rp_lockfd;
 	dd_vdir *rp_packdir, *rp_mfdir;
+	/* a RADOS store's catalog rebuilt by a reader (dd_repair_catalog):
+	 * nothing in the pool is moved aside or removed, and the directories
+	 * are the caller's */
+	bool rp_keep;
 	dd_db *rp_db;
 	dd_txn *rp_txn;
 	uint64_t rp_ops;          /* changes in the open transaction */
@@ -330,8 +335,9 @@ static int dd_repair_pack(dd_repair *rp, uint32_t id)
 		rp->rp_res.damaged_packs++;
 		dd_repair_note(rp, DD_REPAIR_BAD_PACK, rp->rp_pack_name, 0, 0,
 			       &e);
-		return dd_move_aside(rp->rp_err, rp->rp_packdir,
-				     rp->rp_pack_name);
+		return rp->rp_keep ? 0 : dd_move_aside(rp->rp_err,
+						       rp->rp_packdir,
+						       rp->rp_pack_name);
 	}
 	rp->rp_res.packs++;
 	for (;;) {
@@ -463,7 +469,7 @@ static int dd_repair_bad_manifest(dd_repair *rp, uint64_t id, const dd_err *e)
 	dd_manifest_name(name, id, DD_MANIFEST_SNAP);
 	rp->rp_res.damaged_manifests++;
 	dd_repair_note(rp, DD_REPAIR_BAD_MANIFEST, name, 0, 0, e);
-	return dd_move_aside(rp->rp_err, rp->rp_mfdir, name);
+	return rp->rp_keep ? 0 : dd_move_aside(rp->rp_err, rp->rp_mfdir, name);
 }
 
 static int dd_repair_manifest(dd_repair *rp, uint64_t id)
@@ -570,6 +576,27 @@ static int dd_repair_dup_names(dd_repair *rp, uint64_t *ids, size_t *n)
 	return rc;
 }
 
+/* ID.del beside ID.snap: a deletion whose rename was cut short between
+ * its two steps on RADOS (format/store.md §11): the later state counts. */
+static int dd_repair_drop_deleted(dd_repair *rp, uint64_t *ids, size_t *n)
+{
+	uint64_t *del = NULL, max = 0;
+	size_t ndel = 0, kept = 0, j = 0;
+	int rc = dd_list_ids(rp->rp_err, rp->rp_mfdir, dd_manifest_parse_name,
+			     DD_MANIFEST_DEL, &del, &ndel, &max);
+
+	for (size_t i = 0; !rc && i < *n; i++) {
+		while (j < ndel && del[j] < ids[i])
+			j++;
+		if (j == ndel || del[j] != ids[i])
+			ids[kept++] = ids[i];
+	}
+	if (!rc)
+		*n = kept;
+	dd_free(del);
+	return rc;
+}
+
 static int dd_repair_manifests(dd_repair *rp)
 {
 	uint64_t *ids = NULL, max = 1;
@@ -578,6 +605,8 @@ static int dd_repair_manifests(dd_repair *rp)
 			     DD_MANIFEST_SNAP, &ids, &n, &max);
 
 	rp->rp_snap_next = max;
+	if (!rc)
+		rc = dd_repair_drop_deleted(rp, ids, &n);
 	if (!rc)
 		rc = dd_repair_dup_names(rp, ids, &n);
 	/* in id order: block maps are appended (MDB_APPEND) */
@@ -656,7 +685,8 @@ static int dd_repair_swap(dd_repair *rp, const char *fresh, const char *db)
 	 * db.repair, the next writer's recovery the manifests. */
 	if (exists)
 		dd_remove_flat_dir(&(dd_err){0}, fresh);
-	for (int st_ = DD_MANIFEST_TMP; st_ <= DD_MANIFEST_DEL; st_++) {
+	for (int st_ = DD_MANIFEST_TMP;
+	     !rp->rp_keep && st_ <= DD_MANIFEST_DEL; st_++) {
 		uint64_t *ids = NULL, max = 0;
 		size_t n = 0;
 		dd_err e;
@@ -703,50 +733,52 @@ static int dd_repair_scratch(dd_repair *rp)
 				   (int)o[3], (int)o[4], dd_repair_block_max(rp));
 }
 
-int dd_store_repair(const char *path, const dd_repair_opts *opts,
-		    dd_repair_result *out)
+/* The options and result structs of the caller, checked. */
+static int dd_repair_setup(dd_repair *rp, const dd_repair_opts *opts,
+			   const dd_repair_result *out)
 {
-	dd_err *err = dd_thread_err();
-	dd_repair rp = {.rp_path = path, .rp_err = err, .rp_lockfd = -1};
-	char fresh[4096], db[4096];
-	int rc;
+	dd_err *err = rp->rp_err;
 
-	dd_err_clear(err);
-	if (!path || !*path || strlen(path) > 3000)
-		return dd_err_set(err, DD_EINVAL, "dd_store_repair: bad path");
 	if (out && out->version != DD_REPAIR_RESULT_VERSION)
 		return dd_err_set(err, DD_EINVAL, "dd_repair_result version %u "
 				  "not supported", out->version);
-	rp.rp_opts = (dd_repair_opts)DD_REPAIR_OPTS_INIT;
+	rp->rp_opts = (dd_repair_opts)DD_REPAIR_OPTS_INIT;
 	if (opts) {
 		if (opts->version == 0 || opts->version > DD_REPAIR_OPTS_VERSION)
 			return dd_err_set(err, DD_EINVAL, "dd_repair_opts "
 					  "version %u not supported",
 					  opts->version);
 		if (opts->version == 1)   /* ends before lock_timeout_ms */
-			memcpy(&rp.rp_opts, opts,
+			memcpy(&rp->rp_opts, opts,
 			       offsetof(dd_repair_opts, lock_timeout_ms));
 		else
-			rp.rp_opts = *opts;
-		rp.rp_opts.version = DD_REPAIR_OPTS_VERSION;
+			rp->rp_opts = *opts;
+		rp->rp_opts.version = DD_REPAIR_OPTS_VERSION;
 	}
-	rp.rp_res.version = DD_REPAIR_RESULT_VERSION;
-	rc = dd_store_conf_read(err, path, &rp.rp_conf);
-	if (!rc && rp.rp_conf.sc_format < 2)
+	rp->rp_res.version = DD_REPAIR_RESULT_VERSION;
+	return 0;
+}
+
+/* With the store's options read, its lock taken and its directories
+ * open: the new catalog built and swapped in. */
+static int dd_repair_run(dd_repair *rp)
+{
+	const char *path = rp->rp_path;
+	dd_err *err = rp->rp_err;
+	char fresh[4096], db[4096];
+	int rc = 0;
+
+	if (rp->rp_conf.sc_format < 2)
 		rc = dd_err_set(err, DD_ENOTSUP, "%s: a store of format 1 has "
 				"no snapshot manifests to repair from (a writer "
 				"of this version upgrades it while its catalog "
 				"is sound)", path);
-	if (!rc && rp.rp_conf.sc_opt[4] != DD_HASH_SHA256)
+	if (!rc && rp->rp_conf.sc_opt[4] != DD_HASH_SHA256)
 		rc = dd_err_set(err, DD_ENOTSUP, "%s: repair needs a store "
 				"keyed by SHA-256 (this one uses the test "
 				"hash)", path);
-	if (!rc)
-		rc = dd_repair_lock(&rp);
-	if (!rc)
-		rc = dd_repair_open_dirs(&rp);
-	if (!rc && rp.rp_opts.verify)
-		rc = dd_repair_scratch(&rp);
+	if (!rc && rp->rp_opts.verify)
+		rc = dd_repair_scratch(rp);
 	snprintf(fresh, sizeof(fresh), "%s/" DD_REPAIR_DIR, path);
 	snprintf(db, sizeof(db), "%s/db", path);
 	/* a crashed repair's leftovers first */
@@ -755,12 +787,58 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 	if (!rc && mkdir(fresh, 0755) != 0)
 		rc = dd_err_set_errno(err, errno, "mkdir %s", fresh);
 	if (!rc)
-		rc = dd_repair_build(&rp, fresh);
+		rc = dd_repair_build(rp, fresh);
 	if (!rc)
-		rc = dd_repair_swap(&rp, fresh, db);
+		rc = dd_repair_swap(rp, fresh, db);
 	else
 		dd_remove_flat_dir(&(dd_err){0}, fresh);
-	dd_scratch_fini(&rp.rp_sc);
+	dd_scratch_fini(&rp->rp_sc);
+	return rc;
+}
+
+int dd_repair_catalog(dd_err *err, const char *local, dd_vdir *packs,
+		      dd_vdir *manifests, const dd_repair_opts *opts,
+		      dd_repair_result *out)
+{
+	dd_repair rp = {.rp_path = local, .rp_err = err, .rp_lockfd = -1,
+			.rp_packdir = packs, .rp_mfdir = manifests,
+			.rp_keep = true};
+	int rc = dd_repair_setup(&rp, opts, out);
+
+	if (!rc)
+		rc = dd_store_conf_read(err, local, &rp.rp_conf);
+	if (!rc)
+		rc = dd_repair_lock(&rp);
+	if (!rc)
+		rc = dd_repair_run(&rp);
+	if (rp.rp_lockfd >= 0)
+		dd_io_close(rp.rp_lockfd);
+	if (!rc && out)
+		*out = rp.rp_res;
+	return rc;
+}
+
+int dd_store_repair(const char *path, const dd_repair_opts *opts,
+		    dd_repair_result *out)
+{
+	dd_err *err = dd_thread_err();
+	dd_repair rp = {.rp_path = path, .rp_err = err, .rp_lockfd = -1};
+	int rc;
+
+	dd_err_clear(err);
+	if (!path || !*path || strlen(path) > 3000)
+		return dd_err_set(err, DD_EINVAL, "dd_store_repair: bad path");
+	if (dd_rstore_is_spec(path))
+		return dd_rstore_repair(err, path, opts, out);
+	rc = dd_repair_setup(&rp, opts, out);
+	if (!rc)
+		rc = dd_store_conf_read(err, path, &rp.rp_conf);
+	if (!rc)
+		rc = dd_repair_lock(&rp);
+	if (!rc)
+		rc = dd_repair_open_dirs(&rp);
+	if (!rc)
+		rc = dd_repair_run(&rp);
 	dd_vdir_close(rp.rp_mfdir);
 	dd_vdir_close(rp.rp_packdir);
 	if (rp.rp_lockfd >= 0)

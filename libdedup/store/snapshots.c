@@ -177,6 +177,6 @@ int dd_snapshot_delete(dd_store *s, const char *name)
 		rc = dd_snapshot_delete_txn(s, &err, name, &regfd, &id);
 		dd_writer_unregister(s, id, regfd);
 	}
-	dd_store_leave(lockfd);
+	dd_store_leave(s, lockfd);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

@@ -238,6 +238,9 @@ static int dd_store_attach(dd_store *s, dd_err *err, bool create,
 	}
 	if (rc)
 		return rc;
+	if (s->st_rstore)   /* the pool's objects, not the empty directories */
+		return dd_rstore_vdirs(s->st_rstore, err, &s->st_packdir,
+				       &s->st_mfdir);
 	snprintf(p, sizeof(p), "%s/packs", s->st_path);
 	rc = dd_vdir_open_local(&s->st_packdir, err, p);
 	if (!rc && conf->sc_format >= 2) {
@@ -290,15 +293,28 @@ int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 {
 	dd_err *err = dd_thread_err();
 	dd_store_conf conf;
+	dd_rstore *rs = NULL;
 	dd_store *s = NULL;
 	int rc;
 
 	dd_err_clear(err);
 	if (!out || !path || !*path)
 		return dd_err_set(err, DD_EINVAL, "dd_store_open: no path");
+	/* a store in a RADOS pool is opened as its local catalog, brought up
+	 * to date first (rstore.h) */
+	if (dd_rstore_is_spec(path)) {
+		rc = dd_rstore_open(&rs, err, path, NULL, false);
+		if (rc)
+			return rc;
+		path = dd_rstore_local(rs);
+	}
 	rc = dd_store_conf_read(err, path, &conf);
 	if (!rc)
 		rc = dd_store_alloc(&s, err, path, oopts);
+	if (s)
+		s->st_rstore = rs;
+	else
+		dd_rstore_close(rs);
 	if (!rc)
 		rc = dd_store_attach(s, err, false, &conf);
 	return dd_store_ready(s, err, rc, &conf, out);
@@ -380,6 +396,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	dd_err *err = dd_thread_err();
 	dd_create_opts o;
 	dd_store_conf conf = {.sc_format = DD_STORE_FORMAT_FIXED};
+	dd_rstore *rs = NULL;
 	dd_store *s = NULL;
 	static const char *const dirs[] = {"db", "packs", DD_MANIFEST_DIR};
 	char p[4096];
@@ -399,16 +416,8 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	rc = dd_create_opts_check(err, opts, &o);
 	if (!rc)
 		rc = dd_store_conf_new_uuid(err, &conf);
-	if (!rc)
-		rc = dd_dir_prepare(err, path);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s", path, dirs[i]);
-		if (mkdir(p, 0755) != 0)
-			return dd_err_set(err, dd_errno_code(errno), "%s: %s",
-					  p, strerror(errno));
-	}
 	conf.sc_opt[0] = o.block_size;
 	conf.sc_opt[1] = o.verify ? 1 : 0;
 	conf.sc_opt[2] = (uint64_t)o.compress;
@@ -417,7 +426,31 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	conf.sc_opt[DD_STORE_OPT_CHUNKER] = (uint64_t)o.chunker;
 	if (o.chunker != DD_CHUNKER_FIXED)
 		conf.sc_format = DD_STORE_FORMAT;
+	/* a RADOS store: its local catalog is made here, in a new directory
+	 * named by the new uuid; the pool gets DEDUP last (publish) */
+	if (dd_rstore_is_spec(path)) {
+		rc = dd_rstore_open(&rs, err, path, &conf, false);
+		if (rc)
+			return rc;
+		path = dd_rstore_local(rs);
+	} else {
+		rc = dd_dir_prepare(err, path);
+	}
+	for (size_t i = 0; !rc && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", path, dirs[i]);
+		if (mkdir(p, 0755) != 0)
+			rc = dd_err_set(err, dd_errno_code(errno), "%s: %s",
+					p, strerror(errno));
+	}
+	if (rc) {
+		dd_rstore_close(rs);
+		return rc;
+	}
 	rc = dd_store_alloc(&s, err, path, oopts);
+	if (s)
+		s->st_rstore = rs;
+	else
+		dd_rstore_close(rs);
 	if (!rc)
 		rc = dd_store_attach(s, err, true, &conf);
 	if (!rc)
@@ -427,6 +460,8 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	/* written last: a directory without it is not a store */
 	if (!rc)
 		rc = dd_store_conf_write(err, path, &conf);
+	if (!rc && rs)
+		rc = dd_rstore_publish(rs, err);
 	return dd_store_ready(s, err, rc, &conf, out);
 }
 
@@ -455,6 +490,7 @@ void dd_store_close(dd_store *s)
 	dd_free(s->st_packs);
 	dd_vdir_close(s->st_packdir);
 	dd_vdir_close(s->st_mfdir);
+	dd_rstore_close(s->st_rstore);   /* after the vdirs on its pool */
 	dd_db_close(s->st_db);
 	pthread_mutex_destroy(&s->st_lock);
 	pthread_mutex_destroy(&s->st_pool_lock);

@@ -36,6 +36,7 @@
 #include "hash/hash.h"
 #include "pack/pack.h"
 #include "store/replica.h"
+#include "store/rstore.h"
 #include "cache/cache.h"
 
 /* Format 2 added the manifests (format/manifest.md) and the options in
@@ -47,8 +48,14 @@
 #define DD_STORE_FORMAT 3
 #define DD_STORE_FORMAT_FIXED 2
 #define DD_STORE_MAGIC_LINE "libdedup store"
-/* Packs roll over past this size; small enough that gc rewrites little. */
+/* Packs roll over past this size; small enough that gc rewrites little.
+ * A pack object in RADOS stays smaller, 32 MiB: Ceph refuses objects past
+ * 128 MiB by default, and tests/bench/README.md "bench_rados.sh" measured
+ * no gain from larger ones. */
 #define DD_PACK_MAX_BYTES ((uint64_t)256 << 20)
+#define DD_PACK_MAX_BYTES_RADOS ((uint64_t)32 << 20)
+#define dd_store_pack_max(s) \
+	((s)->st_rstore ? DD_PACK_MAX_BYTES_RADOS : DD_PACK_MAX_BYTES)
 
 /* Scratch for one thread that reads or writes blocks. */
 typedef struct dd_scratch {
@@ -61,6 +68,8 @@ typedef struct dd_scratch {
 
 struct dd_store {
 	char *st_path;
+	dd_rstore *st_rstore;      /* a store in a RADOS pool, else NULL:
+				      st_path is then its local catalog */
 	dd_vdir *st_packdir;       /* STORE/packs */
 	dd_vdir *st_mfdir;         /* STORE/manifests; NULL in format 1 */
 	int st_format;             /* of the DEDUP file (format/store.md §1) */
@@ -108,6 +117,10 @@ typedef struct dd_store_conf {
 } dd_store_conf;
 
 int dd_store_conf_read(dd_err *err, const char *path, dd_store_conf *c);
+/* The same from the text of a DEDUP file (changed by the parse); path
+ * names it in messages. */
+int dd_store_conf_parse(dd_err *err, const char *path, char *text,
+			dd_store_conf *c);
 int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c);
 int dd_store_conf_check(dd_err *err, const char *path, const dd_store_conf *c);
 int dd_store_conf_new_uuid(dd_err *err, dd_store_conf *c);
@@ -147,6 +160,15 @@ int dd_writers_min_start(dd_store *s, dd_err *err, uint64_t *min);
 /* Appends the running writers, who they are, to err's message. */
 void dd_writers_name(const char *dir, dd_err *err);
 
+/* ---- repair.c ------------------------------------------------------------*/
+
+/* The catalog of local store directory `local` rebuilt from the packs
+ * and manifests of the given directories (a RADOS store's pool: rstore.c),
+ * moving nothing aside and removing nothing there. */
+int dd_repair_catalog(dd_err *err, const char *local, dd_vdir *packs,
+		      dd_vdir *manifests, const dd_repair_opts *opts,
+		      dd_repair_result *out);
+
 /* ---- store.c -----------------------------------------------------------*/
 
 /* dd_store_fail, dd_store_failf: replica.h */
@@ -160,7 +182,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
  * store of format 1 upgraded first, then recovery (recover.c).
  * dd_store_leave lets go. */
 int dd_store_enter(dd_store *s, dd_err *err, int *lockfd);
-void dd_store_leave(int lockfd);
+void dd_store_leave(dd_store *s, int lockfd);
 /* Rolls back dead writers' pending snapshots, reaps doomed packs no
  * reader needs, cuts pack tails and removes packs no commit recorded --
  * never anything a live writer holds. */

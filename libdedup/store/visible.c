@@ -50,6 +50,17 @@ bool dd_idset_has(const dd_idset *set, uint64_t id)
 				    sizeof(uint64_t), dd_id_cmp) != NULL;
 }
 
+/* Removes from sorted set `from` the ids of sorted set `these`. */
+static void dd_idset_drop(dd_idset *from, const dd_idset *these)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < from->is_n; i++)
+		if (!dd_idset_has(these, from->is_ids[i]))
+			from->is_ids[kept++] = from->is_ids[i];
+	from->is_n = kept;
+}
+
 void dd_mfstate_free(dd_mfstate *ms)
 {
 	for (int i = 0; i < 3; i++)
@@ -86,9 +97,15 @@ int dd_mfstate_read(dd_store *s, dd_err *err, dd_mfstate *ms)
 		if (ms->ms_set[i].is_n)
 			qsort(ms->ms_set[i].is_ids, ms->ms_set[i].is_n,
 			      sizeof(uint64_t), dd_id_cmp);
-	if (rc)
+	if (rc) {
 		dd_mfstate_free(ms);
-	return rc;
+		return rc;
+	}
+	/* a rename in a RADOS store is two steps (format/store.md §11): cut
+	 * short, it leaves the id in both states, and the later one counts */
+	dd_idset_drop(&ms->ms_set[DD_MANIFEST_TMP], &ms->ms_set[DD_MANIFEST_SNAP]);
+	dd_idset_drop(&ms->ms_set[DD_MANIFEST_SNAP], &ms->ms_set[DD_MANIFEST_DEL]);
+	return 0;
 }
 
 bool dd_manifest_present(const dd_store *s, uint64_t id, int state)

@@ -219,7 +219,7 @@ void dd_writer_release(dd_writer *w, bool recover)
 	 * packs' tails; if this fails, the next writer's recovery does it. */
 	if (recover && w->w_lockfd >= 0)
 		dd_store_recover(s, &(dd_err){0});
-	dd_store_leave(w->w_lockfd);
+	dd_store_leave(w->w_store, w->w_lockfd);
 	w->w_lockfd = -1;
 }
 

@@ -56,7 +56,16 @@ int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
 		rc = dd_err_set(err, DD_ENOSPC, "pack ids exhausted");
 	if (!rc) {
 		rc = dd_pack_create(&p, err, s->st_packdir, (uint32_t)next);
-		if (rc == DD_EEXIST) {
+		/* in a RADOS store an unrecorded object can only be a writer's
+		 * that lost the store lock and may still write: never
+		 * touched, its id skipped (gc's to judge) */
+		for (int i = 0; rc == DD_EEXIST && s->st_rstore && i < 64 &&
+				next < UINT32_MAX; i++) {
+			dd_err_clear(err);
+			rc = dd_pack_create(&p, err, s->st_packdir,
+					    (uint32_t)++next);
+		}
+		if (rc == DD_EEXIST && !s->st_rstore) {
 			rc = dd_pack_remove_orphan(s, err, (uint32_t)next);
 			if (!rc)
 				rc = dd_pack_create(&p, err, s->st_packdir,
@@ -87,7 +96,10 @@ int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
 
 /* The newest pack, if it is less than half full and nobody holds it:
  * locked, its tail past the committed end cut (a killed writer's).  0 with
- * *out NULL when there is none to take. */
+ * *out NULL when there is none to take.  Never in a RADOS store: a pack
+ * there has one writer for its whole life, so that a writer on another
+ * machine that lost the store lock (a partition) can only ever write into
+ * packs of its own, which nobody else references (format/store.md §11). */
 static int dd_writer_reuse_pack(dd_writer *w, dd_pack **out)
 {
 	dd_store *s = w->w_store;
@@ -98,6 +110,8 @@ static int dd_writer_reuse_pack(dd_writer *w, dd_pack **out)
 	int rc;
 
 	*out = NULL;
+	if (s->st_rstore)
+		return 0;
 	rc = dd_writer_renew(w);
 	if (!rc)
 		rc = dd_meta_get_u64(w->w_rtxn, &w->w_err, "pack.next", &next);
@@ -105,7 +119,7 @@ static int dd_writer_reuse_pack(dd_writer *w, dd_pack **out)
 		return rc == DD_ENOENT ? 0 : rc;
 	id = (uint32_t)(next - 1);
 	rc = dd_packs_get(w->w_rtxn, &w->w_err, id, &end);
-	if (rc == DD_ENOENT || (!rc && end >= DD_PACK_MAX_BYTES / 2))
+	if (rc == DD_ENOENT || (!rc && end >= dd_store_pack_max(s) / 2))
 		return 0;   /* doomed by gc, or full enough */
 	if (rc)
 		return rc;
@@ -160,7 +174,7 @@ int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 	int rc;
 
 	if (w->w_pack && dd_pack_end(w->w_pack) + DD_PACK_REC_HDR_SIZE +
-				 rec->pr_psize > DD_PACK_MAX_BYTES) {
+				 rec->pr_psize > dd_store_pack_max(w->w_store)) {
 		dd_pack **full = dd_realloc(w->w_full,
 					    (w->w_nfull + 1) * sizeof(*full));
 

@@ -1,0 +1,427 @@
+/*
+ * vdir_rados.c -- a store directory (common/vdir.h) as objects of a RADOS
+ * pool namespace: the file NAME of directory DIR is the object "DIR/NAME".
+ *
+ * What a POSIX directory gives for free is made here from RADOS's rules:
+ *
+ *  - durability: an OSD acknowledges a write once every replica holds it,
+ *    so the file and directory syncs have nothing left to do;
+ *  - exclusive create: one write operation that creates the object only
+ *    if it does not exist (dd_rados_write_full_if with version 0);
+ *  - rename: RADOS has none.  It is an exclusive create of `to` holding
+ *    all of `from` in one write -- atomic: a reader sees all of it or no
+ *    object --, then the removal of `from`.  A crash between leaves both
+ *    names, each whole; the store's rules say which counts (a manifest's
+ *    later state wins, format/store.md §1).  An object is one write, so a
+ *    renamed file is at most DD_RADOS_IO_MAX bytes;
+ *  - locks: the store takes its store-wide RADOS lock before it writes
+ *    (store/rstore.c), so a pack has one appender without a lock of its
+ *    own; punching holes is not offered.
+ *
+ * Reads that follow each other through a file (a pack walked by scrub or
+ * repair, a restore reading a pack's records in order) are served from a
+ * window of DD_VR_WINDOW bytes read ahead, one network round trip instead
+ * of one per record.  A window is only trusted while nothing was written
+ * through its directory since it was read (vr_dir_gen): a tail cut and
+ * written again must never be served stale.  Writers elsewhere hold the
+ * store lock and change nothing a reader's catalog names.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/vdir.h"
+#include "rados/rados_internal.h"
+
+#define DD_VR_WINDOW ((size_t)4 << 20)
+#define DD_VR_DIR_MAX 32
+#define DD_VR_OID_MAX (DD_VR_DIR_MAX + sizeof(((dd_vfile *)0)->vf_name) + 1)
+
+typedef struct vr_dir {
+	dd_rados_pool *vd_pool;
+	char vd_dir[DD_VR_DIR_MAX];      /* "packs" */
+	_Atomic uint64_t vd_gen;         /* bumped by every change through it */
+} vr_dir;
+
+typedef struct vr_file {
+	dd_vfile vr_base;                /* first: a dd_vfile * is a vr_file * */
+	char vr_oid[DD_VR_OID_MAX];
+	pthread_mutex_t vr_mu;           /* the window */
+	uint8_t *vr_win;
+	uint64_t vr_win_off;
+	size_t vr_win_len;
+	uint64_t vr_win_gen;             /* vd_gen when it was read */
+	uint64_t vr_next;                /* where the last read ended */
+} vr_file;
+
+static vr_dir *vr_dir_of(dd_vdir *d)
+{
+	return dd_vdir_priv(d);
+}
+
+static int vr_oid(dd_err *err, const vr_dir *vd, const char *name, char *buf,
+		  size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s", vd->vd_dir, name);
+
+	if (n < 0 || (size_t)n >= len || !name[0] || strchr(name, '/'))
+		return dd_err_set(err, DD_EINVAL, "rados: bad object name "
+				  "%s/%s", vd->vd_dir, name);
+	return 0;
+}
+
+static void vr_changed(vr_dir *vd)
+{
+	atomic_fetch_add(&vd->vd_gen, 1);
+}
+
+/* ---- files ------------------------------------------------------------------*/
+
+static int vr_open_file(dd_vdir *d, dd_err *err, const char *name, int flags,
+			dd_vfile **out)
+{
+	vr_dir *vd = vr_dir_of(d);
+	vr_file *f;
+	int rc;
+
+	if (strlen(name) >= sizeof(f->vr_base.vf_name))
+		return dd_err_set(err, DD_EINVAL, "rados: name too long: %s",
+				  name);
+	f = dd_calloc(1, sizeof(*f));
+	if (!f)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	rc = vr_oid(err, vd, name, f->vr_oid, sizeof(f->vr_oid));
+	if (!rc && (flags & DD_VF_CREATE)) {
+		rc = dd_rados_write_full_if(vd->vd_pool, err, f->vr_oid, "", 0,
+					    0, NULL);
+		if (rc == DD_EBUSY)   /* the object was there first */
+			rc = dd_err_set(err, DD_EEXIST, "%s: exists", name);
+		vr_changed(vd);
+	} else if (!rc) {
+		rc = dd_rados_stat(vd->vd_pool, err, f->vr_oid, NULL, NULL);
+	}
+	if (rc) {
+		dd_free(f);
+		return rc;
+	}
+	f->vr_base.vf_dir = d;
+	snprintf(f->vr_base.vf_name, sizeof(f->vr_base.vf_name), "%s", name);
+	pthread_mutex_init(&f->vr_mu, NULL);
+	*out = &f->vr_base;
+	return 0;
+}
+
+static void vr_file_close(dd_vfile *vf)
+{
+	vr_file *f = (vr_file *)vf;
+
+	pthread_mutex_destroy(&f->vr_mu);
+	dd_free(f->vr_win);
+	dd_free(f);
+}
+
+static int vr_read(vr_file *f, dd_err *err, void *buf, size_t len,
+		   uint64_t off, size_t *got)
+{
+	vr_dir *vd = vr_dir_of(f->vr_base.vf_dir);
+	size_t done = 0;
+
+	/* librados reads at most an int's worth; packs are far smaller */
+	while (done < len) {
+		size_t n = len - done, part;
+		int rc;
+
+		if (n > DD_RADOS_IO_MAX)
+			n = DD_RADOS_IO_MAX;
+		rc = dd_rados_read(vd->vd_pool, err, f->vr_oid,
+				   (uint8_t *)buf + done, n, off + done, &part);
+		if (rc)
+			return rc;
+		done += part;
+		if (part < n)
+			break;
+	}
+	*got = done;
+	return 0;
+}
+
+/* Serves [off, off + len) from the window when it holds it, refilling the
+ * window at off for a read that continues the last one.  1 when served
+ * (*got set), 0 when the caller reads directly, or an error. */
+static int vr_window_read(vr_file *f, dd_err *err, void *buf, size_t len,
+			  uint64_t off, size_t *got)
+{
+	vr_dir *vd = vr_dir_of(f->vr_base.vf_dir);
+	uint64_t gen = atomic_load(&vd->vd_gen);
+	int rc = 0;
+
+	if (len >= DD_VR_WINDOW)
+		return 0;
+	pthread_mutex_lock(&f->vr_mu);
+	if (f->vr_win && f->vr_win_gen == gen && off >= f->vr_win_off &&
+	    off - f->vr_win_off <= f->vr_win_len) {
+		size_t at = (size_t)(off - f->vr_win_off);
+		size_t have = f->vr_win_len - at;
+
+		/* a read past the window's end that the window does not
+		 * reach because the object ended there is served short, as
+		 * the object is; one that runs past a full window refills */
+		if (have >= len || f->vr_win_len < DD_VR_WINDOW) {
+			*got = have < len ? have : len;
+			memcpy(buf, f->vr_win + at, *got);
+			f->vr_next = off + *got;
+			rc = 1;
+			goto out;
+		}
+	}
+	if (off != f->vr_next && !(f->vr_win && f->vr_win_gen == gen &&
+				   off >= f->vr_win_off &&
+				   off <= f->vr_win_off + f->vr_win_len))
+		goto out;   /* not in order: read what was asked only */
+	if (!f->vr_win && !(f->vr_win = dd_malloc(DD_VR_WINDOW))) {
+		rc = dd_err_set(err, DD_ENOMEM, "out of memory");
+		goto out;
+	}
+	f->vr_win_len = 0;
+	rc = vr_read(f, err, f->vr_win, DD_VR_WINDOW, off, &f->vr_win_len);
+	if (rc)
+		goto out;
+	f->vr_win_off = off;
+	f->vr_win_gen = gen;
+	*got = f->vr_win_len < len ? f->vr_win_len : len;
+	memcpy(buf, f->vr_win, *got);
+	f->vr_next = off + *got;
+	rc = 1;
+out:
+	pthread_mutex_unlock(&f->vr_mu);
+	return rc;
+}
+
+static int vr_pread(dd_vfile *vf, dd_err *err, void *buf, size_t len,
+		    uint64_t off, size_t *got)
+{
+	vr_file *f = (vr_file *)vf;
+	int rc = vr_window_read(f, err, buf, len, off, got);
+
+	if (rc)
+		return rc < 0 ? rc : 0;
+	rc = vr_read(f, err, buf, len, off, got);
+	if (!rc) {
+		pthread_mutex_lock(&f->vr_mu);
+		f->vr_next = off + *got;
+		pthread_mutex_unlock(&f->vr_mu);
+	}
+	return rc;
+}
+
+static int vr_pwrite_full(dd_vfile *vf, dd_err *err, const void *buf,
+			  size_t len, uint64_t off)
+{
+	vr_file *f = (vr_file *)vf;
+	vr_dir *vd = vr_dir_of(vf->vf_dir);
+	size_t done = 0;
+
+	vr_changed(vd);
+	while (done < len) {
+		size_t n = len - done;
+		int rc;
+
+		if (n > DD_RADOS_IO_MAX)
+			n = DD_RADOS_IO_MAX;
+		rc = dd_rados_write(vd->vd_pool, err, f->vr_oid,
+				    (const uint8_t *)buf + done, n, off + done);
+		if (rc)
+			return rc;
+		done += n;
+	}
+	return 0;
+}
+
+static int vr_size(dd_vfile *vf, dd_err *err, uint64_t *size)
+{
+	vr_file *f = (vr_file *)vf;
+
+	return dd_rados_stat(vr_dir_of(vf->vf_dir)->vd_pool, err, f->vr_oid,
+			     size, NULL);
+}
+
+static int vr_truncate(dd_vfile *vf, dd_err *err, uint64_t len)
+{
+	vr_file *f = (vr_file *)vf;
+	vr_dir *vd = vr_dir_of(vf->vf_dir);
+
+	vr_changed(vd);
+	return dd_rados_truncate(vd->vd_pool, err, f->vr_oid, len);
+}
+
+/* Durable on return of every write. */
+static int vr_file_sync(dd_vfile *vf, dd_err *err)
+{
+	(void)vf;
+	(void)err;
+	return 0;
+}
+
+static void vr_writeback(dd_vfile *vf, uint64_t off, uint64_t len)
+{
+	(void)vf;
+	(void)off;
+	(void)len;
+}
+
+/* The store-wide RADOS lock makes its holder the only appender. */
+static int vr_lock(dd_vfile *vf, dd_err *err)
+{
+	(void)vf;
+	(void)err;
+	return 0;
+}
+
+static int vr_punch(dd_vfile *vf, dd_err *err, uint64_t off, uint64_t len)
+{
+	(void)off;
+	(void)len;
+	return dd_err_set(err, DD_ENOTSUP, "%s: a RADOS object cannot "
+			  "punch holes", vf->vf_name);
+}
+
+/* ---- the directory ------------------------------------------------------------*/
+
+static int vr_stat(dd_vdir *d, dd_err *err, const char *name, uint64_t *size)
+{
+	vr_dir *vd = vr_dir_of(d);
+	char oid[DD_VR_OID_MAX];
+	int rc = vr_oid(err, vd, name, oid, sizeof(oid));
+
+	return rc ? rc : dd_rados_stat(vd->vd_pool, err, oid, size, NULL);
+}
+
+static int vr_unlink(dd_vdir *d, dd_err *err, const char *name)
+{
+	vr_dir *vd = vr_dir_of(d);
+	char oid[DD_VR_OID_MAX];
+	int rc = vr_oid(err, vd, name, oid, sizeof(oid));
+
+	vr_changed(vd);
+	return rc ? rc : dd_rados_remove(vd->vd_pool, err, oid);
+}
+
+static int vr_rename(dd_vdir *d, dd_err *err, const char *from,
+		     const char *to, bool noreplace)
+{
+	vr_dir *vd = vr_dir_of(d);
+	char a[DD_VR_OID_MAX], b[DD_VR_OID_MAX];
+	uint8_t *buf = NULL;
+	uint64_t size;
+	size_t got;
+	int rc = vr_oid(err, vd, from, a, sizeof(a));
+
+	if (!rc)
+		rc = vr_oid(err, vd, to, b, sizeof(b));
+	if (!rc)
+		rc = dd_rados_stat(vd->vd_pool, err, a, &size, NULL);
+	if (!rc && size > DD_RADOS_IO_MAX)
+		rc = dd_err_set(err, DD_ENOTSUP, "rados: rename %s: %llu bytes,"
+				" more than one write holds", a,
+				(unsigned long long)size);
+	if (!rc && !(buf = dd_malloc(size ? (size_t)size : 1)))
+		rc = dd_err_set(err, DD_ENOMEM, "out of memory");
+	if (!rc)
+		rc = dd_rados_read(vd->vd_pool, err, a, buf, (size_t)size, 0,
+				   &got);
+	if (!rc && got != size)
+		rc = dd_err_set(err, DD_ECORRUPT, "rados: rename %s: it "
+				"changed while it was copied", a);
+	vr_changed(vd);
+	if (!rc && noreplace) {
+		rc = dd_rados_write_full_if(vd->vd_pool, err, b, buf, got, 0,
+					    NULL);
+		if (rc == DD_EBUSY)
+			rc = dd_err_set(err, DD_EEXIST, "%s: exists", to);
+	} else if (!rc) {
+		rc = dd_rados_write_full(vd->vd_pool, err, b, buf, got);
+	}
+	if (!rc)
+		rc = dd_rados_remove(vd->vd_pool, err, a);
+	dd_free(buf);
+	return rc;
+}
+
+static int vr_sync(dd_vdir *d, dd_err *err)
+{
+	(void)d;
+	(void)err;
+	return 0;
+}
+
+typedef struct vr_list {
+	size_t vl_skip;           /* "DIR/" */
+	dd_vdir_list_fn vl_fn;
+	void *vl_arg;
+} vr_list;
+
+static int vr_list_one(void *arg, const char *oid)
+{
+	vr_list *vl = arg;
+
+	return strchr(oid + vl->vl_skip, '/')
+		       ? 0 : vl->vl_fn(vl->vl_arg, oid + vl->vl_skip);
+}
+
+static int vr_list_names(dd_vdir *d, dd_err *err, dd_vdir_list_fn fn,
+			 void *arg)
+{
+	vr_dir *vd = vr_dir_of(d);
+	char prefix[DD_VR_DIR_MAX + 1];
+	vr_list vl = { strlen(vd->vd_dir) + 1, fn, arg };
+
+	snprintf(prefix, sizeof(prefix), "%s/", vd->vd_dir);
+	return dd_rados_list(vd->vd_pool, err, prefix, vr_list_one, &vl);
+}
+
+static void vr_close(dd_vdir *d)
+{
+	dd_free(vr_dir_of(d));
+}
+
+static const dd_vdir_ops vr_ops = {
+	.local = false,
+	.open_file = vr_open_file,
+	.stat = vr_stat,
+	.unlink = vr_unlink,
+	.rename = vr_rename,
+	.sync = vr_sync,
+	.list = vr_list_names,
+	.close = vr_close,
+	.file_close = vr_file_close,
+	.pread = vr_pread,
+	.pwrite_full = vr_pwrite_full,
+	.size = vr_size,
+	.truncate = vr_truncate,
+	.file_sync = vr_file_sync,
+	.writeback = vr_writeback,
+	.lock = vr_lock,
+	.punch = vr_punch,
+};
+
+int dd_rados_vdir_open(struct dd_vdir **out, dd_err *err, dd_rados_pool *p,
+		       const char *dir)
+{
+	vr_dir *vd;
+	int rc;
+
+	if (!p || strlen(dir) >= DD_VR_DIR_MAX || !dir[0])
+		return dd_err_set(err, DD_EINVAL, "rados: bad directory");
+	vd = dd_calloc(1, sizeof(*vd));
+	if (!vd)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	vd->vd_pool = p;
+	snprintf(vd->vd_dir, sizeof(vd->vd_dir), "%s", dir);
+	rc = dd_vdir_new(out, err, &vr_ops, vd);
+	if (rc)
+		dd_free(vd);
+	return rc;
+}
