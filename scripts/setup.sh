@@ -9,7 +9,8 @@ set -euo pipefail
 # Build: compiler, cmake, pkg-config and the libraries of DESIGN.md
 # "Dependencies"; libfuse3-dev for `dedup mount`.  Tests: cmocka, zstd and
 # python3 (data generators), clang (libFuzzer harnesses, sanitizers), fuse3
-# (fusermount3) and e2fsprogs (mkfs.ext4 -d) for the mount test.
+# (fusermount3) and e2fsprogs (mkfs.ext4 -d) for the mount test; time
+# (/usr/bin/time) for the CPU time test_stream_bounds bounds.
 # RADOS stores (issue #15): librados-dev to build them (-DDD_RADOS), and
 # ceph-mon, ceph-osd, ceph-common for the one-node test cluster that
 # tests/ceph/cluster.sh starts (ceph-common brings the `ceph` command,
@@ -17,7 +18,7 @@ set -euo pipefail
 PACKAGES=(
 	build-essential cmake pkg-config
 	libssl-dev libzstd-dev liblmdb-dev libcmocka-dev libfuse3-dev
-	zstd python3 clang fuse3 e2fsprogs
+	zstd python3 clang fuse3 e2fsprogs time
 	librados-dev ceph-mon ceph-osd ceph-common
 )
 

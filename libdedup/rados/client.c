@@ -95,17 +95,41 @@ void dd_rados_where(char *buf, size_t len, const dd_rados_pool *p,
 			 oid ? "/" : "", oid ? oid : "");
 }
 
+static int64_t dd_rados_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void dd_rados_fail_fast(dd_rados *r, bool on)
+{
+	atomic_store(&r->ra_fail_fast, on);
+}
+
+void dd_rados_timed_out(const dd_rados_pool *p)
+{
+	if (p)
+		atomic_store(&p->rp_rados->ra_timed_out_ms, dd_rados_now_ms());
+}
+
 int dd_rados_reachable(dd_err *err, const dd_rados_pool *p, const char *what,
 		       const char *oid)
 {
 	char where[DD_RADOS_POOL_MAX + DD_RADOS_NAME_MAX + 256];
+	int64_t at, ago;
 
-	if (!p || !atomic_load(&p->rp_rados->ra_timed_out))
+	if (!p || !atomic_load(&p->rp_rados->ra_fail_fast))
+		return 0;
+	at = atomic_load(&p->rp_rados->ra_timed_out_ms);
+	ago = dd_rados_now_ms() - at;
+	if (!at || ago >= (int64_t)p->rp_rados->ra_conf.rc_osd_op_timeout * 1000)
 		return 0;
 	dd_rados_where(where, sizeof(where), p, oid);
-	return dd_err_set(err, DD_EIO, "rados: %s%s%s: the cluster did not "
-			  "answer within its timeout before", what,
-			  where[0] ? " " : "", where);
+	return dd_err_set(err, DD_EIO, "rados: %s%s%s: an operation timed out "
+			  "%.1f s ago: the cluster is out of reach", what,
+			  where[0] ? " " : "", where, (double)ago / 1000);
 }
 
 int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
@@ -129,8 +153,8 @@ int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
 		code = dd_errno_code(e);
 		break;
 	}
-	if (e == ETIMEDOUT && p)
-		atomic_store(&p->rp_rados->ra_timed_out, true);
+	if (e == ETIMEDOUT)
+		dd_rados_timed_out(p);
 	dd_rados_where(where, sizeof(where), p, oid);
 	return dd_err_set(err, code, "rados: %s%s%s: %s", what,
 			  where[0] ? " " : "", where,

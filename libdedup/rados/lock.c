@@ -109,8 +109,8 @@ int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 /* One call of rados_lock_exclusive: 0, or librados's negative errno. */
 static int dd_rados_lock_call(dd_rados_lock *l, uint8_t flags)
 {
-	/* the cluster timed out before: as dd_rados_reachable */
-	if (atomic_load(&l->rl_pool->rp_rados->ra_timed_out))
+	/* the cluster timed out just before: as dd_rados_reachable */
+	if (dd_rados_reachable(NULL, l->rl_pool, "lock", l->rl_oid))
 		return -ETIMEDOUT;
 	struct timeval dur = {(time_t)l->rl_duration, 0};
 
@@ -293,7 +293,7 @@ int dd_rados_lock_release(dd_rados_lock *l, dd_err *err)
 		pthread_mutex_destroy(&l->rl_mutex);
 	}
 	/* out of reach before: the lock expires by its duration instead */
-	r = atomic_load(&l->rl_pool->rp_rados->ra_timed_out)
+	r = dd_rados_reachable(NULL, l->rl_pool, "unlock", l->rl_oid)
 		    ? 0 : rados_unlock(l->rl_pool->rp_io, l->rl_oid,
 				       DD_RADOS_LOCK_NAME, l->rl_cookie);
 	/* ENOENT: expired, nothing left to release */

@@ -79,6 +79,13 @@ int dd_rados_parse_spec(dd_err *err, const char *spec,
 int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf);
 void dd_rados_disconnect(dd_rados *r);     /* NULL is fine */
 
+/* on: once an operation of r timed out, the operations of the next
+ * osd_op_timeout seconds fail at once with DD_EIO "...: an operation timed
+ * out N s ago: the cluster is out of reach" instead of waiting out their
+ * own bound -- for a command that fails and cleans up (a store, rstore.c);
+ * off (the default): every operation waits its own bound. */
+void dd_rados_fail_fast(dd_rados *r, bool on);
+
 /* The timeouts in force on r, in seconds. */
 void dd_rados_timeouts(const dd_rados *r, dd_rados_conf *out);
 

@@ -16,11 +16,13 @@
 struct dd_rados {
 	rados_t ra_cluster;
 	dd_rados_conf ra_conf;      /* the timeouts in force */
-	/* an operation ran out of time: the cluster is out of reach, and
-	 * every later operation fails at once (dd_rados_reachable) instead
-	 * of waiting out its own bound -- the cleanup steps of a failing
-	 * command would otherwise multiply the bound the caller chose */
-	_Atomic bool ra_timed_out;
+	/* dd_rados_fail_fast: when an operation ran out of time, the
+	 * operations of the next ra_conf.rc_osd_op_timeout seconds fail at
+	 * once (dd_rados_reachable) instead of waiting out their own bound:
+	 * the cleanup steps of a failing command would otherwise multiply
+	 * the bound the caller chose */
+	_Atomic bool ra_fail_fast;
+	_Atomic int64_t ra_timed_out_ms;   /* CLOCK_MONOTONIC, 0: never */
 };
 
 struct dd_rados_pool {
@@ -40,14 +42,16 @@ struct dd_rados_pool {
 int dd_rados_fail(dd_err *err, int r, const dd_rados_pool *p,
 		  const char *what, const char *oid);
 
-/* 0, or DD_EIO "rados: WHAT POOL/NS/OID: the cluster did not answer
- * within its timeout before" once an operation of p's connection timed
- * out. */
+/* 0, or DD_EIO "rados: WHAT POOL/NS/OID: an operation timed out N s
+ * ago: ..." while the connection fails fast (above). */
 int dd_rados_reachable(dd_err *err, const dd_rados_pool *p, const char *what,
 		       const char *oid);
 
 /* "POOL/NS/OID" into buf, for messages ("POOL/OID" in the default
  * namespace). */
+/* Records a timeout of p's connection (for dd_rados_reachable). */
+void dd_rados_timed_out(const dd_rados_pool *p);
+
 void dd_rados_where(char *buf, size_t len, const dd_rados_pool *p,
 		    const char *oid);
 

@@ -364,6 +364,8 @@ static int rs_connect(dd_rstore *rs, dd_err *err, const char *spec)
 	if (!rc)
 		rc = dd_rados_connect(&rs->rs_rados, err, NULL);
 	if (!rc)
+		dd_rados_fail_fast(rs->rs_rados, true);
+	if (!rc)
 		rc = dd_rados_pool_open(&rs->rs_pool, err, rs->rs_rados, pool,
 					name);
 	return rc;
