@@ -67,6 +67,24 @@ assert_same "$T/b" "$T/b.out" "b after gc"
 run on "$M2" "$DEDUP" scrub --json "$S"
 assert_rc 0 "scrub on machine 2"
 
+note "L1 and an L2 device on machine 2"
+run on "$M2" "$DEDUP" cache add --size 64M "$S" "$T/l2dev"
+assert_rc 0 "cache add on machine 2"
+# L2 is fed what leaves L1: an L1 smaller than b
+run on "$M2" "$DEDUP" cache set --l1-size 1M "$S"
+assert_rc 0 "cache set on machine 2"
+run on "$M2" "$DEDUP" get --l2-feed-sequential --stats "$T/st1.json" "$S@b" "$T/b.out"
+assert_rc 0 "get feeding L2"
+assert_same "$T/b" "$T/b.out" "b through the caches"
+[ "$(json_get "$T/st1.json" 'j["pack_read_ops"]')" -ge 1 ] || fail "cold get read no pack"
+entries=$(json_get "$T/st1.json" 'j["l2_entries"]')
+[ "$entries" -ge 1 ] || fail "L2 holds no block after a fed get"
+export DEDUP_CACHE_DIR=$M2
+get_until "$T/b" "$T/st2.json" 'j["l2_hits"]' "$S@b" "$T/b.out"
+unset DEDUP_CACHE_DIR
+[ "$UNTIL" -ge 1 ] || fail "no L2 hit after a restart"
+note "L2: $entries blocks fed, $UNTIL hits after a restart"
+
 note "ddsend rados | ddrecv local, and back"
 run on "$M1" bash -c "'$DDSEND' '$S@b' | '$DDRECV' '$T/local'"
 assert_rc 0 "ddsend rados | ddrecv local"
@@ -154,4 +172,12 @@ for n in b c d e f; do
 	assert_rc 0 "get $n at the end"
 	assert_same "$f" "$T/x.out" "$n at the end"
 done
+note "repair rebuilds a machine's catalog from the pool"
+rm -rf "$M1"/*/db
+run on "$M1" "$DEDUP" repair "$S"
+assert_rc 0 "repair of machine 1's catalog"
+run on "$M1" "$DEDUP" ls "$S"
+assert_eq "b c d e f slow" "$(awk 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$T/out")" "ls after repair"
+run on "$M1" "$DEDUP" get "$S@c" "$T/x.out"
+assert_same "$T/c" "$T/x.out" "c after repair"
 echo "PASS [$TEST_NAME]"
