@@ -539,7 +539,7 @@ int dd_rstore_repair(dd_err *err, const char *spec,
 
 static int rs_session_start(dd_rstore *rs, dd_err *err, unsigned wait_ms)
 {
-	uint64_t have;
+	uint64_t have = 0;
 	rs_gen g;
 	int rc = dd_rados_lock_take(&rs->rs_lock, err, rs->rs_pool, "lock",
 				    DD_RSTORE_LOCK_S, wait_ms);

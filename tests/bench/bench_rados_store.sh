@@ -22,7 +22,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROUNDS=3
-SIZE_MIB=1024
+SIZE_MIB=512          # the test cluster's memstore holds 2 GiB
 while (($#)); do
 	case $1 in
 	--rounds) ROUNDS=$2; shift ;;
@@ -55,10 +55,13 @@ if [[ -z ${CEPH_CONF:-} ]]; then
 	CEPH_CONF=$(bash "$BENCH_REPO/tests/ceph/cluster.sh" up "$CLUSTER")
 fi
 export CEPH_CONF
-POOL=ddbenchst
-ceph osd pool create "$POOL" 8 >/dev/null 2>&1 ||
-	bench_die "cannot create pool $POOL on $CEPH_CONF"
-trap 'ceph osd pool delete $POOL $POOL --yes-i-really-really-mean-it >/dev/null 2>&1 || true; stop_cluster' EXIT
+# a pool per round, deleted after it: memstore keeps every object in RAM
+POOL=
+drop_pool() {
+	[[ -z $POOL ]] || ceph osd pool delete "$POOL" "$POOL" --yes-i-really-really-mean-it >/dev/null 2>&1 || true
+	POOL=
+}
+trap 'drop_pool; stop_cluster' EXIT
 export DEDUP_CACHE_DIR=$BENCH_RUN/catalogs
 
 bench_log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -70,6 +73,9 @@ for r in $(seq 1 "$ROUNDS"); do
 		if [[ $kind == local ]]; then
 			S=$BENCH_RUN/local-$r
 		else
+			POOL=ddbenchst$r
+			ceph osd pool create "$POOL" 8 >/dev/null 2>&1 ||
+				bench_die "cannot create pool $POOL on $CEPH_CONF"
 			S=rados:$POOL/r$r
 		fi
 		"$DD" init "$S" >/dev/null
@@ -79,7 +85,9 @@ for r in $(seq 1 "$ROUNDS"); do
 		bench_time "get_${kind}_$r" "$DD" get "$S@a" - >/dev/null
 		if [[ $kind == rados ]]; then
 			bench_record "local_bytes_$r" "$(bench_du "$DEDUP_CACHE_DIR")"
+			bench_record "local_alloc_$r" "$(bench_du_alloc "$DEDUP_CACHE_DIR")"
 			rm -rf "$DEDUP_CACHE_DIR"
+			drop_pool
 		else
 			rm -rf "$S"
 		fi
@@ -90,11 +98,12 @@ bench_log "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 fig() { awk -v k="$1" -F'\t' '$1 ~ "^"k"_[0-9]+_seconds$" { print $2 }' "$BENCH_RAW" | best; }
 pl=$(fig put_local) pr=$(fig put_rados) gl=$(fig get_local) gr=$(fig get_rados)
 kept=$(awk -F'\t' '$1 ~ /^local_bytes_/ { print $2 }' "$BENCH_RAW" | sort -g | tail -n 1)
+alloc=$(awk -F'\t' '$1 ~ /^local_alloc_/ { print $2 }' "$BENCH_RAW" | sort -g | tail -n 1)
 size=$(bench_size "$A")
-awk -v pl="$pl" -v pr="$pr" -v gl="$gl" -v gr="$gr" -v kept="$kept" -v size="$size" 'BEGIN {
+awk -v pl="$pl" -v pr="$pr" -v gl="$gl" -v gr="$gr" -v kept="$kept" -v alloc="$alloc" -v size="$size" 'BEGIN {
 	mb = size / 1e6
 	printf "put  local %.0f MB/s  rados %.0f MB/s  rados/local %.2f (goal >= 0.7)\n", mb / pl, mb / pr, pl / pr
 	printf "get  local %.0f MB/s  rados %.0f MB/s  rados/local %.2f (goal >= 0.7)\n", mb / gl, mb / gr, gl / gr
-	printf "kept locally: %d bytes for %d stored = %.3f%% (goal <= 2%%)\n", kept, size, 100 * kept / size
+	printf "kept locally: %d bytes (%d allocated) for %d stored = %.3f%% (goal <= 2%%)\n", kept, alloc, size, 100 * kept / size
 }'
 bench_log "raw figures in $BENCH_RAW"
