@@ -351,6 +351,31 @@ int dd_io_rename(dd_err *err, const char *from, const char *to)
 	return 0;
 }
 
+int dd_io_replace_file(dd_err *err, const char *dir, const char *name,
+		       const void *buf, size_t len)
+{
+	char tmp[4096], fin[4096];
+	int fd, rc;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name) >=
+	    sizeof(tmp))
+		return dd_err_set(err, DD_EINVAL, "%s/%s: path too long", dir,
+				  name);
+	snprintf(fin, sizeof(fin), "%s/%s", dir, name);
+	fd = dd_io_open(err, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return fd;
+	rc = dd_io_pwrite_full(err, fd, buf, len, 0, tmp);
+	if (!rc)
+		rc = dd_io_fdatasync(err, fd, tmp);
+	dd_io_close(fd);
+	if (!rc)
+		rc = dd_io_rename(err, tmp, fin);
+	if (!rc)
+		rc = dd_io_fsync_dir(err, dir);
+	return rc;
+}
+
 int dd_io_fsize(dd_err *err, int fd, uint64_t *out, const char *what)
 {
 	struct stat st;

@@ -44,6 +44,11 @@ int dd_io_fsync_dir(dd_err *err, const char *dir);
 int dd_io_ftruncate(dd_err *err, int fd, uint64_t len, const char *what);
 int dd_io_rename(dd_err *err, const char *from, const char *to);
 int dd_io_fsize(dd_err *err, int fd, uint64_t *out, const char *what);
+/* DIR/NAME replaced whole by buf: written as DIR/NAME.tmp, fdatasync'ed,
+ * renamed over NAME, the directory synced -- a crash leaves the old file
+ * or the new one. */
+int dd_io_replace_file(dd_err *err, const char *dir, const char *name,
+		       const void *buf, size_t len);
 
 /* Names relative to a directory descriptor (the store's manifests/ and
  * packs/).  dd_io_renameat takes renameat2(2) flags (RENAME_NOREPLACE,

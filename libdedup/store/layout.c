@@ -156,11 +156,9 @@ int dd_store_conf_parse(dd_err *err, const char *path, char *text,
 
 int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c)
 {
-	char tmp[4096], fin[4096], body[512];
-	int fd, rc, n;
+	char body[512];
+	int n;
 
-	snprintf(tmp, sizeof(tmp), "%s/DEDUP.tmp", path);
-	snprintf(fin, sizeof(fin), "%s/DEDUP", path);
 	n = snprintf(body, sizeof(body), "%s\nformat %d\n", DD_STORE_MAGIC_LINE,
 		     c->sc_format);
 	for (int i = 0; c->sc_format >= 2 && i < DD_STORE_NOPTS; i++)
@@ -175,18 +173,7 @@ int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c)
 				      "%02x", c->sc_uuid[i]);
 		n += snprintf(body + n, sizeof(body) - (size_t)n, "\n");
 	}
-	fd = dd_io_open(err, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return fd;
-	rc = dd_io_pwrite_full(err, fd, body, (size_t)n, 0, tmp);
-	if (!rc)
-		rc = dd_io_fdatasync(err, fd, tmp);
-	dd_io_close(fd);
-	if (!rc)
-		rc = dd_io_rename(err, tmp, fin);
-	if (!rc)
-		rc = dd_io_fsync_dir(err, path);
-	return rc;
+	return dd_io_replace_file(err, path, "DEDUP", body, (size_t)n);
 }
 
 int dd_store_conf_new_uuid(dd_err *err, dd_store_conf *c)

@@ -174,27 +174,10 @@ static int rs_file_read(const char *dir, const char *name, char *buf,
 	return rc;
 }
 
-/* Replaced whole: temporary file, fdatasync, rename, directory sync. */
 static int rs_file_write(dd_err *err, const char *dir, const char *name,
 			 const char *text)
 {
-	char tmp[4096], fin[4096];
-	int fd, rc;
-
-	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
-	snprintf(fin, sizeof(fin), "%s/%s", dir, name);
-	fd = dd_io_open(err, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return fd;
-	rc = dd_io_pwrite_full(err, fd, text, strlen(text), 0, tmp);
-	if (!rc)
-		rc = dd_io_fdatasync(err, fd, tmp);
-	dd_io_close(fd);
-	if (!rc)
-		rc = dd_io_rename(err, tmp, fin);
-	if (!rc)
-		rc = dd_io_fsync_dir(err, dir);
-	return rc;
+	return dd_io_replace_file(err, dir, name, text, strlen(text));
 }
 
 /* The SEQ the local catalog is consistent with; false when unknown. */
