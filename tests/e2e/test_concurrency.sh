@@ -237,10 +237,16 @@ scrub_clean "after the loop"
 # gc (STORE/gc.lock), with the holder line lock.c writes.
 note "busy: repair holds the store, a gc runs"
 holder='pid 4242 on elsewhere since 2026-01-01T00:00:00Z start 0'
+# hold FILE until RELEASE exists (a loaded machine must not end the hold
+# before the test is done with it), then wait until the hold has begun
+hold() { # FILE RELEASE
+	rm -f "$2"
+	flock -x "$1" bash -c 'while [ ! -e "$0" ]; do sleep 0.05; done' "$2" &
+	PIDS+=("$!")
+	while flock -n "$1" true; do sleep 0.05; done
+}
 printf '%s\n' "$holder" >"$S/lock"
-flock -x "$S/lock" sleep 4 &
-PIDS+=("$!")
-sleep 0.3
+hold "$S/lock" "$T/release"
 gen_random "$T/late.img" $((256 * 1024)) conc-late
 run "$DEDUP" put "$S@late" "$T/late.img"
 assert_rc 1 "put while repair has the store"
@@ -254,13 +260,12 @@ t1=$(date +%s%N)
 assert_rc 1 "put --wait=1 while repair has the store for longer"
 ms=$(((t1 - t0) / 1000000))
 [ "$ms" -ge 900 ] && [ "$ms" -lt 3500 ] || fail "put --wait=1 gave up after $ms ms"
+(sleep 1; touch "$T/release") &
 run "$DEDUP" put --wait "$S@late" "$T/late.img"
 assert_rc 0 "put --wait once repair is done"
 get_exact late
 # ddrecv the same way: refused at once, or after --wait=S, or waiting
-flock -x "$S/lock" sleep 3 &
-PIDS+=("$!")
-sleep 0.3
+hold "$S/lock" "$T/release"
 run bash -c "'$DDRECV' '$S@prw' <'$T/pr.dds'"
 assert_rc 1 "ddrecv while repair has the store"
 assert_grep 'busy.*pid 4242 on elsewhere' "$T/err" "ddrecv's busy message names the holder"
@@ -270,14 +275,13 @@ t1=$(date +%s%N)
 assert_rc 1 "ddrecv --wait=1 while repair has the store for longer"
 ms=$(((t1 - t0) / 1000000))
 [ "$ms" -ge 900 ] && [ "$ms" -lt 2500 ] || fail "ddrecv --wait=1 gave up after $ms ms"
+(sleep 1; touch "$T/release") &
 run bash -c "'$DDRECV' --wait '$S@prw' <'$T/pr.dds'"
 assert_rc 0 "ddrecv --wait once repair is done"
 cp "$T/pr.img" "$T/prw.img"
 get_exact prw
 printf '%s\n' "$holder" >"$S/gc.lock"
-flock -x "$S/gc.lock" sleep 2 &
-PIDS+=("$!")
-sleep 0.3
+hold "$S/gc.lock" "$T/release"
 run "$DEDUP" gc "$S"
 assert_rc 1 "gc while another gc runs"
 assert_grep 'busy.*pid 4242 on elsewhere' "$T/err" "the busy gc message names the holder"
@@ -285,6 +289,7 @@ run "$DEDUP" rm "$S@late"
 assert_rc 0 "rm while a gc runs"
 run bash -c "'$DDRECV' --wait=0.5 '$S@pr2' <'$T/pr.dds'"
 assert_rc 0 "ddrecv while a gc runs"
+(sleep 1; touch "$T/release") &
 run "$DEDUP" gc --wait "$S"
 assert_rc 0 "gc --wait after the other gc"
 get_exact p2
