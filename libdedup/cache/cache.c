@@ -10,6 +10,14 @@
  * feed queue is full.  The feeder spreads batches over the devices round
  * robin.
  *
+ * A block of a long sequential read (DD_CACHE_SEQ: a restore, a copy, a
+ * send) does not enter L1 at all: it is read once, S3-FIFO would drop it
+ * unread from its small FIFO, and the copy into a fresh buffer (malloc,
+ * page faults, memcpy, free) was 10-15% of a `dedup get` (issue 18).  L2
+ * sees what it saw when such blocks went through L1: nothing, unless
+ * l2_feed_sequential asks for them, and then they are offered to the
+ * feed at once, as without L1.
+ *
  * Devices open lazily, at the first read or query: a handle that never
  * reads blocks -- a writer, gc -- never takes a device's lock, so it never
  * keeps a reader in another process from using the cache.
@@ -410,9 +418,8 @@ int dd_cache_get(dd_cache *c, dd_hasher *h, const uint8_t key[DD_CACHE_KEY_SIZE]
 	dd_cache_open(c);
 	if (dd_cache_l2_get(c, h, key, lsize, dst) != 0)
 		return DD_ENOENT;
-	if (c->c_l1)
-		dd_l1_put(c->c_l1, key, dst, lsize,
-			  DD_L1_IN_L2 | (seq ? DD_L1_SEQ : 0));
+	if (c->c_l1 && !seq)
+		dd_l1_put(c->c_l1, key, dst, lsize, DD_L1_IN_L2);
 	return 0;
 }
 
@@ -422,12 +429,13 @@ void dd_cache_put(dd_cache *c, const uint8_t key[DD_CACHE_KEY_SIZE],
 	unsigned l1flags = (flags & DD_CACHE_SEQ) ? DD_L1_SEQ : 0;
 	uint8_t *copy;
 
-	if (c->c_l1) {
-		dd_l1_put(c->c_l1, key, src, lsize, l1flags);
+	if (c->c_l1 && !l1flags) {
+		dd_l1_put(c->c_l1, key, src, lsize, 0);
 		return;
 	}
-	/* Without L1 nothing is ever evicted: feed L2 directly (the copy
-	 * only when there is a feed to take it). */
+	/* Without L1, or for a block of a sequential read that L1 does not
+	 * take, nothing is ever evicted: feed L2 directly (the copy only
+	 * when there is a feed to take it). */
 	dd_cache_open(c);
 	if (!dd_cache_feedable(c, key, l1flags) || !(copy = dd_malloc(lsize)))
 		return;

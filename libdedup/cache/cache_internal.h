@@ -24,7 +24,9 @@
 
 /* ---- L1 (l1.c) -----------------------------------------------------------*/
 
-#define DD_L1_SEQ 0x1u     /* inserted by a sequential read */
+/* of a long sequential read: cache.c puts none in L1, the feed takes
+ * one only with l2_feed_sequential */
+#define DD_L1_SEQ 0x1u
 #define DD_L1_IN_L2 0x2u   /* came from L2: no need to feed it back */
 
 /* Called under the L1 lock for each block evicted; takes ownership of

@@ -49,14 +49,18 @@
 
 /* ---- stage 1 -------------------------------------------------------------*/
 
+/* Blocks a list of dd_blk_hash holds: a list ends in one block's tail
+ * hashed alone, so the longer the list the less of that. */
+#define DD_BLK_LIST 32
+
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 		 size_t buf_off)
 {
-	/* per cutter, a block waiting for a partner of its length */
-	dd_blk *wait[DD_PIPE_MAX_CUT] = { NULL };
+	dd_hash_msg m[DD_BLK_LIST];
+	size_t nm = 0;
 
 	for (size_t j = 0; j < n; j++) {
-		dd_blk *bk = &blk[j], **w = &wait[bk->bk_cut];
+		dd_blk *bk = &blk[j];
 		const uint8_t *data = buf + (bk->bk_off - buf_off);
 
 		if (dd_is_zero(data, bk->bk_len)) {
@@ -64,23 +68,13 @@ void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 			continue;
 		}
 		bk->bk_kind = DD_BLK_DATA;
-		if (!*w) {
-			*w = bk;
-			continue;
+		m[nm++] = (dd_hash_msg){ data, bk->bk_len, bk->bk_hash };
+		if (nm == DD_BLK_LIST) {
+			dd_hasher_sum_list(h, m, nm);
+			nm = 0;
 		}
-		if ((*w)->bk_len == bk->bk_len)
-			dd_hasher_sum2(h, buf + ((*w)->bk_off - buf_off), data,
-				       bk->bk_len, (*w)->bk_hash, bk->bk_hash);
-		else
-			dd_hasher_sum2v(h, buf + ((*w)->bk_off - buf_off),
-					(*w)->bk_len, data, bk->bk_len,
-					(*w)->bk_hash, bk->bk_hash);
-		*w = NULL;
 	}
-	for (size_t c = 0; c < DD_PIPE_MAX_CUT; c++)
-		if (wait[c])
-			dd_hasher_sum(h, buf + (wait[c]->bk_off - buf_off),
-				      wait[c]->bk_len, wait[c]->bk_hash);
+	dd_hasher_sum_list(h, m, nm);
 }
 
 /* Stage 1 for region r of b: read its part of the range, if any, then

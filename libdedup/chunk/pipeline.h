@@ -69,11 +69,11 @@ typedef struct dd_blk {
 
 /* Zero test and SHA-256 (or the test hash) of blk[0..n), whose bytes
  * are at buf + (bk_off - buf_off): each is marked DD_BLK_ZERO (not
- * hashed) or DD_BLK_DATA.  Blocks of one cutter are hashed two at a time
- * in order of the list (dd_hasher_sum2: 1.8 times the speed of one at a
- * time on SHA-NI; dd_hasher_sum2v for two lengths, content-defined
- * blocks); the zero test first, since most blocks that are not zero
- * differ from it in their first bytes. */
+ * hashed) or DD_BLK_DATA.  The data blocks are hashed two at a time
+ * (dd_hasher_sum_list: 1.8 times the speed of one at a time on SHA-NI),
+ * a lane taking the next block as soon as its own ends, whatever the
+ * lengths and cutters; the zero test first, since most blocks that are
+ * not zero differ from it in their first bytes. */
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 		 size_t buf_off);
 

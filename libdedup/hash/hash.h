@@ -37,6 +37,17 @@ void dd_hasher_sum2v(dd_hasher *h, const void *a, size_t la, const void *b,
 		     size_t lb, uint8_t out_a[DD_HASH_SIZE],
 		     uint8_t out_b[DD_HASH_SIZE]);
 
+/* One message of a list: its bytes, and where its digest goes. */
+typedef struct dd_hash_msg {
+	const void *hm_p;
+	size_t hm_len;
+	uint8_t *hm_out;
+} dd_hash_msg;
+
+/* Each of n messages of any lengths: two lanes busy until the last
+ * message (sha256x2.c), for lists of content-defined blocks. */
+void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n);
+
 /* Incremental SHA-256 (always the real one): digests of whole images. */
 typedef struct dd_sha256_ctx dd_sha256_ctx;
 int dd_sha256_new(dd_sha256_ctx **out);
@@ -60,6 +71,9 @@ void dd_sha256_x2(const void *a, const void *b, size_t len,
 /* The same for two buffers of different lengths. */
 void dd_sha256_x2v(const void *a, size_t la, const void *b, size_t lb,
 		   uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
+
+/* The same for a list of messages (dd_hasher_sum_list). */
+void dd_sha256_xn(const dd_hash_msg *m, size_t n);
 
 /* Lower-case hex of a hash into buf (>= 65 bytes). */
 void dd_hash_hex(const uint8_t hash[DD_HASH_SIZE], char *buf);

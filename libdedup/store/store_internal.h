@@ -238,7 +238,8 @@ int dd_block_read(dd_store *s, dd_err *err, dd_scratch *sc,
 
 /* The same for snapshot reads: L1, then L2 (checked against the hash),
  * then the pack, whose block then enters L1.  flags: DD_CACHE_SEQ when
- * the block belongs to a long sequential read. */
+ * the block belongs to a long sequential read, which L1 does not take
+ * (cache/cache.c). */
 int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 			 const dd_ddt_key *key, const dd_ddt_ent *ent,
 			 void *dst, unsigned flags);

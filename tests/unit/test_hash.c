@@ -277,6 +277,52 @@ static void test_sha256_x2v(void **state)
 	free(buf);
 }
 
+/* Lists: every list length up to 40 of random lengths (tails, whole
+ * blocks, content-defined sizes), each digest against dd_sha256; and the
+ * test hash truncates every one. */
+static void test_hasher_sum_list(void **state)
+{
+	enum { N = 40, BIG = 600000 };
+	uint8_t *buf = malloc(BIG), out[N][DD_HASH_SIZE], r[DD_HASH_SIZE];
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	dd_hash_msg m[N];
+	dd_hasher *h, *weak;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(dd_hasher_new(&h, DD_HASH_SHA256), DD_OK);
+	assert_int_equal(dd_hasher_new(&weak, DD_HASH_TEST_WEAK16), DD_OK);
+	for (size_t i = 0; i < BIG; i++) {
+		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+		buf[i] = (uint8_t)rng;
+	}
+	for (size_t n = 0; n <= N; n++) {
+		for (size_t i = 0; i < n; i++) {
+			size_t len;
+
+			rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+			len = i % 3 == 0 ? rng % 300 : i % 3 == 1
+				? 32768 + rng % 480000 : 4096 * (1 + rng % 8);
+			m[i] = (dd_hash_msg){ buf + rng % (BIG - len), len,
+					      out[i] };
+		}
+		dd_hasher_sum_list(h, m, n);
+		for (size_t i = 0; i < n; i++) {
+			dd_sha256(m[i].hm_p, m[i].hm_len, r);
+			assert_memory_equal(out[i], r, DD_HASH_SIZE);
+		}
+		dd_hasher_sum_list(weak, m, n);
+		for (size_t i = 0; i < n; i++) {
+			dd_sha256(m[i].hm_p, m[i].hm_len, r);
+			assert_memory_equal(out[i], r, 2);
+			assert_true(out[i][2] == 0 && out[i][DD_HASH_SIZE - 1] == 0);
+		}
+	}
+	dd_hasher_free(h);
+	dd_hasher_free(weak);
+	free(buf);
+}
+
 static void test_hasher_sum2(void **state)
 {
 	uint8_t a[DD_HASH_SIZE], b[DD_HASH_SIZE], z[DD_HASH_SIZE] = {0};
@@ -324,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_sha256_x2),
 		cmocka_unit_test(test_sha256_x2v),
 		cmocka_unit_test(test_hasher_sum2),
+		cmocka_unit_test(test_hasher_sum_list),
 		cmocka_unit_test(test_hash_hex),
 	};
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# tests/bench/bench_ab_target.sh -- one issue target with two builds
+# alternated (old first in odd rounds, new first in even ones, so that
+# load hits both alike), each figure the best of ROUNDS, the load average
+# beside every run.
+#
+#   tests/bench/bench_ab_target.sh scan OLD_BIN NEW_BIN [ROUNDS]   (issue 17)
+#   tests/bench/bench_ab_target.sh get  OLD_BIN NEW_BIN [ROUNDS]   (issue 18)
+#
+# scan: `dedup scan --json --chunker fixed` and `--chunker fixed,fastcdc`,
+#   128K, over img1+img2+img3 of bench_cdc.sh ($BENCH_DIR/{A,B,C}-1024M,
+#   default /var/tmp/dd-bench-cdc); the two builds' results must be
+#   equal.  Also the CPU time (user + system, best round): under load
+#   the steadier figure.
+# get: `dedup get S@a - > /dev/null` against `zstd -d -c A.zst >
+#   /dev/null` (one thread, in the same rounds); S a 128K zstd:1 store of
+#   A made once by NEW ($BENCH_DIR/ab-get-store, default BENCH_DIR
+#   /var/tmp/dd-bench with bench_store.sh's A-1024M and A-1024M.zst).
+set -euo pipefail
+MODE=${1:?scan or get} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+declare -A best cpu
+
+# keep KEY SECONDS CPU: the best of each
+keep() {
+	if [[ -z ${best[$1]:-} ]] || (($(echo "$2 < ${best[$1]}" | bc))); then best[$1]=$2; fi
+	if [[ -z ${cpu[$1]:-} ]] || (($(echo "$3 < ${cpu[$1]}" | bc))); then cpu[$1]=$3; fi
+}
+
+# timed KEY CMD...: runs CMD, prints and keeps its wall and CPU time
+timed() {
+	local k=$1 l s e d c
+	shift
+	l=$(cut -d' ' -f1 /proc/loadavg)
+	s=$(date +%s.%N)
+	/usr/bin/time -f '%U %S' -o "$W/time" "$@"
+	e=$(date +%s.%N)
+	d=$(echo "$e - $s" | bc)
+	c=$(awk '{ print $1 + $2 }' "$W/time")
+	printf '%-18s %6.3f s  cpu %6.2f s  load %s\n' "$k" "$d" "$c" "$l"
+	keep "$k" "$d" "$c"
+}
+
+case $MODE in
+scan)
+	D=${BENCH_DIR:-/var/tmp/dd-bench-cdc}
+	IMG=("$D/A-1024M" "$D/B-1024M" "$D/C-1024M")
+	NEED=("${IMG[@]}")
+	;;
+get)
+	D=${BENCH_DIR:-/var/tmp/dd-bench}
+	A=$D/A-1024M S=$D/ab-get-store
+	NEED=("$A" "$A.zst")
+	;;
+*) echo "bench_ab_target: scan or get, not $MODE" >&2; exit 2 ;;
+esac
+for f in "${NEED[@]}"; do
+	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh first" >&2; exit 2; }
+done
+if [[ $MODE == get && ! -f $S/ok ]]; then
+	rm -rf "$S"
+	"$NEW/dedup" init "$S" >/dev/null
+	"$NEW/dedup" put "$S@a" "$A"
+	"$NEW/dedup" get "$S@a" - | cmp - "$A"
+	touch "$S/ok"
+fi
+if [[ $MODE == scan ]]; then cat "${IMG[@]}" >/dev/null; else cat "$A.zst" "$S"/packs/* >/dev/null; fi
+
+for ((r = 1; r <= R; r++)); do
+	order="old new"
+	((r % 2)) || order="new old"
+	for v in $order; do
+		bin=$OLD
+		[[ $v == new ]] && bin=$NEW
+		if [[ $MODE == get ]]; then
+			timed "$v" bash -c "'$bin/dedup' get '$S@a' - > /dev/null"
+			continue
+		fi
+		for ch in fixed fixed,fastcdc; do
+			timed "$v $ch" bash -c "'$bin/dedup' scan --json --chunker $ch \
+				--block-size 128K ${IMG[*]} > '$W/$v-$ch.json'"
+		done
+	done
+	if [[ $MODE == get ]]; then
+		timed zstd bash -c "zstd -q -d -c '$A.zst' > /dev/null"
+		continue
+	fi
+	for ch in fixed fixed,fastcdc; do
+		cmp -s "$W/old-$ch.json" "$W/new-$ch.json" ||
+			{ echo "bench_ab_target: results of $ch differ" >&2; exit 1; }
+	done
+done
+
+if [[ $MODE == scan ]]; then
+	for v in old new; do
+		printf '%s: fixed %.2f s, fixed,fastcdc %.2f s: %.3f x; CPU %.2f s, %.2f s: %.3f x\n' \
+			"$v" "${best[$v fixed]}" "${best[$v fixed,fastcdc]}" \
+			"$(echo "${best[$v fixed,fastcdc]} / ${best[$v fixed]}" | bc -l)" \
+			"${cpu[$v fixed]}" "${cpu[$v fixed,fastcdc]}" \
+			"$(echo "${cpu[$v fixed,fastcdc]} / ${cpu[$v fixed]}" | bc -l)"
+	done
+else
+	for k in old new zstd; do
+		printf 'best %-5s %.3f s  %.0f MB/s  (cpu %.2f s)\n' "$k" "${best[$k]}" \
+			"$(echo "$(stat -c %s "$A") / ${best[$k]} / 1000000" | bc -l)" "${cpu[$k]}"
+	done
+	printf 'get speed / zstd -d speed: old %.3f, new %.3f\n' \
+		"$(echo "${best[zstd]} / ${best[old]}" | bc -l)" \
+		"$(echo "${best[zstd]} / ${best[new]}" | bc -l)"
+fi
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
