@@ -22,9 +22,12 @@
  * repair, a restore reading a pack's records in order) are served from a
  * window of DD_VR_WINDOW bytes read ahead, one network round trip instead
  * of one per record.  A window is only trusted while nothing was written
- * through its directory since it was read (vr_dir_gen): a tail cut and
+ * through its directory since it was read (vd_gen): a tail cut and
  * written again must never be served stale.  Writers elsewhere hold the
- * store lock and change nothing a reader's catalog names.
+ * store lock and change nothing a reader's catalog names.  A directory
+ * owns DD_VR_WINDOWS windows and its files borrow them, the least
+ * recently used taken back first: the memory stays bounded however many
+ * packs a restore goes through (a store keeps every pack it read open).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -37,19 +40,30 @@
 #include "rados/rados_internal.h"
 
 #define DD_VR_WINDOW ((size_t)4 << 20)
+#define DD_VR_WINDOWS 4
 #define DD_VR_DIR_MAX 32
 #define DD_VR_OID_MAX (DD_VR_DIR_MAX + sizeof(((dd_vfile *)0)->vf_name) + 1)
+
+struct vr_file;
 
 typedef struct vr_dir {
 	dd_rados_pool *vd_pool;
 	char vd_dir[DD_VR_DIR_MAX];      /* "packs" */
 	_Atomic uint64_t vd_gen;         /* bumped by every change through it */
+	/* the windows; vd_mu, taken after a file's vr_mu (a holder's vr_mu
+	 * only by trylock), guards which file holds which */
+	pthread_mutex_t vd_mu;
+	uint8_t *vd_buf[DD_VR_WINDOWS];
+	struct vr_file *vd_holder[DD_VR_WINDOWS];
+	uint64_t vd_used[DD_VR_WINDOWS]; /* vd_tick at its last refill */
+	uint64_t vd_tick;
 } vr_dir;
 
 typedef struct vr_file {
 	dd_vfile vr_base;                /* first: a dd_vfile * is a vr_file * */
 	char vr_oid[DD_VR_OID_MAX];
 	pthread_mutex_t vr_mu;           /* the window */
+	int vr_slot;                     /* the window borrowed, or -1 */
 	uint8_t *vr_win;
 	uint64_t vr_win_off;
 	size_t vr_win_len;
@@ -108,6 +122,7 @@ static int vr_open_file(dd_vdir *d, dd_err *err, const char *name, int flags,
 		return rc;
 	}
 	f->vr_base.vf_dir = d;
+	f->vr_slot = -1;
 	snprintf(f->vr_base.vf_name, sizeof(f->vr_base.vf_name), "%s", name);
 	pthread_mutex_init(&f->vr_mu, NULL);
 	*out = &f->vr_base;
@@ -117,10 +132,64 @@ static int vr_open_file(dd_vdir *d, dd_err *err, const char *name, int flags,
 static void vr_file_close(dd_vfile *vf)
 {
 	vr_file *f = (vr_file *)vf;
+	vr_dir *vd = vr_dir_of(vf->vf_dir);
 
+	pthread_mutex_lock(&vd->vd_mu);
+	if (f->vr_slot >= 0)
+		vd->vd_holder[f->vr_slot] = NULL;
+	pthread_mutex_unlock(&vd->vd_mu);
 	pthread_mutex_destroy(&f->vr_mu);
-	dd_free(f->vr_win);
 	dd_free(f);
+}
+
+/* A window for f (whose vr_mu the caller holds): a free one, else the
+ * least recently refilled one whose holder is not busy.  false: none to
+ * be had now, read directly. */
+static bool vr_borrow(vr_dir *vd, vr_file *f)
+{
+	int pick = -1;
+
+	pthread_mutex_lock(&vd->vd_mu);
+	vd->vd_tick++;
+	if (f->vr_slot >= 0) {
+		vd->vd_used[f->vr_slot] = vd->vd_tick;
+		pthread_mutex_unlock(&vd->vd_mu);
+		return true;
+	}
+	for (int i = 0; i < DD_VR_WINDOWS && pick < 0; i++)
+		if (!vd->vd_holder[i])
+			pick = i;
+	for (int i = 0; i < DD_VR_WINDOWS && pick < 0; i++) {
+		int lru = -1;
+
+		for (int j = 0; j < DD_VR_WINDOWS; j++)
+			if (vd->vd_holder[j] && (lru < 0 ||
+			    vd->vd_used[j] < vd->vd_used[lru]))
+				lru = j;
+		if (lru < 0)
+			break;
+		if (pthread_mutex_trylock(&vd->vd_holder[lru]->vr_mu) == 0) {
+			vr_file *h = vd->vd_holder[lru];
+
+			h->vr_slot = -1;
+			h->vr_win = NULL;
+			pthread_mutex_unlock(&h->vr_mu);
+			vd->vd_holder[lru] = NULL;
+			pick = lru;
+		} else {
+			vd->vd_used[lru] = vd->vd_tick;   /* busy: try another */
+		}
+	}
+	if (pick >= 0 && !vd->vd_buf[pick])
+		vd->vd_buf[pick] = dd_malloc(DD_VR_WINDOW);
+	if (pick >= 0 && vd->vd_buf[pick]) {
+		vd->vd_holder[pick] = f;
+		vd->vd_used[pick] = vd->vd_tick;
+		f->vr_slot = pick;
+		f->vr_win = vd->vd_buf[pick];
+	}
+	pthread_mutex_unlock(&vd->vd_mu);
+	return f->vr_slot >= 0;
 }
 
 static int vr_read(vr_file *f, dd_err *err, void *buf, size_t len,
@@ -181,10 +250,8 @@ static int vr_window_read(vr_file *f, dd_err *err, void *buf, size_t len,
 				   off >= f->vr_win_off &&
 				   off <= f->vr_win_off + f->vr_win_len))
 		goto out;   /* not in order: read what was asked only */
-	if (!f->vr_win && !(f->vr_win = dd_malloc(DD_VR_WINDOW))) {
-		rc = dd_err_set(err, DD_ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!vr_borrow(vd, f))
+		goto out;   /* every window busy: read what was asked only */
 	f->vr_win_len = 0;
 	rc = vr_read(f, err, f->vr_win, DD_VR_WINDOW, off, &f->vr_win_len);
 	if (rc)
@@ -384,7 +451,12 @@ static int vr_list_names(dd_vdir *d, dd_err *err, dd_vdir_list_fn fn,
 
 static void vr_close(dd_vdir *d)
 {
-	dd_free(vr_dir_of(d));
+	vr_dir *vd = vr_dir_of(d);
+
+	for (int i = 0; i < DD_VR_WINDOWS; i++)
+		dd_free(vd->vd_buf[i]);
+	pthread_mutex_destroy(&vd->vd_mu);
+	dd_free(vd);
 }
 
 static const dd_vdir_ops vr_ops = {
@@ -419,9 +491,12 @@ int dd_rados_vdir_open(struct dd_vdir **out, dd_err *err, dd_rados_pool *p,
 	if (!vd)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	vd->vd_pool = p;
+	pthread_mutex_init(&vd->vd_mu, NULL);
 	snprintf(vd->vd_dir, sizeof(vd->vd_dir), "%s", dir);
 	rc = dd_vdir_new(out, err, &vr_ops, vd);
-	if (rc)
+	if (rc) {
+		pthread_mutex_destroy(&vd->vd_mu);
 		dd_free(vd);
+	}
 	return rc;
 }
