@@ -11,8 +11,10 @@
  * one an exclusive create (EEXIST when someone created it first).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "rados/rados_internal.h"
 
 static int dd_rados_io_len(dd_err *err, const dd_rados_pool *p,
@@ -249,4 +251,54 @@ int dd_rados_write_full_if(dd_rados_pool *p, dd_err *err, const char *oid,
 				  "since version %llu was read", where,
 				  (unsigned long long)expect);
 	return dd_rados_fail(err, r, p, "write", oid);
+}
+
+struct dd_rados_aio {
+	rados_completion_t ra_c;
+	dd_rados_pool *ra_pool;
+	char ra_oid[256];
+};
+
+int dd_rados_aio_read(dd_rados_pool *p, dd_err *err, const char *oid,
+		      void *buf, size_t len, uint64_t off, dd_rados_aio **out)
+{
+	dd_rados_aio *a;
+	int r = dd_rados_io_len(err, p, "read", oid, len);
+
+	if (r)
+		return r;
+	a = dd_calloc(1, sizeof(*a));
+	if (!a)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	a->ra_pool = p;
+	snprintf(a->ra_oid, sizeof(a->ra_oid), "%s", oid);
+	r = rados_aio_create_completion(NULL, NULL, NULL, &a->ra_c);
+	if (r >= 0) {
+		r = rados_aio_read(p->rp_io, a->ra_oid, a->ra_c, buf, len,
+				   off);
+		if (r < 0)
+			rados_aio_release(a->ra_c);
+	}
+	if (r < 0) {
+		dd_free(a);
+		return dd_rados_fail_obj(err, r, p, "read", oid);
+	}
+	*out = a;
+	return 0;
+}
+
+int dd_rados_aio_wait(dd_rados_aio *a, dd_err *err, size_t *got)
+{
+	int r;
+
+	rados_aio_wait_for_complete(a->ra_c);
+	r = rados_aio_get_return_value(a->ra_c);
+	rados_aio_release(a->ra_c);
+	*got = r > 0 ? (size_t)r : 0;
+	if (r < 0)
+		r = dd_rados_fail_obj(err, r, a->ra_pool, "read", a->ra_oid);
+	else
+		r = 0;
+	dd_free(a);
+	return r;
 }

@@ -115,6 +115,15 @@ int dd_rados_read(dd_rados_pool *p, dd_err *err, const char *oid, void *buf,
 int dd_rados_stat(dd_rados_pool *p, dd_err *err, const char *oid,
 		  uint64_t *size, time_t *mtime);
 int dd_rados_remove(dd_rados_pool *p, dd_err *err, const char *oid);
+/* A read that runs while the caller does something else: aio_read starts
+ * it (buf must stay until the wait), aio_wait waits for it, gives what
+ * dd_rados_read would (*got, DD_ENOENT, DD_EIO on a timeout) and frees
+ * a.  Every started read is waited for exactly once. */
+typedef struct dd_rados_aio dd_rados_aio;
+int dd_rados_aio_read(dd_rados_pool *p, dd_err *err, const char *oid,
+		      void *buf, size_t len, uint64_t off, dd_rados_aio **out);
+int dd_rados_aio_wait(dd_rados_aio *a, dd_err *err, size_t *got);
+
 /* Cuts or extends (with zeros) an existing object to size bytes. */
 int dd_rados_truncate(dd_rados_pool *p, dd_err *err, const char *oid,
 		      uint64_t size);
