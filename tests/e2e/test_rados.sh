@@ -53,10 +53,26 @@ assert_rc 0 "get b on machine 2"
 assert_same "$T/b" "$T/b.out" "b comes back on machine 2"
 
 note "rm, gc, scrub"
+gen_random "$T/x" $((1 << 20)) x
+run on "$M1" "$DEDUP" put "$S@x" "$T/x"
+assert_rc 0 "put x"
 run on "$M1" "$DEDUP" rm "$S@a"
 assert_rc 0 "rm a"
+run on "$M1" "$DEDUP" rm "$S@x"
+assert_rc 0 "rm x"
 run on "$M1" "$DEDUP" gc --json "$S"
 assert_rc 0 "gc"
+# a's blocks are all b's; x's 16 blocks (1 MiB, incompressible) go
+freed=$(json_get "$T/out" 'j["bytes_freed"]')
+[ "$freed" -ge $((1 << 20)) ] && [ "$freed" -lt $((2 << 20)) ] || fail "gc freed $freed bytes, not x's 1 MiB"
+assert_eq 16 "$(json_get "$T/out" 'j["ddt_entries_removed"]')" "gc removes x's 16 entries"
+# the pool holds b's manifest alone, and packs of b's bytes only
+rados -p "$POOL" -N s1 ls | sort >"$T/objects"
+assert_eq "1" "$(grep -c '^manifests/' "$T/objects")" "one manifest left: $(tr '\n' ' ' <"$T/objects")"
+grep -q '^manifests/[0-9a-f]*\.snap$' "$T/objects" || fail "the manifest left is not a committed one"
+for o in DEDUP gen lock; do grep -qx "$o" "$T/objects" || fail "no $o object"; done
+packs=$(on "$M1" "$DEDUP" stat --json "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pack_bytes"])')
+[ "$packs" -lt $((5 << 20)) ] || fail "packs hold $packs bytes after gc, more than b's 4 MiB"
 run on "$M1" "$DEDUP" scrub "$S"
 assert_rc 0 "scrub after gc"
 run on "$M2" "$DEDUP" ls "$S"
