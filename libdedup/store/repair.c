@@ -759,6 +759,23 @@ static int dd_repair_setup(dd_repair *rp, const dd_repair_opts *opts,
 	return 0;
 }
 
+/* The store's options read: can it be repaired?  Before its lock and its
+ * directories: a store of format 1 has no manifests directory. */
+static int dd_repair_can(dd_repair *rp)
+{
+	if (rp->rp_conf.sc_format < 2)
+		return dd_err_set(rp->rp_err, DD_ENOTSUP, "%s: a store of "
+				  "format 1 has no snapshot manifests to "
+				  "repair from (a writer of this version "
+				  "upgrades it while its catalog is sound)",
+				  rp->rp_path);
+	if (rp->rp_conf.sc_opt[4] != DD_HASH_SHA256)
+		return dd_err_set(rp->rp_err, DD_ENOTSUP, "%s: repair needs a "
+				  "store keyed by SHA-256 (this one uses the "
+				  "test hash)", rp->rp_path);
+	return 0;
+}
+
 /* With the store's options read, its lock taken and its directories
  * open: the new catalog built and swapped in. */
 static int dd_repair_run(dd_repair *rp)
@@ -768,16 +785,7 @@ static int dd_repair_run(dd_repair *rp)
 	char fresh[4096], db[4096];
 	int rc = 0;
 
-	if (rp->rp_conf.sc_format < 2)
-		rc = dd_err_set(err, DD_ENOTSUP, "%s: a store of format 1 has "
-				"no snapshot manifests to repair from (a writer "
-				"of this version upgrades it while its catalog "
-				"is sound)", path);
-	if (!rc && rp->rp_conf.sc_opt[4] != DD_HASH_SHA256)
-		rc = dd_err_set(err, DD_ENOTSUP, "%s: repair needs a store "
-				"keyed by SHA-256 (this one uses the test "
-				"hash)", path);
-	if (!rc && rp->rp_opts.verify)
+	if (rp->rp_opts.verify)
 		rc = dd_repair_scratch(rp);
 	snprintf(fresh, sizeof(fresh), "%s/" DD_REPAIR_DIR, path);
 	snprintf(db, sizeof(db), "%s/db", path);
@@ -808,6 +816,8 @@ int dd_repair_catalog(dd_err *err, const char *local, dd_vdir *packs,
 	if (!rc)
 		rc = dd_store_conf_read(err, local, &rp.rp_conf);
 	if (!rc)
+		rc = dd_repair_can(&rp);
+	if (!rc)
 		rc = dd_repair_lock(&rp);
 	if (!rc)
 		rc = dd_repair_run(&rp);
@@ -833,6 +843,8 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 	rc = dd_repair_setup(&rp, opts, out);
 	if (!rc)
 		rc = dd_store_conf_read(err, path, &rp.rp_conf);
+	if (!rc)
+		rc = dd_repair_can(&rp);
 	if (!rc)
 		rc = dd_repair_lock(&rp);
 	if (!rc)
