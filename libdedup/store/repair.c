@@ -804,6 +804,35 @@ static int dd_repair_run(dd_repair *rp)
 	return rc;
 }
 
+/* The whole of a repair of rp_path: its directories opened here unless
+ * the caller gave them (a RADOS store's, dd_repair_catalog). */
+static int dd_repair_whole(dd_repair *rp, const dd_repair_opts *opts,
+			   dd_repair_result *out)
+{
+	bool own_dirs = !rp->rp_packdir;
+	int rc = dd_repair_setup(rp, opts, out);
+
+	if (!rc)
+		rc = dd_store_conf_read(rp->rp_err, rp->rp_path, &rp->rp_conf);
+	if (!rc)
+		rc = dd_repair_can(rp);
+	if (!rc)
+		rc = dd_repair_lock(rp);
+	if (!rc && own_dirs)
+		rc = dd_repair_open_dirs(rp);
+	if (!rc)
+		rc = dd_repair_run(rp);
+	if (own_dirs) {
+		dd_vdir_close(rp->rp_mfdir);
+		dd_vdir_close(rp->rp_packdir);
+	}
+	if (rp->rp_lockfd >= 0)
+		dd_io_close(rp->rp_lockfd);   /* and the lock with it */
+	if (!rc && out)
+		*out = rp->rp_res;
+	return rc;
+}
+
 int dd_repair_catalog(dd_err *err, const char *local, dd_vdir *packs,
 		      dd_vdir *manifests, const dd_repair_opts *opts,
 		      dd_repair_result *out)
@@ -811,21 +840,8 @@ int dd_repair_catalog(dd_err *err, const char *local, dd_vdir *packs,
 	dd_repair rp = {.rp_path = local, .rp_err = err, .rp_lockfd = -1,
 			.rp_packdir = packs, .rp_mfdir = manifests,
 			.rp_keep = true};
-	int rc = dd_repair_setup(&rp, opts, out);
 
-	if (!rc)
-		rc = dd_store_conf_read(err, local, &rp.rp_conf);
-	if (!rc)
-		rc = dd_repair_can(&rp);
-	if (!rc)
-		rc = dd_repair_lock(&rp);
-	if (!rc)
-		rc = dd_repair_run(&rp);
-	if (rp.rp_lockfd >= 0)
-		dd_io_close(rp.rp_lockfd);
-	if (!rc && out)
-		*out = rp.rp_res;
-	return rc;
+	return dd_repair_whole(&rp, opts, out);
 }
 
 int dd_store_repair(const char *path, const dd_repair_opts *opts,
@@ -833,29 +849,11 @@ int dd_store_repair(const char *path, const dd_repair_opts *opts,
 {
 	dd_err *err = dd_thread_err();
 	dd_repair rp = {.rp_path = path, .rp_err = err, .rp_lockfd = -1};
-	int rc;
 
 	dd_err_clear(err);
 	if (!path || !*path || strlen(path) > 3000)
 		return dd_err_set(err, DD_EINVAL, "dd_store_repair: bad path");
 	if (dd_rstore_is_spec(path))
 		return dd_rstore_repair(err, path, opts, out);
-	rc = dd_repair_setup(&rp, opts, out);
-	if (!rc)
-		rc = dd_store_conf_read(err, path, &rp.rp_conf);
-	if (!rc)
-		rc = dd_repair_can(&rp);
-	if (!rc)
-		rc = dd_repair_lock(&rp);
-	if (!rc)
-		rc = dd_repair_open_dirs(&rp);
-	if (!rc)
-		rc = dd_repair_run(&rp);
-	dd_vdir_close(rp.rp_mfdir);
-	dd_vdir_close(rp.rp_packdir);
-	if (rp.rp_lockfd >= 0)
-		dd_io_close(rp.rp_lockfd);   /* and the lock with it */
-	if (!rc && out)
-		*out = rp.rp_res;
-	return rc;
+	return dd_repair_whole(&rp, opts, out);
 }

@@ -42,11 +42,11 @@ bool dd_rstore_is_spec(const char *path)
 #ifndef DD_HAVE_RADOS
 
 int dd_rstore_open(dd_rstore **out, dd_err *err, const char *spec,
-		   const struct dd_store_conf *create, bool rebuild)
+		   const struct dd_store_conf *create, bool catch_up)
 {
 	(void)out;
 	(void)create;
-	(void)rebuild;
+	(void)catch_up;
 	return dd_err_set(err, DD_ENOTSUP, "%s: this libdedup was built "
 			  "without RADOS (cmake -DDD_RADOS=ON)", spec);
 }
@@ -439,7 +439,7 @@ static int rs_rebuild(dd_rstore *rs, dd_err *err, const rs_gen *g,
 
 /* Rebuilt when another machine changed the store since the catalog last
  * followed it. */
-static int rs_catch_up(dd_rstore *rs, dd_err *err, bool rebuild)
+static int rs_catch_up(dd_rstore *rs, dd_err *err)
 {
 	uint64_t have;
 	char db[4096];
@@ -450,14 +450,14 @@ static int rs_catch_up(dd_rstore *rs, dd_err *err, bool rebuild)
 	if (rc)
 		return rc;
 	snprintf(db, sizeof(db), "%s/db/data.mdb", rs->rs_local);
-	if (!rebuild && rs_local_seq(rs, &have) && rs_current(rs, &g, have) &&
+	if (rs_local_seq(rs, &have) && rs_current(rs, &g, have) &&
 	    stat(db, &st) == 0)
 		return 0;
 	return rs_rebuild(rs, err, &g, NULL, NULL);
 }
 
 int dd_rstore_open(dd_rstore **out, dd_err *err, const char *spec,
-		   const struct dd_store_conf *create, bool rebuild)
+		   const struct dd_store_conf *create, bool catch_up)
 {
 	dd_rstore *rs = dd_calloc(1, sizeof(*rs));
 	dd_store_conf conf;
@@ -477,8 +477,8 @@ int dd_rstore_open(dd_rstore **out, dd_err *err, const char *spec,
 		rc = rs_read_conf(rs, err, &conf);
 		if (!rc)
 			rc = rs_local_dir(rs, err, &conf, true);
-		if (!rc)
-			rc = rs_catch_up(rs, err, rebuild);
+		if (!rc && catch_up)
+			rc = rs_catch_up(rs, err);
 	}
 	if (rc) {
 		dd_rstore_close(rs);
@@ -507,6 +507,7 @@ int dd_rstore_repair(dd_err *err, const char *spec,
 {
 	dd_rstore *rs;
 	rs_gen g;
+	/* no catch-up first: the rebuild below is one, with opts */
 	int rc = dd_rstore_open(&rs, err, spec, NULL, false);
 
 	if (rc)

@@ -38,14 +38,14 @@ typedef struct dd_rstore dd_rstore;
 
 bool dd_rstore_is_spec(const char *path);
 
-/* Opens the store named spec: its local catalog directory made and
- * brought up to date (rebuilt when another machine changed the store,
- * or always with `rebuild`).  create: for a new store with these options
+/* Opens the store named spec: its local catalog directory made and, with
+ * catch_up, brought up to date (rebuilt when another machine changed the
+ * store).  create: for a new store with these options
  * instead (DD_EEXIST when spec holds one): only the local directory is
  * made, empty, for dd_store_create to fill, then dd_rstore_publish. */
 struct dd_store_conf;
 int dd_rstore_open(dd_rstore **out, dd_err *err, const char *spec,
-		   const struct dd_store_conf *create, bool rebuild);
+		   const struct dd_store_conf *create, bool catch_up);
 void dd_rstore_close(dd_rstore *rs);   /* NULL is fine */
 /* create, once the local store in dd_rstore_local is made: the pool's
  * DEDUP object (the store exists from then on) and gen. */

@@ -303,7 +303,7 @@ int dd_store_open(dd_store **out, const char *path, const dd_open_opts *oopts)
 	/* a store in a RADOS pool is opened as its local catalog, brought up
 	 * to date first (rstore.h) */
 	if (dd_rstore_is_spec(path)) {
-		rc = dd_rstore_open(&rs, err, path, NULL, false);
+		rc = dd_rstore_open(&rs, err, path, NULL, true);
 		if (rc)
 			return rc;
 		path = dd_rstore_local(rs);

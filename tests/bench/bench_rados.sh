@@ -41,23 +41,12 @@ ${CC:-cc} -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror \
 	$(pkg-config --libs libzstd libcrypto) -llmdb -lrados -lpthread -lm \
 	-o "$BIN"
 
-CLUSTER=
-stop_cluster() {
-	if [[ -n $CLUSTER ]]; then
-		bash "$BENCH_REPO/tests/ceph/cluster.sh" down "$CLUSTER" || true
-	fi
-}
-trap stop_cluster EXIT
-if [[ -z ${CEPH_CONF:-} ]]; then
-	CLUSTER=$BENCH_RUN/cluster
-	bench_log "starting a one-node cluster in $CLUSTER"
-	CEPH_CONF=$(bash "$BENCH_REPO/tests/ceph/cluster.sh" up "$CLUSTER")
-fi
-export CEPH_CONF
+trap bench_ceph_down EXIT
+bench_ceph_up
 POOL=ddbench
 ceph osd pool create "$POOL" 8 >/dev/null 2>&1 ||
 	bench_die "cannot create pool $POOL on $CEPH_CONF"
-trap 'ceph osd pool delete $POOL $POOL --yes-i-really-really-mean-it >/dev/null 2>&1 || true; stop_cluster' EXIT
+trap 'ceph osd pool delete $POOL $POOL --yes-i-really-really-mean-it >/dev/null 2>&1 || true; bench_ceph_down' EXIT
 
 bench_log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN" --pool "$POOL" "${ARGS[@]}" 2>>"$BENCH_RAW"

@@ -44,24 +44,15 @@ A=$BENCH_DIR/A-${SIZE_MIB}M
 [[ -f $A ]] || bench_make_image "$A" $((SIZE_MIB << 20))
 bench_warm "$A"
 
-CLUSTER=
-stop_cluster() {
-	[[ -z $CLUSTER ]] || bash "$BENCH_REPO/tests/ceph/cluster.sh" down "$CLUSTER" || true
-}
-trap stop_cluster EXIT
-if [[ -z ${CEPH_CONF:-} ]]; then
-	CLUSTER=$BENCH_RUN/cluster
-	bench_log "starting a one-node cluster in $CLUSTER"
-	CEPH_CONF=$(bash "$BENCH_REPO/tests/ceph/cluster.sh" up "$CLUSTER")
-fi
-export CEPH_CONF
+trap bench_ceph_down EXIT
+bench_ceph_up
 # a pool per round, deleted after it: memstore keeps every object in RAM
 POOL=
 drop_pool() {
 	[[ -z $POOL ]] || ceph osd pool delete "$POOL" "$POOL" --yes-i-really-really-mean-it >/dev/null 2>&1 || true
 	POOL=
 }
-trap 'drop_pool; stop_cluster' EXIT
+trap 'drop_pool; bench_ceph_down' EXIT
 export DEDUP_CACHE_DIR=$BENCH_RUN/catalogs
 
 bench_log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"

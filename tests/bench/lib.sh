@@ -252,3 +252,20 @@ bench_anon_peak() {
 	wait "$pid" || bench_die "failed: $*"
 	echo "$peak"
 }
+
+# bench_ceph_up: exports CEPH_CONF, the cluster to use -- the caller's, or
+# a one-node cluster of the project's own (tests/ceph/cluster.sh) started
+# in $BENCH_RUN/cluster; bench_ceph_down stops the latter (call it from the
+# EXIT trap).
+BENCH_CLUSTER=
+bench_ceph_up() {
+	if [[ -z ${CEPH_CONF:-} ]]; then
+		BENCH_CLUSTER=$BENCH_RUN/cluster
+		bench_log "starting a one-node cluster in $BENCH_CLUSTER"
+		CEPH_CONF=$(bash "$BENCH_REPO/tests/ceph/cluster.sh" up "$BENCH_CLUSTER")
+	fi
+	export CEPH_CONF
+}
+bench_ceph_down() {
+	[[ -z $BENCH_CLUSTER ]] || bash "$BENCH_REPO/tests/ceph/cluster.sh" down "$BENCH_CLUSTER" || true
+}
