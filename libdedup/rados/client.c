@@ -167,7 +167,7 @@ static int dd_rados_conf_seconds(rados_t cl, const char *key, unsigned *out)
 {
 	char buf[64], *end;
 	double v;
-	int r = rados_conf_get(cl, key, buf, sizeof(buf));
+	int r = dd_librados.rados_conf_get(cl, key, buf, sizeof(buf));
 
 	if (r < 0)
 		return r;
@@ -195,7 +195,7 @@ static int dd_rados_settle(rados_t cl, dd_err *err, const char *key,
 	else if (v == 0 || v == ceph_default)
 		v = ours;
 	snprintf(text, sizeof(text), "%u", v);
-	r = rados_conf_set(cl, key, text);
+	r = dd_librados.rados_conf_set(cl, key, text);
 	if (r < 0)
 		return dd_rados_fail(err, r, NULL, "set option", key);
 	*in_force = v;
@@ -229,22 +229,25 @@ int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 		return dd_err_set(err, DD_EINVAL, "rados: connect: no handle");
 	if (!conf)
 		conf = &none;
+	rc = dd_librados_load(err);
+	if (rc)
+		return rc;
 	ra = dd_calloc(1, sizeof(*ra));
 	if (!ra)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	r = rados_create(&ra->ra_cluster, NULL);
+	r = dd_librados.rados_create(&ra->ra_cluster, NULL);
 	if (r < 0) {
 		dd_free(ra);
 		return dd_rados_fail(err, r, NULL, "create a cluster handle",
 				     NULL);
 	}
-	r = rados_conf_read_file(ra->ra_cluster, NULL);
+	r = dd_librados.rados_conf_read_file(ra->ra_cluster, NULL);
 	if (r < 0 && r != -ENOENT && r != -EINVAL) {
 		rc = dd_rados_fail(err, r, NULL, "read the configuration "
 				   "(CEPH_CONF, /etc/ceph/ceph.conf)", NULL);
 		goto fail;
 	}
-	r = rados_conf_parse_env(ra->ra_cluster, NULL);
+	r = dd_librados.rados_conf_parse_env(ra->ra_cluster, NULL);
 	if (r < 0) {
 		rc = dd_rados_fail(err, r, NULL, "parse CEPH_ARGS", NULL);
 		goto fail;
@@ -267,7 +270,8 @@ int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 				goto fail;
 		}
 	}
-	if (rados_conf_get(ra->ra_cluster, "mon_host", mon, sizeof(mon)) < 0)
+	if (dd_librados.rados_conf_get(ra->ra_cluster, "mon_host", mon,
+				       sizeof(mon)) < 0)
 		mon[0] = 0;
 	if (!mon[0]) {
 		rc = dd_err_set(err, DD_ENOENT, "rados: no monitor address: "
@@ -275,7 +279,7 @@ int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 				"/etc/ceph, and no --mon-host in CEPH_ARGS");
 		goto fail;
 	}
-	r = rados_connect(ra->ra_cluster);
+	r = dd_librados.rados_connect(ra->ra_cluster);
 	if (r < 0) {
 		char what[600];
 
@@ -287,7 +291,7 @@ int dd_rados_connect(dd_rados **out, dd_err *err, const dd_rados_conf *conf)
 	*out = ra;
 	return 0;
 fail:
-	rados_shutdown(ra->ra_cluster);
+	dd_librados.rados_shutdown(ra->ra_cluster);
 	dd_free(ra);
 	return rc;
 }
@@ -296,7 +300,7 @@ void dd_rados_disconnect(dd_rados *r)
 {
 	if (!r)
 		return;
-	rados_shutdown(r->ra_cluster);
+	dd_librados.rados_shutdown(r->ra_cluster);
 	dd_free(r);
 }
 
@@ -328,13 +332,13 @@ static int dd_rados_pool_admin(dd_rados *r, dd_err *err, const char *pool,
 
 int dd_rados_pool_create(dd_rados *r, dd_err *err, const char *pool)
 {
-	return dd_rados_pool_admin(r, err, pool, rados_pool_create,
+	return dd_rados_pool_admin(r, err, pool, dd_librados.rados_pool_create,
 				   "create pool");
 }
 
 int dd_rados_pool_delete(dd_rados *r, dd_err *err, const char *pool)
 {
-	return dd_rados_pool_admin(r, err, pool, rados_pool_delete,
+	return dd_rados_pool_admin(r, err, pool, dd_librados.rados_pool_delete,
 				   "delete pool");
 }
 
@@ -360,7 +364,7 @@ int dd_rados_pool_open(dd_rados_pool **out, dd_err *err, dd_rados *r,
 	p->rp_rados = r;
 	snprintf(p->rp_pool, sizeof(p->rp_pool), "%s", pool);
 	snprintf(p->rp_ns, sizeof(p->rp_ns), "%s", ns);
-	rc = rados_ioctx_create(r->ra_cluster, pool, &p->rp_io);
+	rc = dd_librados.rados_ioctx_create(r->ra_cluster, pool, &p->rp_io);
 	if (rc < 0) {
 		rc = rc == -ENOENT
 			? dd_err_set(err, DD_ENOENT, "rados: pool '%s' does "
@@ -369,7 +373,7 @@ int dd_rados_pool_open(dd_rados_pool **out, dd_err *err, dd_rados *r,
 		dd_free(p);
 		return rc;
 	}
-	rados_ioctx_set_namespace(p->rp_io, ns);
+	dd_librados.rados_ioctx_set_namespace(p->rp_io, ns);
 	pthread_mutex_init(&p->rp_vmutex, NULL);
 	*out = p;
 	return 0;
@@ -379,7 +383,7 @@ void dd_rados_pool_close(dd_rados_pool *p)
 {
 	if (!p)
 		return;
-	rados_ioctx_destroy(p->rp_io);
+	dd_librados.rados_ioctx_destroy(p->rp_io);
 	pthread_mutex_destroy(&p->rp_vmutex);
 	dd_free(p);
 }

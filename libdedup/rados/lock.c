@@ -93,9 +93,10 @@ int dd_rados_lock_holder(dd_rados_pool *p, dd_err *err, const char *oid,
 		buf[0] = 0;
 	if (dd_rados_reachable(err, p, "list the lockers of", oid))
 		return DD_EIO;
-	n = rados_list_lockers(p->rp_io, oid, DD_RADOS_LOCK_NAME, &exclusive,
-			       tag, &tag_len, clients, &clients_len, cookies,
-			       &cookies_len, addrs, &addrs_len);
+	n = dd_librados.rados_list_lockers(p->rp_io, oid, DD_RADOS_LOCK_NAME,
+					   &exclusive, tag, &tag_len, clients,
+					   &clients_len, cookies, &cookies_len,
+					   addrs, &addrs_len);
 	if (n == -ENOENT)
 		return 0;    /* no object: nobody holds a lock on it */
 	if (n < 0)
@@ -114,7 +115,7 @@ static int dd_rados_lock_call(dd_rados_lock *l, uint8_t flags)
 		return -ETIMEDOUT;
 	struct timeval dur = {(time_t)l->rl_duration, 0};
 
-	return rados_lock_exclusive(l->rl_pool->rp_io, l->rl_oid,
+	return dd_librados.rados_lock_exclusive(l->rl_pool->rp_io, l->rl_oid,
 				    DD_RADOS_LOCK_NAME, l->rl_cookie,
 				    l->rl_cookie, &dur, flags);
 }
@@ -294,7 +295,7 @@ int dd_rados_lock_release(dd_rados_lock *l, dd_err *err)
 	}
 	/* out of reach before: the lock expires by its duration instead */
 	r = dd_rados_reachable(NULL, l->rl_pool, "unlock", l->rl_oid)
-		    ? 0 : rados_unlock(l->rl_pool->rp_io, l->rl_oid,
+		    ? 0 : dd_librados.rados_unlock(l->rl_pool->rp_io, l->rl_oid,
 				       DD_RADOS_LOCK_NAME, l->rl_cookie);
 	/* ENOENT: expired, nothing left to release */
 	if (r < 0 && r != -ENOENT)

@@ -40,7 +40,7 @@ int dd_rados_write_full(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	r = rados_write_full(p->rp_io, oid, buf, len);
+	r = dd_librados.rados_write_full(p->rp_io, oid, buf, len);
 	return r < 0 ? dd_rados_fail(err, r, p, "write", oid) : 0;
 }
 
@@ -51,7 +51,7 @@ int dd_rados_write(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	r = rados_write(p->rp_io, oid, buf, len, off);
+	r = dd_librados.rados_write(p->rp_io, oid, buf, len, off);
 	return r < 0 ? dd_rados_fail(err, r, p, "write", oid) : 0;
 }
 
@@ -62,7 +62,7 @@ int dd_rados_append(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	r = rados_append(p->rp_io, oid, buf, len);
+	r = dd_librados.rados_append(p->rp_io, oid, buf, len);
 	return r < 0 ? dd_rados_fail(err, r, p, "append to", oid) : 0;
 }
 
@@ -88,7 +88,7 @@ int dd_rados_read(dd_rados_pool *p, dd_err *err, const char *oid, void *buf,
 	*got = 0;
 	if (r)
 		return r;
-	r = rados_read(p->rp_io, oid, buf, len, off);
+	r = dd_librados.rados_read(p->rp_io, oid, buf, len, off);
 	if (r < 0)
 		return dd_rados_fail_obj(err, r, p, "read", oid);
 	*got = (size_t)r;
@@ -104,7 +104,7 @@ int dd_rados_stat(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	r = rados_stat(p->rp_io, oid, &sz, &mt);
+	r = dd_librados.rados_stat(p->rp_io, oid, &sz, &mt);
 	if (r < 0)
 		return dd_rados_fail_obj(err, r, p, "stat", oid);
 	if (size)
@@ -120,7 +120,7 @@ int dd_rados_remove(dd_rados_pool *p, dd_err *err, const char *oid)
 
 	if (r)
 		return r;
-	r = rados_remove(p->rp_io, oid);
+	r = dd_librados.rados_remove(p->rp_io, oid);
 	return r < 0 ? dd_rados_fail_obj(err, r, p, "remove", oid) : 0;
 }
 
@@ -131,7 +131,7 @@ int dd_rados_truncate(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	r = rados_trunc(p->rp_io, oid, size);
+	r = dd_librados.rados_trunc(p->rp_io, oid, size);
 	return r < 0 ? dd_rados_fail_obj(err, r, p, "truncate", oid) : 0;
 }
 
@@ -149,13 +149,13 @@ int dd_rados_list(dd_rados_pool *p, dd_err *err, const char *prefix,
 	if (r)
 		return r;
 	/* the ioctx's namespace: the OSDs send this store's objects only */
-	r = rados_nobjects_list_open(p->rp_io, &ctx);
+	r = dd_librados.rados_nobjects_list_open(p->rp_io, &ctx);
 	if (r < 0)
 		return dd_rados_fail(err, r, p, "list", NULL);
 	for (;;) {
 		const char *entry;
 
-		r = rados_nobjects_list_next(ctx, &entry, NULL, NULL);
+		r = dd_librados.rados_nobjects_list_next(ctx, &entry, NULL, NULL);
 		if (r == -ENOENT)
 			break;
 		if (r < 0) {
@@ -168,7 +168,7 @@ int dd_rados_list(dd_rados_pool *p, dd_err *err, const char *prefix,
 		if (rc)
 			break;
 	}
-	rados_nobjects_list_close(ctx);
+	dd_librados.rados_nobjects_list_close(ctx);
 	return rc;
 }
 
@@ -184,19 +184,19 @@ int dd_rados_read_versioned(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	op = rados_create_read_op();
+	op = dd_librados.rados_create_read_op();
 	if (!op)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	/* stat and read in one operation: the size and the bytes are of the
 	 * same version, and the size tells an object larger than cap */
-	rados_read_op_stat(op, &size, NULL, &rstat);
-	rados_read_op_read(op, 0, cap, buf, &got, &rread);
+	dd_librados.rados_read_op_stat(op, &size, NULL, &rstat);
+	dd_librados.rados_read_op_read(op, 0, cap, buf, &got, &rread);
 	pthread_mutex_lock(&p->rp_vmutex);
-	r = rados_read_op_operate(op, p->rp_io, oid, 0);
+	r = dd_librados.rados_read_op_operate(op, p->rp_io, oid, 0);
 	if (r >= 0)
-		*version = rados_get_last_version(p->rp_io);
+		*version = dd_librados.rados_get_last_version(p->rp_io);
 	pthread_mutex_unlock(&p->rp_vmutex);
-	rados_release_read_op(op);
+	dd_librados.rados_release_read_op(op);
 	if (r >= 0 && rstat < 0)
 		r = rstat;
 	if (r >= 0 && rread < 0)
@@ -225,20 +225,20 @@ int dd_rados_write_full_if(dd_rados_pool *p, dd_err *err, const char *oid,
 
 	if (r)
 		return r;
-	op = rados_create_write_op();
+	op = dd_librados.rados_create_write_op();
 	if (!op)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	if (expect == 0)
-		rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+		dd_librados.rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
 	else
-		rados_write_op_assert_version(op, expect);
-	rados_write_op_write_full(op, buf, len);
+		dd_librados.rados_write_op_assert_version(op, expect);
+	dd_librados.rados_write_op_write_full(op, buf, len);
 	pthread_mutex_lock(&p->rp_vmutex);
-	r = rados_write_op_operate(op, p->rp_io, oid, NULL, 0);
+	r = dd_librados.rados_write_op_operate(op, p->rp_io, oid, NULL, 0);
 	if (r >= 0 && version)
-		*version = rados_get_last_version(p->rp_io);
+		*version = dd_librados.rados_get_last_version(p->rp_io);
 	pthread_mutex_unlock(&p->rp_vmutex);
-	rados_release_write_op(op);
+	dd_librados.rados_release_write_op(op);
 	if (r >= 0)
 		return 0;
 	dd_rados_where(where, sizeof(where), p, oid);
@@ -272,12 +272,12 @@ int dd_rados_aio_read(dd_rados_pool *p, dd_err *err, const char *oid,
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	a->ra_pool = p;
 	snprintf(a->ra_oid, sizeof(a->ra_oid), "%s", oid);
-	r = rados_aio_create_completion(NULL, NULL, NULL, &a->ra_c);
+	r = dd_librados.rados_aio_create_completion(NULL, NULL, NULL, &a->ra_c);
 	if (r >= 0) {
-		r = rados_aio_read(p->rp_io, a->ra_oid, a->ra_c, buf, len,
+		r = dd_librados.rados_aio_read(p->rp_io, a->ra_oid, a->ra_c, buf, len,
 				   off);
 		if (r < 0)
-			rados_aio_release(a->ra_c);
+			dd_librados.rados_aio_release(a->ra_c);
 	}
 	if (r < 0) {
 		dd_free(a);
@@ -291,9 +291,9 @@ int dd_rados_aio_wait(dd_rados_aio *a, dd_err *err, size_t *got)
 {
 	int r;
 
-	rados_aio_wait_for_complete(a->ra_c);
-	r = rados_aio_get_return_value(a->ra_c);
-	rados_aio_release(a->ra_c);
+	dd_librados.rados_aio_wait_for_complete(a->ra_c);
+	r = dd_librados.rados_aio_get_return_value(a->ra_c);
+	dd_librados.rados_aio_release(a->ra_c);
 	*got = r > 0 ? (size_t)r : 0;
 	if (r < 0)
 		r = dd_rados_fail_obj(err, r, a->ra_pool, "read", a->ra_oid);

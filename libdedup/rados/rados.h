@@ -1,8 +1,8 @@
 /*
  * rados.h -- the object-store client RADOS stores are built on (issue
  * #15; the plan is in docs/design.md "Plan: stores in a RADOS pool").
- * The only includer of <rados/librados.h>; built only with DD_HAVE_RADOS
- * (CMake -DDD_RADOS).
+ * Built only with DD_HAVE_RADOS (CMake -DDD_RADOS); librados itself is
+ * opened at the first connection (librados_load.h), not linked.
  *
  * A store named `rados:POOL/NAME` lives in pool POOL, in the RADOS
  * namespace NAME: its objects keep plain names (`packs/0000002a`,

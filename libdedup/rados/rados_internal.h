@@ -7,10 +7,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <rados/librados.h>
-
 #include "dedup.h"
 
+#include "rados/librados_load.h"
 #include "rados/rados.h"
 
 struct dd_rados {

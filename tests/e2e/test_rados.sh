@@ -26,14 +26,22 @@ cp "$T/a" "$T/b"
 gen_random "$T/b.tail" $((1 << 20)) b
 cat "$T/b.tail" >>"$T/b"     # b: a, then 1 MiB new
 
+note "librados is loaded for a rados: store only"
+# libdedup opens librados at the first connection (rados/librados_load.h):
+# linked, Ceph's static initialisers cost every command ~35 ms at start
+run "$DEDUP" init "$T/plain"
+assert_rc 0 "init of a local store"
+LD_DEBUG=files "$DEDUP" ls "$T/plain" >/dev/null 2>"$T/ld.local" || fail "ls of a local store"
+grep -q librados "$T/ld.local" && fail "ls of a local store loaded librados"
+
 note "init, two puts, get, ls"
 run on "$M1" "$DEDUP" init --block-size 64K "$S"
 assert_rc 0 "init"
 run on "$M1" "$DEDUP" init "$S"
 assert_rc 1 "a second init"
 assert_grep "exists" "$T/err" "a second init says the store exists"
-run on "$M1" "$DEDUP" put "$S@a" "$T/a"
-assert_rc 0 "put a"
+LD_DEBUG=files on "$M1" "$DEDUP" put "$S@a" "$T/a" >/dev/null 2>"$T/ld.rados" || fail "put a"
+assert_grep "librados" "$T/ld.rados" "a rados: store's put loads librados"
 run on "$M1" "$DEDUP" put --json "$S@b" "$T/b"
 assert_rc 0 "put b"
 assert_eq 16 "$(json_get "$T/out" "j['new_blocks']")" "b stores only its new 1 MiB"
