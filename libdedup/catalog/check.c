@@ -225,8 +225,9 @@ static const char *dd_lm_in_bounds(const struct dd_lm_check *c, int d,
 
 /* Damage rc found at depth d of a named table: with on_damage, reported
  * with the key range that page covers, and 0 so that the walk goes on
- * past its subtree; otherwise (or for LMDB's own trees, whose damage
- * leaves nothing to trust, or an I/O error) rc. */
+ * past its subtree; otherwise (or an I/O error) rc.  Damage to LMDB's
+ * own trees leaves nothing to trust: reported without a range, so that
+ * on_damage learns the walk stops, and rc. */
 static int dd_lm_skip(struct dd_lm_check *c, const char *table,
 		   enum dd_lm_tree_kind kind, int d, int rc)
 {
@@ -234,8 +235,19 @@ static int dd_lm_skip(struct dd_lm_check *c, const char *table,
 				       .dp_pgno = c->bad_pgno,
 				       .dp_msg = c->err->de_msg };
 
-	if (!c->on_damage || kind != LM_TREE_TABLE || rc != DD_ECORRUPT)
+	if (!c->on_damage || rc != DD_ECORRUPT)
 		return rc;
+	if (kind != LM_TREE_TABLE) {
+		char msg[DD_ERRMSG_MAX];
+
+		/* the callback may set the error: the walk's is this one */
+		snprintf(msg, sizeof(msg), "%s", c->err->de_msg);
+		p.dp_msg = msg;
+		if (c->on_damage(c->damage_ctx, &p) != 0)
+			return dd_err_set(c->err, DD_ECANCELED,
+					  "catalog check stopped by its caller");
+		return dd_err_set_msg(c->err, DD_ECORRUPT, msg);
+	}
 	if (c->blen[d][0] != DD_LM_NOBOUND) {
 		p.dp_lo = c->bound[d][0];
 		p.dp_lolen = c->blen[d][0];

@@ -610,28 +610,17 @@ int dd_table_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
 	if (rc)
 		return dd_mdb_error(err, rc, what);
 	dd_guard_cur_init(&guard, tree);
-	rc = dd_guard_seek(txn, err, &guard, NULL, 0);
-	if (rc) {
-		mdb_cursor_close(cur);
-		return rc;
-	}
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+	for (rc = dd_cursor_seek(txn, err, cur, &guard, NULL, 0, &k, &v, what);
+	     rc == 1; rc = dd_cursor_next(txn, err, cur, &guard, &k, &v, what)) {
 		int r = fn(ctx, err, &k, &v);
 
-		/* before MDB_NEXT: the leaf it may step onto */
-		if (!r)
-			r = dd_guard_next(txn, err, &guard, k.mv_data,
-					  k.mv_size);
 		if (r) {
 			mdb_cursor_close(cur);
 			return r;
 		}
 	}
 	mdb_cursor_close(cur);
-	if (rc != MDB_NOTFOUND)
-		return dd_mdb_error(err, rc, what);
-	return 0;
+	return rc;
 }
 
 /* ---- meta ---------------------------------------------------------------*/

@@ -70,10 +70,37 @@ typedef int (*dd_db_damage_fn)(void *ctx, const dd_db_damage_page *p);
 /* dd_db_check that goes on past a damaged page of a named table (its
  * subtree is skipped) after reporting it through fn, so that scrub can
  * name what each one holds.  DD_ECORRUPT with the first one's message
- * when any was reported; damage to LMDB's own trees (the free list, the
- * table of tables) stops the walk as in dd_db_check, unreported.  A
- * non-zero return from fn stops it with DD_ECANCELED. */
+ * when any was reported.  Damage to LMDB's own trees (the free list, the
+ * table of tables) stops the walk as in dd_db_check, with its message:
+ * it is reported first, dp_table "(free list)" or "(main)" and no key
+ * range, so that fn learns the walk stopped short.  Damage found before
+ * any tree is walked (the meta page's table records) is not reported.
+ * A non-zero return from fn stops the walk with DD_ECANCELED. */
 int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx);
+
+/* Ranges of one table's keys that a read transaction passes over
+ * (dd_txn_skip): the keys of damaged pages, [kr_lo, kr_hi) as
+ * dd_db_check_pages reports them; a NULL bound is the table's end on
+ * that side. */
+typedef struct dd_key_range {
+	const uint8_t *kr_lo, *kr_hi;
+	size_t kr_lolen, kr_hilen;
+} dd_key_range;
+
+/* Makes read transaction txn pass over ranges r[0..n) of the keys of
+ * table `table` ("ddt0", "snap", "bmap", ...: dd_db_damage_page's
+ * dp_table): its walks and cursors neither read a page of them nor
+ * return a key in them; keys outside them are all returned (cursor.c).
+ * The ranges must be sorted and disjoint, none ending where the next
+ * begins, and are the caller's: they must outlive txn.  A later call for
+ * the same table replaces them.  DD_EINVAL for a write txn or a table
+ * libdedup does not keep. */
+int dd_txn_skip(dd_txn *txn, dd_err *err, const char *table,
+		const dd_key_range *r, size_t n);
+/* The range of r[0..n) (sorted as dd_txn_skip's) that holds key, or
+ * NULL; key NULL: the one that begins at the table's start, if any. */
+const dd_key_range *dd_key_ranges_find(const dd_key_range *r, size_t n,
+				       const void *key, size_t klen);
 
 /* Opens like dd_db_open, without the whole-file check: for scrub, which
  * runs it itself and reports every damaged page (the guard still checks
@@ -167,6 +194,9 @@ int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
 int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		  const dd_ddt_ent *ent, dd_ddt_ent *old);
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key);
+
+/* The live DDT's table, "ddt0" or "ddt1" (format/ddt.md §4). */
+const char *dd_ddt_live_table(const dd_txn *txn);
 
 /* Walks the live DDT in key order; fn returning non-zero stops the walk
  * with that value.  fn must not write to the DDT (use dd_ddt_put after). */

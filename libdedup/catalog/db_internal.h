@@ -70,6 +70,8 @@ struct dd_guard_cur {
 	struct dd_guard_level gc_lv[LM_MAXDEPTH];
 	unsigned gc_last_len;
 	uint8_t gc_last[LM_MAXKEY]; /* the leaf's last key */
+	/* DD_GUARD_JUMP: the skipped range the next leaf begins in */
+	const dd_key_range *gc_jump;
 };
 
 /* The keys whose descent reaches one leaf: [lo, hi), inf when open. */
@@ -119,6 +121,9 @@ struct dd_txn {
 	bool tx_write;
 	bool tx_parked;            /* a read txn after dd_txn_reset */
 	struct dd_guard_snap tx_guard;
+	/* key ranges each table's cursors pass over (dd_txn_skip) */
+	const dd_key_range *tx_skip[DD_DBI_COUNT];
+	size_t tx_nskip[DD_DBI_COUNT];
 };
 
 /* check.c: the structural check of data.mdb (fd, page size psize) for
@@ -156,12 +161,27 @@ int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
 int dd_guard_table(dd_txn *txn, dd_err *err, int tree);
 
 void dd_guard_cur_init(struct dd_guard_cur *cur, int tree);
-/* Before MDB_SET_RANGE to key, or MDB_FIRST when key is NULL. */
+/* Before MDB_SET_RANGE to key, or MDB_FIRST when key is NULL.  Either
+ * may return DD_GUARD_JUMP: LMDB would step onto a leaf that begins in
+ * a range txn skips (cur->gc_jump); cursor.c seeks past it instead. */
+#define DD_GUARD_JUMP 2
 int dd_guard_seek(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		  const void *key, size_t klen);
 /* Before MDB_NEXT from the entry with this key. */
 int dd_guard_next(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		  const void *key, size_t klen);
+
+/* A cursor's moves, guarded and past the ranges txn skips (cursor.c):
+ * 1 with *k and *v at the entry reached, 0 past the table's last, or a
+ * DD_E* code with err set (`what` names the operation).  seek goes to
+ * the first key at or after key (NULL: the table's first); next from
+ * the entry *k holds, which the cursor's last move returned. */
+int dd_cursor_seek(dd_txn *txn, dd_err *err, MDB_cursor *mc,
+		   struct dd_guard_cur *g, const void *key, size_t klen,
+		   MDB_val *k, MDB_val *v, const char *what);
+int dd_cursor_next(dd_txn *txn, dd_err *err, MDB_cursor *mc,
+		   struct dd_guard_cur *g, MDB_val *k, MDB_val *v,
+		   const char *what);
 
 /*
  * A table's operations with their guard (db.c).  `tree` is a DD_DBI_*

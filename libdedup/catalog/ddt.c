@@ -115,6 +115,11 @@ static int dd_ddt_tree(const dd_txn *txn, bool live)
 	return (txn->tx_ddt_which ^ !live) ? DD_DBI_DDT1 : DD_DBI_DDT0;
 }
 
+const char *dd_ddt_live_table(const dd_txn *txn)
+{
+	return dd_db_names[dd_ddt_tree(txn, true)];
+}
+
 int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out)
 {

@@ -170,11 +170,15 @@ int dd_guard_from_root(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 }
 
 /* mdb_cursor_sibling(mc, 1): up to the nearest level with a node to the
- * right, one node right, then leftmost down to the next leaf. */
+ * right, one node right, then leftmost down to the next leaf.  That
+ * node's key begins the next leaf's range (the keys its subtree holds):
+ * when a range the txn skips holds it, the next leaf is a damaged page
+ * or lies after one in the same skipped subtree, and nothing is read --
+ * DD_GUARD_JUMP, the cursor unmoved (cursor.c). */
 static int lg_step(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur)
 {
-	const uint8_t *pg = NULL;
-	int l, rc;
+	const uint8_t *pg = NULL, *node;
+	int tree = cur->gc_tree, l, rc;
 
 	for (l = (int)cur->gc_depth - 2; l >= 0; l--)
 		if (cur->gc_lv[l].idx + 1 < cur->gc_lv[l].nkeys)
@@ -183,14 +187,20 @@ static int lg_step(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur)
 		cur->gc_at = false; /* the last leaf: LMDB's step ends */
 		return 0;
 	}
-	rc = dd_guard_page(txn, err, cur->gc_tree, cur->gc_lv[l].pgno, false, true,
+	rc = dd_guard_page(txn, err, tree, cur->gc_lv[l].pgno, false, true,
 		     &pg);
 	if (rc)
 		return rc;
+	node = dd_lm_node(pg, cur->gc_lv[l].idx + 1);
+	if (tree < DD_DBI_COUNT && txn->tx_nskip[tree] &&
+	    (cur->gc_jump = dd_key_ranges_find(txn->tx_skip[tree],
+					       txn->tx_nskip[tree],
+					       dd_lm_node_key(node),
+					       dd_lm_node_ksize(node))))
+		return DD_GUARD_JUMP;
 	cur->gc_lv[l].idx++;
-	return lg_down(txn, err, cur, (unsigned)l + 1,
-		       dd_lm_node_child(dd_lm_node(pg, cur->gc_lv[l].idx)), DD_GUARD_FIRST,
-		       NULL, 0, NULL);
+	return lg_down(txn, err, cur, (unsigned)l + 1, dd_lm_node_child(node),
+		       DD_GUARD_FIRST, NULL, 0, NULL);
 }
 
 /* ---- deletion's neighbourhood ----------------------------------------------*/

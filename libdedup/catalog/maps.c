@@ -146,6 +146,7 @@ struct dd_bmap_cur {
 	MDB_cursor *bc_cur;
 	uint64_t bc_id;
 	uint32_t bc_var_max;         /* the catalog's, at open */
+	bool bc_moved;               /* by a seek or a next */
 	bool bc_at;                  /* bc_key is where the cursor is */
 	uint8_t bc_key[DD_BMAP_KEY_SIZE];
 	uint32_t bc_len;             /* of the entry last returned */
@@ -267,21 +268,18 @@ int dd_bmap_open(dd_txn *txn, dd_err *err, uint64_t id, dd_bmap_cur **out)
 	return 0;
 }
 
-/* The guard has checked what op will read. */
-static int dd_bmap_get(dd_bmap_cur *bc, dd_err *err, MDB_val *k,
-		       MDB_cursor_op op, uint64_t *idx_out, dd_ddt_key *key)
+/* Where a move of the cursor (rc: dd_cursor_seek's or _next's) left
+ * it. */
+static int dd_bmap_at(dd_bmap_cur *bc, dd_err *err, int rc, const MDB_val *k,
+		      const MDB_val *v, uint64_t *idx_out, dd_ddt_key *key)
 {
-	MDB_val v;
-	int rc = mdb_cursor_get(bc->bc_cur, k, &v, op);
-
-	bc->bc_at = rc == 0 && k->mv_size == DD_BMAP_KEY_SIZE;
+	bc->bc_moved = true;
+	bc->bc_at = rc == 1 && k->mv_size == DD_BMAP_KEY_SIZE;
 	if (bc->bc_at)
 		memcpy(bc->bc_key, k->mv_data, DD_BMAP_KEY_SIZE);
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (rc)
-		return dd_mdb_error(err, rc, "block map read");
-	return dd_bmap_decode(err, k, &v, bc->bc_var_max, bc->bc_id, idx_out,
+	if (rc != 1)
+		return rc;
+	return dd_bmap_decode(err, k, v, bc->bc_var_max, bc->bc_id, idx_out,
 			      &bc->bc_len, key);
 }
 
@@ -289,32 +287,32 @@ int dd_bmap_seek(dd_bmap_cur *bc, dd_err *err, uint64_t idx,
 		 uint64_t *idx_out, dd_ddt_key *key)
 {
 	uint8_t kb[DD_BMAP_KEY_SIZE];
-	MDB_val k = {sizeof(kb), kb};
-
+	MDB_val k, v;
 	int rc;
 
 	dd_bmap_key(kb, bc->bc_id, idx);
-	rc = dd_guard_seek(bc->bc_txn, err, &bc->bc_guard, kb, sizeof(kb));
-	if (rc)
-		return rc;
-	return dd_bmap_get(bc, err, &k, MDB_SET_RANGE, idx_out, key);
+	rc = dd_cursor_seek(bc->bc_txn, err, bc->bc_cur, &bc->bc_guard, kb,
+			    sizeof(kb), &k, &v, "block map read");
+	return dd_bmap_at(bc, err, rc, &k, &v, idx_out, key);
 }
 
 int dd_bmap_next(dd_bmap_cur *bc, dd_err *err, uint64_t *idx_out,
 		 dd_ddt_key *key)
 {
-	MDB_val k;
+	MDB_val k = {sizeof(bc->bc_key), bc->bc_key}, v;
 	int rc;
 
-	/* MDB_NEXT of a cursor that is nowhere is MDB_FIRST */
+	/* MDB_NEXT of a cursor that is nowhere yet is MDB_FIRST; past the
+	 * last entry (or one it could not read) it stays there */
 	if (bc->bc_at)
-		rc = dd_guard_next(bc->bc_txn, err, &bc->bc_guard, bc->bc_key,
-				   sizeof(bc->bc_key));
+		rc = dd_cursor_next(bc->bc_txn, err, bc->bc_cur, &bc->bc_guard,
+				    &k, &v, "block map read");
+	else if (!bc->bc_moved)
+		rc = dd_cursor_seek(bc->bc_txn, err, bc->bc_cur, &bc->bc_guard,
+				    NULL, 0, &k, &v, "block map read");
 	else
-		rc = dd_guard_seek(bc->bc_txn, err, &bc->bc_guard, NULL, 0);
-	if (rc)
-		return rc;
-	return dd_bmap_get(bc, err, &k, MDB_NEXT, idx_out, key);
+		return 0;
+	return dd_bmap_at(bc, err, rc, &k, &v, idx_out, key);
 }
 
 uint32_t dd_bmap_len(const dd_bmap_cur *bc)

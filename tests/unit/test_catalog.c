@@ -2008,15 +2008,17 @@ static void test_db_check(void **state)
 
 /* The DDT leaf that holds key, found the way LMDB finds it: the newest
  * meta page, the main table's record of ddt0, then down by key. */
-static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
+/* The leaf of table `table` (one of more than one level) whose range
+ * holds key. */
+static uint64_t leaf_of(const char *dir, const char *table, const void *key,
+			size_t klen)
 {
-	uint8_t pg[4096], kb[DD_DDT_KEY_SIZE];
+	uint8_t pg[4096];
 	uint64_t pgno = main_root(dir), depth = 0;
+	size_t tlen = strlen(table);
 	char path[128];
 	int fd;
 
-	memcpy(kb, key->dk_hash, DD_HASH_SIZE);
-	kb[DD_HASH_SIZE] = key->dk_variant;
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
@@ -2024,9 +2026,10 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 	for (unsigned i = 0; i < dd_lm_nkeys(pg); i++) { /* main: one leaf */
 		const uint8_t *node = dd_lm_node(pg, i);
 
-		if (dd_lm_node_ksize(node) == 4 && !memcmp(dd_lm_node_key(node), "ddt0", 4)) {
-			depth = dd_get_le16(node + LM_NODEHDR + 4 + 6);
-			pgno = dd_get_le64(node + LM_NODEHDR + 4 + 40);
+		if (dd_lm_node_ksize(node) == tlen &&
+		    !memcmp(dd_lm_node_key(node), table, tlen)) {
+			depth = dd_get_le16(node + LM_NODEHDR + tlen + 6);
+			pgno = dd_get_le64(node + LM_NODEHDR + tlen + 40);
 		}
 	}
 	assert_true(depth >= 2); /* a branch above the leaves */
@@ -2035,13 +2038,22 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 
 		assert_int_equal(pread(fd, pg, 4096, (off_t)(pgno * 4096)), 4096);
 		while (i + 1 < dd_lm_nkeys(pg) &&
-		       dd_lm_cmp(kb, sizeof(kb), dd_lm_node_key(dd_lm_node(pg, i + 1)),
+		       dd_lm_cmp(key, klen, dd_lm_node_key(dd_lm_node(pg, i + 1)),
 			      dd_lm_node_ksize(dd_lm_node(pg, i + 1))) >= 0)
 			i++;
 		pgno = dd_lm_node_child(dd_lm_node(pg, i));
 	}
 	close(fd);
 	return pgno;
+}
+
+static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE];
+
+	memcpy(kb, key->dk_hash, DD_HASH_SIZE);
+	kb[DD_HASH_SIZE] = key->dk_variant;
+	return leaf_of(dir, "ddt0", kb, sizeof(kb));
 }
 
 /* N random DDT keys in a table of many leaves, the db closed; *other
@@ -2262,6 +2274,270 @@ static void test_db_check_pages(void **state)
 	free(keys);
 }
 
+/* The ranges dd_db_check_pages reported, as dd_txn_skip takes them:
+ * in key order already (the walk goes left to right), a range that ends
+ * where the next begins joined to it. */
+static size_t damage_ranges(const struct damage_seen *ds, dd_key_range *r)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < ds->n; i++) {
+		if (n && r[n - 1].kr_hi && ds->lolen[i] != SIZE_MAX &&
+		    !dd_lm_cmp(r[n - 1].kr_hi, r[n - 1].kr_hilen, ds->lo[i],
+			       ds->lolen[i])) {
+			r[n - 1].kr_hi = ds->hilen[i] == SIZE_MAX ? NULL
+								  : ds->hi[i];
+			r[n - 1].kr_hilen = ds->hilen[i];
+			continue;
+		}
+		r[n].kr_lo = ds->lolen[i] == SIZE_MAX ? NULL : ds->lo[i];
+		r[n].kr_lolen = ds->lolen[i];
+		r[n].kr_hi = ds->hilen[i] == SIZE_MAX ? NULL : ds->hi[i];
+		r[n].kr_hilen = ds->hilen[i];
+		n++;
+	}
+	return n;
+}
+
+/* A walk past skipped ranges: each key once, in order, none in them. */
+struct skip_walk {
+	const struct damage_seen *sw_ds;
+	uint8_t sw_last[DD_DDT_KEY_SIZE];
+	int sw_n;
+};
+
+static int skip_walk_cb(void *ctx, const dd_ddt_key *key,
+			const dd_ddt_ent *ent)
+{
+	struct skip_walk *sw = ctx;
+	uint8_t kb[DD_DDT_KEY_SIZE];
+
+	(void)ent;
+	key_bytes(kb, key);
+	if (sw->sw_n++)
+		assert_true(memcmp(sw->sw_last, kb, sizeof(kb)) < 0);
+	memcpy(sw->sw_last, kb, sizeof(kb));
+	for (int i = 0; i < sw->sw_ds->n; i++)
+		assert_false(damage_holds(sw->sw_ds, i, key));
+	return 0;
+}
+
+/* A read transaction told to pass over the ranges of two damaged DDT
+ * leaves (dd_txn_skip) walks every other entry, in order, and none of
+ * theirs, where without them the walk stops at the first with
+ * DD_ECORRUPT; a lookup of a key on them is still DD_ECORRUPT, others
+ * read; a write txn or an unknown table is refused. */
+static void test_txn_skip(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000 };
+	uint8_t bad[2] = {2, 0}, pg[4096];
+	struct damage_seen ds = {0};
+	struct skip_walk sw = {.sw_ds = &ds};
+	dd_key_range r[4];
+	dd_ddt_ent got;
+	uint64_t leaf[2];
+	unsigned held = 0;
+	int other, count = 0;
+	char path[128];
+	dd_txn *txn;
+	size_t nr;
+	int fd;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
+
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	for (int j = 0; j < 2; j++) {
+		assert_int_equal(pread(fd, pg, 4096, (off_t)(leaf[j] * 4096)),
+				 4096);
+		held += dd_lm_nkeys(pg);
+		patch_file(fx->fx_dir, (off_t)(leaf[j] * 4096 + LM_PAGEHDR),
+			   bad, 2, NULL);
+	}
+	close(fd);
+	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, &ds), DD_ECORRUPT);
+	assert_int_equal(ds.n, 2);
+	nr = damage_ranges(&ds, r);
+
+	txn = begin(fx, false);
+	assert_string_equal(dd_ddt_live_table(txn), "ddt0");
+	assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, ddt_walk_count, &count),
+			 DD_ECORRUPT);
+	assert_true(count < N - (int)held);
+	OK(dd_txn_skip(txn, &fx->fx_err, "ddt0", r, nr));
+	OK(dd_ddt_walk(txn, &fx->fx_err, skip_walk_cb, &sw));
+	assert_int_equal(sw.sw_n, N - (int)held);
+	assert_int_equal(dd_ddt_get(txn, &fx->fx_err, &keys[0], &got),
+			 DD_ECORRUPT);
+	for (int i = 0; i < N; i++)
+		if (!damage_holds(&ds, 0, &keys[i]) &&
+		    !damage_holds(&ds, 1, &keys[i]))
+			OK(dd_ddt_get(txn, &fx->fx_err, &keys[i], &got));
+	assert_int_equal(dd_txn_skip(txn, &fx->fx_err, "nope", r, nr),
+			 DD_EINVAL);
+	/* no ranges: the walk meets the damage again */
+	OK(dd_txn_skip(txn, &fx->fx_err, "ddt0", NULL, 0));
+	count = 0;
+	assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, ddt_walk_count, &count),
+			 DD_ECORRUPT);
+	dd_txn_abort(txn);
+	txn = begin(fx, true);
+	assert_int_equal(dd_txn_skip(txn, &fx->fx_err, "ddt0", r, nr),
+			 DD_EINVAL);
+	dd_txn_abort(txn);
+	free(keys);
+}
+
+static int bmap_count(void *ctx, uint64_t id, uint64_t idx,
+		      const dd_ddt_key *key)
+{
+	(void)id;
+	(void)idx;
+	(void)key;
+	++*(int *)ctx;
+	return 0;
+}
+
+/* Block maps of one entry each, so that a snapshot's map can end on its
+ * leaf's last key: with the next leaf damaged, a cursor that reaches
+ * the map's end would step onto it -- DD_ECORRUPT --, and told to skip
+ * its range (dd_txn_skip) ends there instead, never reading it; a seek
+ * into the range lands past it, and the walk of every map returns all
+ * but the damaged leaf's entries. */
+static void test_txn_skip_step(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 2000 };
+	uint8_t bad[2] = {2, 0}, kb[16], pg[4096];
+	struct damage_seen ds = {0};
+	dd_key_range r[4];
+	dd_bmap_cur *cur;
+	dd_ddt_key key;
+	uint64_t a = 0, idx, lf, next_lf;
+	int count = 0;
+	char path[128];
+	dd_txn *txn;
+	size_t nr;
+	int fd;
+
+	txn = begin(fx, true);
+	for (uint64_t id = 1; id <= N; id++) {
+		key = bkey(id, 0);
+		OK(dd_bmap_append(txn, &fx->fx_err, id, 0, 0, &key));
+	}
+	commit(fx, txn);
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	/* a map in the middle whose only key ends its leaf */
+	for (uint64_t id = N / 2; id < N - 2 && !a; id++) {
+		dd_put_be64(kb, id);
+		dd_put_be64(kb + 8, 0);
+		lf = leaf_of(fx->fx_dir, "bmap", kb, sizeof(kb));
+		dd_put_be64(kb, id + 1);
+		next_lf = leaf_of(fx->fx_dir, "bmap", kb, sizeof(kb));
+		if (next_lf != lf)
+			a = id;
+	}
+	assert_true(a > 0);
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, pg, 4096, (off_t)(next_lf * 4096)), 4096);
+	close(fd);
+	assert_true(dd_lm_nkeys(pg) > 1);
+	patch_file(fx->fx_dir, (off_t)(next_lf * 4096 + LM_PAGEHDR), bad, 2,
+		   NULL);
+	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, &ds), DD_ECORRUPT);
+	assert_int_equal(ds.n, 1);
+	assert_string_equal(ds.table[0], "bmap");
+	assert_int_equal(ds.pgno[0], next_lf);
+	assert_int_equal(dd_get_be64(ds.lo[0]), a + 1);
+	nr = damage_ranges(&ds, r);
+
+	txn = begin(fx, false);
+	OK(dd_bmap_open(txn, &fx->fx_err, a, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &key), 1);
+	assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &key),
+			 DD_ECORRUPT);
+	dd_bmap_close(cur);
+	OK(dd_txn_skip(txn, &fx->fx_err, "bmap", r, nr));
+	OK(dd_bmap_open(txn, &fx->fx_err, a, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &key), 1);
+	assert_bkey(&key, a, 0);
+	assert_int_equal(dd_bmap_next(cur, &fx->fx_err, &idx, &key), 0);
+	dd_bmap_close(cur);
+	/* a map on the damaged leaf reads as empty; the first past it is
+	 * there */
+	OK(dd_bmap_open(txn, &fx->fx_err, a + 1, &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &key), 0);
+	dd_bmap_close(cur);
+	OK(dd_bmap_open(txn, &fx->fx_err, dd_get_be64(ds.hi[0]), &cur));
+	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &key), 1);
+	assert_bkey(&key, dd_get_be64(ds.hi[0]), 0);
+	dd_bmap_close(cur);
+	OK(dd_bmap_walk_all(txn, &fx->fx_err, bmap_count, &count));
+	assert_int_equal(count, N - (int)dd_lm_nkeys(pg));
+	dd_txn_abort(txn);
+}
+
+/* Damage to LMDB's own free list stops the page check: reported as
+ * "(free list)", without a range, and the check's result. */
+static void test_db_check_pages_free(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 4000 };
+	uint8_t bad[2] = {2, 0}, meta[2][4096];
+	struct damage_seen ds = {0};
+	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
+	dd_ddt_key *keys = calloc(N, sizeof(*keys));
+	uint64_t root;
+	char path[128];
+	dd_txn *txn;
+	int fd;
+
+	assert_non_null(keys);
+	/* pages freed by later commits: a free list */
+	txn = begin(fx, true);
+	for (int i = 0; i < N; i++) {
+		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
+		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
+	}
+	commit(fx, txn);
+	for (int round = 0; round < 2; round++) {
+		txn = begin(fx, true);
+		for (int i = round; i < N; i += 3)
+			OK(dd_ddt_del(txn, &fx->fx_err, &keys[i]));
+		commit(fx, txn);
+	}
+	dd_db_close(fx->fx_db);
+	fx->fx_db = NULL;
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, meta, sizeof(meta), 0), (ssize_t)sizeof(meta));
+	close(fd);
+	/* the newest meta page's free-list record at 40, its root at +40 */
+	root = dd_get_le64(meta[dd_get_le64(meta[1] + 144) >
+				dd_get_le64(meta[0] + 144)] + 80);
+	assert_true(root > 1 && root != UINT64_MAX);
+	patch_file(fx->fx_dir, (off_t)(root * 4096 + LM_PAGEHDR), bad, 2, NULL);
+	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, &ds), DD_ECORRUPT);
+	assert_int_equal(ds.n, 1);
+	assert_string_equal(ds.table[0], "(free list)");
+	assert_int_equal(ds.pgno[0], root);
+	assert_int_equal(ds.lolen[0], SIZE_MAX);
+	assert_int_equal(ds.hilen[0], SIZE_MAX);
+	assert_non_null(strstr(fx->fx_err.de_msg, "'(free list)'"));
+	free(keys);
+}
+
 /* The guard reads LMDB's pages itself, so it runs only under the LMDB
  * releases whose layout it knows -- the one linked here among them. */
 static void test_guard_layout_known(void **state)
@@ -2305,6 +2581,9 @@ int main(void)
 		T(test_db_check),
 		T(test_db_guard),
 		T(test_db_check_pages),
+		T(test_txn_skip),
+		T(test_txn_skip_step),
+		T(test_db_check_pages_free),
 #undef T
 	};
 
