@@ -576,10 +576,7 @@ int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
 
 static void dd_packs_key(uint8_t kb[4], uint32_t id)
 {
-	kb[0] = (uint8_t)(id >> 24);
-	kb[1] = (uint8_t)(id >> 16);
-	kb[2] = (uint8_t)(id >> 8);
-	kb[3] = (uint8_t)id;
+	dd_put_be32(kb, id);
 }
 
 /* Decodes a packs value: *flags and the u64 (end, or doomed-since). */
@@ -667,8 +664,7 @@ static int dd_packs_walk_one(void *arg, dd_err *err, const MDB_val *k,
 
 	if (k->mv_size != 4)
 		return dd_db_damage(err, "pack record damaged");
-	id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 |
-	     (uint32_t)kp[2] << 8 | kp[3];
+	id = dd_get_be32(kp);
 	rc = dd_packs_decode(err, id, v, &flags, &val);
 	if (rc || !!(flags & DD_PACKS_DOOMED) != pw->pw_doomed)
 		return rc;

@@ -63,4 +63,16 @@ static inline uint64_t dd_get_be64(const uint8_t *p)
 	return v;
 }
 
+static inline void dd_put_be32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static inline uint32_t dd_get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | p[3];
+}
+
 #endif
