@@ -2056,10 +2056,8 @@ static uint64_t ddt_leaf_of(const char *dir, const dd_ddt_key *key)
 	return leaf_of(dir, "ddt0", kb, sizeof(kb));
 }
 
-/* N random DDT keys in a table of many leaves, the db closed; *other
- * the first key on another leaf than keys[0], leaf[] the two leaves. */
-static dd_ddt_key *ddt_two_leaves(struct fixture *fx, int n, uint64_t leaf[2],
-				  int *other)
+/* n random DDT keys, committed in one transaction. */
+static dd_ddt_key *ddt_random(struct fixture *fx, int n)
 {
 	dd_ddt_key *keys = calloc((size_t)n, sizeof(*keys));
 	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
@@ -2072,6 +2070,16 @@ static dd_ddt_key *ddt_two_leaves(struct fixture *fx, int n, uint64_t leaf[2],
 		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
 	}
 	commit(fx, txn);
+	return keys;
+}
+
+/* N random DDT keys in a table of many leaves, the db closed; *other
+ * the first key on another leaf than keys[0], leaf[] the two leaves. */
+static dd_ddt_key *ddt_two_leaves(struct fixture *fx, int n, uint64_t leaf[2],
+				  int *other)
+{
+	dd_ddt_key *keys = ddt_random(fx, n);
+
 	dd_db_close(fx->fx_db);
 	fx->fx_db = NULL;
 	leaf[0] = ddt_leaf_of(fx->fx_dir, &keys[0]);
@@ -2196,25 +2204,15 @@ static bool damage_holds(const struct damage_seen *ds, int i,
 		dd_lm_cmp(kb, sizeof(kb), ds->hi[i], ds->hilen[i]) < 0);
 }
 
-/* scrub's pass 0 (dd_db_check_pages) goes on past damaged pages of a
- * table: two damaged DDT leaves are both reported, each with the range
- * of keys its parent sends to it -- exactly the keys the leaf held --,
- * and the result is DD_ECORRUPT naming the first; dd_db_check stops at
- * it; dd_db_open refuses the file, dd_db_open_unchecked opens it; a
- * callback's non-zero return stops the walk with DD_ECANCELED. */
-static void test_db_check_pages(void **state)
+/* Damages the two leaves (node 0's offset into the page header); old[j]
+ * gets what was there.  Returns how many keys they held. */
+static unsigned damage_two_leaves(struct fixture *fx, const uint64_t leaf[2],
+				  uint8_t old[2][2])
 {
-	struct fixture *fx = *state;
-	enum { N = 20000 };
-	uint8_t bad[2] = {2, 0}, old[2][2], pg[4096];
-	struct damage_seen ds = {0};
-	uint64_t leaf[2];
+	uint8_t bad[2] = {2, 0}, pg[4096];
 	unsigned held = 0;
-	int other, in_range[2] = {0, 0};
 	char path[128];
-	dd_db *db;
 	int fd;
-	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
 
 	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
 	fd = open(path, O_RDONLY);
@@ -2225,10 +2223,31 @@ static void test_db_check_pages(void **state)
 		held += dd_lm_nkeys(pg);
 	}
 	close(fd);
-	/* node 0's offset into the page header, in both leaves */
 	for (int j = 0; j < 2; j++)
 		patch_file(fx->fx_dir, (off_t)(leaf[j] * 4096 + LM_PAGEHDR),
 			   bad, 2, old[j]);
+	return held;
+}
+
+/* scrub's pass 0 (dd_db_check_pages) goes on past damaged pages of a
+ * table: two damaged DDT leaves are both reported, each with the range
+ * of keys its parent sends to it -- exactly the keys the leaf held --,
+ * and the result is DD_ECORRUPT naming the first; dd_db_check stops at
+ * it; dd_db_open refuses the file, dd_db_open_unchecked opens it; a
+ * callback's non-zero return stops the walk with DD_ECANCELED. */
+static void test_db_check_pages(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000 };
+	uint8_t old[2][2];
+	struct damage_seen ds = {0};
+	uint64_t leaf[2];
+	unsigned held;
+	int other, in_range[2] = {0, 0};
+	dd_db *db;
+	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
+
+	held = damage_two_leaves(fx, leaf, old);
 
 	assert_int_equal(dd_db_open(&db, &fx->fx_err, fx->fx_dir, false, false),
 			 DD_ECORRUPT);
@@ -2272,6 +2291,23 @@ static void test_db_check_pages(void **state)
 	OK(dd_db_check_pages(fx->fx_db, &fx->fx_err, damage_record, &ds));
 	assert_int_equal(ds.n, 0);
 	free(keys);
+}
+
+/* Damages page pgno of the closed db (node 0's offset into the page
+ * header), opens it unchecked and runs the page check: that page of
+ * `table`, alone, is reported into ds. */
+static void damage_one(struct fixture *fx, uint64_t pgno, const char *table,
+		       struct damage_seen *ds)
+{
+	uint8_t bad[2] = {2, 0};
+
+	patch_file(fx->fx_dir, (off_t)(pgno * 4096 + LM_PAGEHDR), bad, 2, NULL);
+	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
+	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
+					   damage_record, ds), DD_ECORRUPT);
+	assert_int_equal(ds->n, 1);
+	assert_string_equal(ds->table[0], table);
+	assert_int_equal(ds->pgno[0], pgno);
 }
 
 /* The ranges dd_db_check_pages reported, as dd_txn_skip takes them:
@@ -2331,31 +2367,19 @@ static void test_txn_skip(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 20000 };
-	uint8_t bad[2] = {2, 0}, pg[4096];
+	uint8_t old[2][2];
 	struct damage_seen ds = {0};
 	struct skip_walk sw = {.sw_ds = &ds};
 	dd_key_range r[4];
 	dd_ddt_ent got;
 	uint64_t leaf[2];
-	unsigned held = 0;
+	unsigned held;
 	int other, count = 0;
-	char path[128];
 	dd_txn *txn;
 	size_t nr;
-	int fd;
 	dd_ddt_key *keys = ddt_two_leaves(fx, N, leaf, &other);
 
-	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
-	fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	for (int j = 0; j < 2; j++) {
-		assert_int_equal(pread(fd, pg, 4096, (off_t)(leaf[j] * 4096)),
-				 4096);
-		held += dd_lm_nkeys(pg);
-		patch_file(fx->fx_dir, (off_t)(leaf[j] * 4096 + LM_PAGEHDR),
-			   bad, 2, NULL);
-	}
-	close(fd);
+	held = damage_two_leaves(fx, leaf, old);
 	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
 	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
 					   damage_record, &ds), DD_ECORRUPT);
@@ -2391,16 +2415,6 @@ static void test_txn_skip(void **state)
 	free(keys);
 }
 
-static int bmap_count(void *ctx, uint64_t id, uint64_t idx,
-		      const dd_ddt_key *key)
-{
-	(void)id;
-	(void)idx;
-	(void)key;
-	++*(int *)ctx;
-	return 0;
-}
-
 /* Block maps of one entry each, so that a snapshot's map can end on its
  * leaf's last key: with the next leaf damaged, a cursor that reaches
  * the map's end would step onto it -- DD_ECORRUPT --, and told to skip
@@ -2411,7 +2425,7 @@ static void test_txn_skip_step(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 2000 };
-	uint8_t bad[2] = {2, 0}, kb[16], pg[4096];
+	uint8_t kb[16], pg[4096];
 	struct damage_seen ds = {0};
 	dd_key_range r[4];
 	dd_bmap_cur *cur;
@@ -2448,14 +2462,7 @@ static void test_txn_skip_step(void **state)
 	assert_int_equal(pread(fd, pg, 4096, (off_t)(next_lf * 4096)), 4096);
 	close(fd);
 	assert_true(dd_lm_nkeys(pg) > 1);
-	patch_file(fx->fx_dir, (off_t)(next_lf * 4096 + LM_PAGEHDR), bad, 2,
-		   NULL);
-	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
-	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
-					   damage_record, &ds), DD_ECORRUPT);
-	assert_int_equal(ds.n, 1);
-	assert_string_equal(ds.table[0], "bmap");
-	assert_int_equal(ds.pgno[0], next_lf);
+	damage_one(fx, next_lf, "bmap", &ds);
 	assert_int_equal(dd_get_be64(ds.lo[0]), a + 1);
 	nr = damage_ranges(&ds, r);
 
@@ -2480,7 +2487,7 @@ static void test_txn_skip_step(void **state)
 	assert_int_equal(dd_bmap_seek(cur, &fx->fx_err, 0, &idx, &key), 1);
 	assert_bkey(&key, dd_get_be64(ds.hi[0]), 0);
 	dd_bmap_close(cur);
-	OK(dd_bmap_walk_all(txn, &fx->fx_err, bmap_count, &count));
+	OK(dd_bmap_walk_all(txn, &fx->fx_err, count_bmap, &count));
 	assert_int_equal(count, N - (int)dd_lm_nkeys(pg));
 	dd_txn_abort(txn);
 }
@@ -2491,23 +2498,15 @@ static void test_db_check_pages_free(void **state)
 {
 	struct fixture *fx = *state;
 	enum { N = 4000 };
-	uint8_t bad[2] = {2, 0}, meta[2][4096];
+	uint8_t meta[2][4096];
 	struct damage_seen ds = {0};
-	dd_ddt_ent ent = {.de_lsize = 4096, .de_psize = 100, .de_refcnt = 1};
-	dd_ddt_key *keys = calloc(N, sizeof(*keys));
 	uint64_t root;
 	char path[128];
 	dd_txn *txn;
 	int fd;
-
-	assert_non_null(keys);
 	/* pages freed by later commits: a free list */
-	txn = begin(fx, true);
-	for (int i = 0; i < N; i++) {
-		fill_random(keys[i].dk_hash, DD_HASH_SIZE);
-		OK(dd_ddt_put(txn, &fx->fx_err, &keys[i], &ent));
-	}
-	commit(fx, txn);
+	dd_ddt_key *keys = ddt_random(fx, N);
+
 	for (int round = 0; round < 2; round++) {
 		txn = begin(fx, true);
 		for (int i = round; i < N; i += 3)
@@ -2525,13 +2524,7 @@ static void test_db_check_pages_free(void **state)
 	root = dd_get_le64(meta[dd_get_le64(meta[1] + 144) >
 				dd_get_le64(meta[0] + 144)] + 80);
 	assert_true(root > 1 && root != UINT64_MAX);
-	patch_file(fx->fx_dir, (off_t)(root * 4096 + LM_PAGEHDR), bad, 2, NULL);
-	OK(dd_db_open_unchecked(&fx->fx_db, &fx->fx_err, fx->fx_dir, false));
-	assert_int_equal(dd_db_check_pages(fx->fx_db, &fx->fx_err,
-					   damage_record, &ds), DD_ECORRUPT);
-	assert_int_equal(ds.n, 1);
-	assert_string_equal(ds.table[0], "(free list)");
-	assert_int_equal(ds.pgno[0], root);
+	damage_one(fx, root, "(free list)", &ds);
 	assert_int_equal(ds.lolen[0], SIZE_MAX);
 	assert_int_equal(ds.hilen[0], SIZE_MAX);
 	assert_non_null(strstr(fx->fx_err.de_msg, "'(free list)'"));
