@@ -276,6 +276,10 @@ struct scrub_json {
 	uint64_t n;
 	FILE *snaps;        /* the "damaged_snapshots" array's */
 	uint64_t nsnap;
+	FILE *pages;        /* the "damaged_pages" array's */
+	uint64_t npages;
+	FILE *ranges;       /* the "affected_ranges" array's */
+	uint64_t nranges;
 };
 
 static int scrub_report_json(const dd_scrub_bad *bad, struct scrub_json *j)
@@ -339,6 +343,47 @@ static int scrub_snap_report(const char *snap, int error, const char *msg,
 	return ferror(j->snaps) ? -1 : 0;
 }
 
+/* Each damaged catalog page, and each run of a snapshot's bytes it
+ * affects: a line, or kept for the JSON report. */
+static int scrub_page_report(const dd_scrub_page *p, void *ctx)
+{
+	struct scrub_json *j = ctx;
+
+	if (!p->snapshot)
+		j->npages++;
+	if (!j->tmp && !p->snapshot) {
+		printf("damaged catalog page %" PRIu64 " of table %s: %s\n",
+		       p->page, p->table, p->message);
+	} else if (!j->tmp) {
+		printf("damaged catalog page %" PRIu64 " of table %s affects ",
+		       p->page, p->table);
+		fputs(p->snapshot, stdout);
+		printf(" at offsets %" PRIu64 " to %" PRIu64 "\n", p->offset,
+		       p->offset + p->length);
+	} else if (!p->snapshot) {
+		fprintf(j->pages, "%s\n    {\"table\": ", j->npages > 1 ? ","
+								   : "");
+		json_string(j->pages, p->table);
+		fprintf(j->pages, ", \"page\": %" PRIu64 ", \"error\": "
+			"\"DD_ECORRUPT\", \"message\": ", p->page);
+		json_string(j->pages, p->message);
+		fputc('}', j->pages);
+		return ferror(j->pages) ? -1 : 0;
+	} else {
+		fprintf(j->ranges, "%s\n    {\"table\": ", j->nranges++ ? ","
+								     : "");
+		json_string(j->ranges, p->table);
+		fprintf(j->ranges, ", \"page\": %" PRIu64 ", \"snapshot\": ",
+			p->page);
+		json_string(j->ranges, p->snapshot);
+		fprintf(j->ranges, ", \"offset\": %" PRIu64 ", \"length\": %"
+			PRIu64 "}", p->offset, p->length);
+		return ferror(j->ranges) ? -1 : 0;
+	}
+	fflush(stdout);
+	return 0;
+}
+
 static void copy_out(FILE **f)
 {
 	int c;
@@ -351,7 +396,8 @@ static void copy_out(FILE **f)
 }
 
 /* The report as one JSON object: the figures, each use of a bad block
- * with its snapshot and offset, and the snapshots with damaged metadata. */
+ * with its snapshot and offset, the snapshots with damaged metadata, the
+ * damaged catalog pages and the runs of snapshots' bytes they affect. */
 static void scrub_json_print(const dd_scrub_result *res, struct scrub_json *j)
 {
 	printf("{\"blocks_checked\": %" PRIu64 ", \"bytes_checked\": %" PRIu64
@@ -361,7 +407,13 @@ static void scrub_json_print(const dd_scrub_result *res, struct scrub_json *j)
 	fputs(j->n ? "\n], \"damaged_snapshots\": [" : "], "
 	      "\"damaged_snapshots\": [", stdout);
 	copy_out(&j->snaps);
-	fputs(j->nsnap ? "\n]}\n" : "]}\n", stdout);
+	fputs(j->nsnap ? "\n], \"damaged_pages\": [" : "], "
+	      "\"damaged_pages\": [", stdout);
+	copy_out(&j->pages);
+	fputs(j->npages ? "\n], \"affected_ranges\": [" : "], "
+	      "\"affected_ranges\": [", stdout);
+	copy_out(&j->ranges);
+	fputs(j->nranges ? "\n]}\n" : "]}\n", stdout);
 }
 
 int cmd_scrub(int argc, char **argv)
@@ -369,7 +421,7 @@ int cmd_scrub(int argc, char **argv)
 	static const int allow[] = {OPT_VERBOSE, OPT_JSON, CACHE_ALLOW, 0};
 	dd_scrub_opts so = DD_SCRUB_OPTS_INIT;
 	dd_scrub_result res;
-	struct scrub_json json = {NULL, 0, NULL, 0};
+	struct scrub_json json = {NULL, 0, NULL, 0, NULL, 0, NULL, 0};
 	struct common_opts o;
 	struct progress pg;
 	dd_store *s;
@@ -380,7 +432,8 @@ int cmd_scrub(int argc, char **argv)
 	 * catalog opens, for scrub to name each damaged page */
 	s = open_store_arg(argc, argv, allow, &o, OPEN_DEFER_CHECK);
 	memset(&res, 0, sizeof(res));
-	if (o.json && (!(json.tmp = tmpfile()) || !(json.snaps = tmpfile())))
+	if (o.json && (!(json.tmp = tmpfile()) || !(json.snaps = tmpfile()) ||
+		       !(json.pages = tmpfile()) || !(json.ranges = tmpfile())))
 		die("scrub: cannot make a temporary file: %s", strerror(errno));
 	progress_init(&pg, "scrub", 0, o.verbose);
 	so.bad = scrub_report;
@@ -389,9 +442,11 @@ int cmd_scrub(int argc, char **argv)
 	so.progress_ctx = &pg;
 	so.damaged_snapshot = scrub_snap_report;
 	so.damaged_snapshot_ctx = &json;
+	so.damaged_page = scrub_page_report;
+	so.damaged_page_ctx = &json;
 	rc = dd_store_scrub_ext(s, &so, &res);
 	progress_finish(&pg);
-	if (rc == DD_ECORRUPT && json.nsnap && o.json)
+	if (rc == DD_ECORRUPT && (json.nsnap || json.npages) && o.json)
 		scrub_json_print(&res, &json);   /* then the one line */
 	if (rc != 0 && rc != DD_ECHECKSUM)
 		die_store(s, rc);

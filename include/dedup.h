@@ -649,7 +649,27 @@ DD_API int dd_store_scrub(dd_store *store, dd_scrub_cb cb, void *ctx,
 typedef int (*dd_scrub_snap_cb)(const char *snapshot, int error,
 				const char *msg, void *ctx);
 
-/* Version 1 callers pass a struct that ends at `progress_ctx`. */
+/* Called by dd_store_scrub_ext (dd_scrub_opts v3, with damaged_snapshot
+ * set) for each damaged page of the catalog that scrub goes on past:
+ * once for the page (snapshot NULL), with a message that says what it
+ * held, what that means and the way out (dedup repair rebuilds the
+ * catalog from the packs and manifests); then once for each run of
+ * bytes of a snapshot that the page leaves unreadable -- block-map
+ * entries on it, blocks whose DDT entries are on it, the snapshot whose
+ * record is on it (message NULL).  Strings are valid during the call. */
+typedef struct dd_scrub_page {
+	const char *table;       /* the LMDB table: "ddt0", "ddt1", "snap",
+				    "bmap", "packs", "pend" or "meta" */
+	uint64_t page;           /* its number in STORE/db/data.mdb */
+	const char *message;     /* the page's report; NULL for a run */
+	const char *snapshot;    /* a run's snapshot; NULL for the page */
+	uint64_t offset;         /* a run: bytes [offset, offset + length) */
+	uint64_t length;
+} dd_scrub_page;
+typedef int (*dd_scrub_page_cb)(const dd_scrub_page *page, void *ctx);
+
+/* Version 1 callers pass a struct that ends at `progress_ctx`, version
+ * 2 callers one that ends at `damaged_snapshot_ctx`. */
 typedef struct dd_scrub_opts {
 	unsigned version;          /* DD_SCRUB_OPTS_VERSION */
 	dd_scrub_cb bad;           /* as dd_store_scrub's cb; may be NULL */
@@ -667,10 +687,15 @@ typedef struct dd_scrub_opts {
 				      check the others, and fails with
 				      DD_ECORRUPT at the end */
 	void *damaged_snapshot_ctx;
+	/* ---- version 3 ---- */
+	dd_scrub_page_cb damaged_page; /* may be NULL; with
+				      damaged_snapshot, each damaged
+				      catalog page and what it affects */
+	void *damaged_page_ctx;
 } dd_scrub_opts;
-#define DD_SCRUB_OPTS_VERSION 2
+#define DD_SCRUB_OPTS_VERSION 3
 #define DD_SCRUB_OPTS_INIT {DD_SCRUB_OPTS_VERSION, NULL, NULL, NULL, NULL, \
-			    NULL, NULL}
+			    NULL, NULL, NULL, NULL}
 
 /* dd_store_scrub with options (opts may be NULL).  Errors: those of
  * dd_store_scrub, DD_EINVAL for an unknown version, DD_ECANCELED from

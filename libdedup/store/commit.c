@@ -334,12 +334,16 @@ static int dd_cc_pend(void *arg, uint64_t id, const dd_pend_rec *rec)
  * writer began).  With the store to itself both are the same. */
 static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 			       const dd_mfstate *before,
-			       const dd_mfstate *after)
+			       const dd_mfstate *after,
+			       const dd_scrub_pages *sp)
 {
 	struct dd_cc cc = {.cc_store = s, .cc_err = err, .cc_before = before,
 			   .cc_after = after};
 	const dd_idset *pub = &after->ms_set[DD_MANIFEST_SNAP];
-	int rc = dd_snap_walk(txn, err, dd_cc_snap, &cc);
+	int rc = dd_scrub_pages_skip(sp, txn, err);
+
+	if (!rc)
+		rc = dd_snap_walk(txn, err, dd_cc_snap, &cc);
 
 	if (!rc)
 		rc = dd_pend_walk(txn, err, dd_cc_pend, &cc);
@@ -353,10 +357,19 @@ static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 	for (size_t i = 0; !rc && i < pub->is_n; i++) {
 		uint64_t id = pub->is_ids[i];
 		char mf[DD_MANIFEST_NAME_MAX];
+		const dd_spage *pg;
 
 		if (dd_idset_has(&cc.cc_snaps, id) ||
 		    dd_idset_has(&cc.cc_pend, id))
 			continue;
+		/* its record on a damaged page: scrub names it */
+		rc = dd_scrub_pages_unseen(s, err, sp, id, &pg);
+		if (rc == 1) {
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			break;
 		dd_manifest_name(mf, id, DD_MANIFEST_SNAP);
 		rc = dd_err_set(err, DD_ECORRUPT, "the catalog does not match "
 				"the snapshot manifests (%s is not in it: an "
@@ -369,6 +382,11 @@ static int dd_commit_check_txn(dd_store *s, dd_err *err, dd_txn *txn,
 }
 
 int dd_commit_check(dd_store *s, dd_err *err)
+{
+	return dd_commit_check_past(s, err, NULL);
+}
+
+int dd_commit_check_past(dd_store *s, dd_err *err, const dd_scrub_pages *sp)
 {
 	dd_mfstate before, after;
 	dd_txn *txn;
@@ -388,7 +406,7 @@ int dd_commit_check(dd_store *s, dd_err *err)
 			rc = dd_mfstate_read(s, err, &after);
 			if (!rc) {
 				rc = dd_commit_check_txn(s, err, txn, &before,
-							 &after);
+							 &after, sp);
 				dd_mfstate_free(&after);
 			}
 			dd_txn_abort(txn);

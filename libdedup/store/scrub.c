@@ -2,8 +2,13 @@
  * scrub.c -- read and verify every stored block; name who uses bad ones.
  *
  * Pass 0 checks LMDB's own page structure (dd_db_check): LMDB would
- * crash on damage there rather than report it.  Pass 1 walks the DDT in one read transaction and verifies blocks in
- * rounds on the pool (each read is the full checked path of block.c).
+ * crash on damage there rather than report it.  With damaged_snapshot,
+ * a damaged page of one of libdedup's tables does not stop scrub: it is
+ * reported with what it held, the read transaction passes over its keys,
+ * and each pass below goes on with the rest (scrub_pages.c says what
+ * each table's damage costs).  Pass 1 walks the DDT in one read
+ * transaction and verifies blocks in rounds on the pool (each read is
+ * the full checked path of block.c).
  * Bad blocks are kept in a sorted array.  Pass 2, only when something is
  * bad, walks every block map once and reports each use of a bad block with
  * the snapshot's name and the byte offset; a bad block nothing uses is
@@ -26,6 +31,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/endian.h"
 #include "common/hmap.h"
 #include "store/store_internal.h"
 
@@ -71,11 +77,34 @@ typedef struct dd_scrub {
 	uint64_t sc_nwrong;
 	dd_ddt_key sc_wrong_key;
 	uint64_t sc_wrong_refcnt, sc_wrong_refs;
-	/* pass 0 with damaged_snapshot: damaged block-map pages, past
-	 * which scrub goes on (scrub_pages.c); the first one's message */
+	/* pass 0 with damaged_snapshot: damaged catalog pages, past which
+	 * scrub goes on (scrub_pages.c); the first one's message; v3: each
+	 * page and what it affects, reported */
 	dd_scrub_pages *sc_pages;
 	dd_err sc_pages_err;
+	dd_scrub_page_cb sc_page_cb;
+	void *sc_page_ctx;
+	/* published snapshots whose records a damaged page held: checked
+	 * as their manifests give them */
+	struct dd_slost {
+		char sl_name[DD_NAME_MAX + 1];
+		dd_snap_rec sl_rec;
+		const dd_spage *sl_pg;
+	} *sc_lost;
+	size_t sc_nlost, sc_caplost;
 } dd_scrub;
+
+/* Pass 3, one snapshot: its blocks whose DDT entries a damaged page held,
+ * as runs of bytes, each on one page (reported as it ends). */
+typedef struct dd_srun {
+	const char *sr_name;
+	const dd_spage *sr_pg;       /* the current run's; NULL: none yet */
+	uint64_t sr_off, sr_end;     /* the current run's bytes */
+	uint64_t sr_blocks, sr_runs;
+	uint64_t sr_first, sr_last;  /* from the first run's start to the
+					last one's end */
+	const dd_spage *sr_first_pg;
+} dd_srun;
 
 static void dd_scrub_job(void *arg, size_t i, unsigned worker)
 {
@@ -99,9 +128,17 @@ static int dd_key_cmp(const void *a, const void *b)
  * blocks -- scrub names them first. */
 static int dd_scrub_pack_end(dd_scrub *sc, const dd_sblk *b)
 {
+	uint8_t kb[4];
 	uint64_t end;
 	dd_err e;
-	int rc = dd_packs_get(sc->sc_txn, &e, b->sb_ent.de_pack, &end);
+	int rc;
+
+	/* an end on a damaged page is unknown (its page's report says so);
+	 * keys: format/store.md §5 */
+	dd_put_be32(kb, b->sb_ent.de_pack);
+	if (dd_scrub_pages_find(sc->sc_pages, "packs", kb, sizeof(kb)))
+		return 0;
+	rc = dd_packs_get(sc->sc_txn, &e, b->sb_ent.de_pack, &end);
 
 	if (rc == DD_ENOENT || (rc == 0 && b->sb_ent.de_offset +
 				DD_PACK_REC_HDR_SIZE + b->sb_ent.de_psize > end))
@@ -260,17 +297,57 @@ static int dd_scrub_use(void *arg, uint64_t id, uint64_t idx,
 	return 0; /* a writer's pending map: not a snapshot yet */
 }
 
+/* Ends run's current run of bytes: reported with its page. */
+static int dd_scrub_run_end(dd_scrub *sc, dd_srun *run)
+{
+	dd_scrub_page p = {.snapshot = run->sr_name};
+
+	if (!run->sr_pg || !sc->sc_page_cb)
+		return 0;
+	p.table = dd_spage_table(run->sr_pg);
+	p.page = dd_spage_pgno(run->sr_pg);
+	p.offset = run->sr_off;
+	p.length = run->sr_end - run->sr_off;
+	if (sc->sc_page_cb(&p, sc->sc_page_ctx) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub stopped by its callback");
+	return 0;
+}
+
+/* Bytes [off, off + len) of the image are a block whose DDT entry page
+ * pg held: joined to the run they continue, on the same page. */
+static int dd_scrub_run_add(dd_scrub *sc, dd_srun *run, const dd_spage *pg,
+			    uint64_t off, uint64_t len)
+{
+	int rc = 0;
+
+	run->sr_blocks++;
+	if (run->sr_pg != pg || off != run->sr_end) {
+		rc = dd_scrub_run_end(sc, run);
+		if (!run->sr_runs++) {
+			run->sr_first = off;
+			run->sr_first_pg = pg;
+		}
+		run->sr_pg = pg;
+		run->sr_off = off;
+	}
+	run->sr_end = run->sr_last = off + len;
+	return rc;
+}
+
 /* Pass 3, for one snapshot: each block its map names is in the DDT,
  * referenced, of the size the image needs there -- in a content-defined
  * map, the length its entry gives, the blocks in order and inside the
  * image --, and the map hashes to the snapshot's content digest
- * (format/store.md §6). */
+ * (format/store.md §6).  A block whose DDT entry a damaged page held
+ * cannot be looked up: it goes into run, the rest is checked. */
 static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
-			      const dd_snap_rec *r)
+			      const dd_snap_rec *r, dd_srun *run)
 {
 	uint64_t idx, next = 0, bs = r->sr_block_size;
 	bool var = sc->sc_store->st_chunker != DD_CHUNKER_FIXED;
 	uint8_t got[DD_HASH_SIZE];
+	const dd_spage *pg;
 	dd_ddt_key key;
 	dd_ddt_ent ent;
 	int rc;
@@ -288,6 +365,14 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 		if (!var)
 			len = idx + 1 < r->sr_blocks ? bs
 						     : r->sr_size - idx * bs;
+		pg = dd_scrub_pages_ddt(sc->sc_pages, sc->sc_txn, &key);
+		if (pg) {
+			rc = dd_scrub_run_add(sc, run, pg, var ? idx : idx * bs,
+					      len);
+			if (rc)
+				return rc;
+			goto digest;
+		}
 		rc = dd_ddt_get(sc->sc_txn, sc->sc_err, &key, &ent);
 		if (rc == DD_ENOENT)
 			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu "
@@ -301,6 +386,7 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 					  "%llu", (unsigned long long)idx,
 					  ent.de_lsize,
 					  (unsigned long long)ent.de_refcnt);
+digest:
 		if (var) {
 			if (idx > next)
 				dd_digest_block(dg, NULL, idx - next);
@@ -339,36 +425,91 @@ static int dd_scrub_snap_damaged(dd_scrub *sc, const char *name)
 	return 0;
 }
 
-/* A snapshot whose block map is (partly) on a damaged page: reported,
- * its map not read. */
-static int dd_scrub_map_on_page(dd_scrub *sc, const char *name,
-				const dd_snap_rec *r, bool *hit)
+/* A message's text without its DD_E* symbol: a line says it once. */
+static const char *dd_scrub_unsym(const char *m)
 {
-	char msg[DD_ERRMSG_MAX];
+	const char *sym = "DD_ECORRUPT: ";
 
-	*hit = dd_scrub_pages_hit(sc->sc_pages, r, sc->sc_store->st_chunker ==
-				  DD_CHUNKER_FIXED, msg, sizeof(msg));
-	if (!*hit)
-		return 0;
-	dd_err_set(sc->sc_err, DD_ECORRUPT, "snapshot '%s': %s", name, msg);
+	return strncmp(m, sym, strlen(sym)) ? m : m + strlen(sym);
+}
+
+#define DD_SCRUB_LOST "its record is on a damaged catalog page, so ls " \
+	"and get do not see it (it was checked from its manifest); "
+
+/* Pass 3's one report of a snapshot that damaged pages affect: what
+ * they did to it, what its check found besides (rc DD_ECORRUPT, the
+ * finding in sc_err), and the first such page's message, which names
+ * dedup repair. */
+static int dd_scrub_map_report(dd_scrub *sc, const char *name,
+			       const dd_spage *lost, const dd_srun *run, int rc)
+{
+	/* room for every part: the line is cut to DD_ERRMSG_MAX once */
+	char msg[4 * DD_ERRMSG_MAX], found[DD_ERRMSG_MAX] = "", runs[192] = "";
+
+	if (rc == DD_ECORRUPT)
+		snprintf(found, sizeof(found), "%s; ",
+			 dd_scrub_unsym(sc->sc_err->de_msg));
+	if (run->sr_blocks)
+		snprintf(runs, sizeof(runs), "%llu of its blocks, in %llu "
+			 "run%s from offset %llu to %llu, have their DDT "
+			 "entries on damaged catalog pages and cannot be "
+			 "located; ", (unsigned long long)run->sr_blocks,
+			 (unsigned long long)run->sr_runs,
+			 run->sr_runs == 1 ? "" : "s",
+			 (unsigned long long)run->sr_first,
+			 (unsigned long long)run->sr_last);
+	snprintf(msg, sizeof(msg), "snapshot '%s': %s%s%s%s", name,
+		 lost ? DD_SCRUB_LOST : "", runs, found,
+		 dd_spage_msg(lost ? lost : run->sr_first_pg));
+	dd_err_set_msg(sc->sc_err, DD_ECORRUPT, msg);
 	return dd_scrub_snap_damaged(sc, name);
 }
 
-static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
+/* The whole of snapshot `name`, whose record a damaged page held, as a
+ * run of that page's. */
+static int dd_scrub_lost_run(dd_scrub *sc, const char *name,
+			     const dd_snap_rec *r, const dd_spage *pg)
 {
-	dd_scrub *sc = arg;
+	dd_scrub_page p = {.table = dd_spage_table(pg),
+			   .page = dd_spage_pgno(pg), .snapshot = name,
+			   .offset = 0, .length = r->sr_size};
+
+	if (sc->sc_page_cb && sc->sc_page_cb(&p, sc->sc_page_ctx) != 0)
+		return dd_err_set(sc->sc_err, DD_ECANCELED,
+				  "scrub stopped by its callback");
+	return 0;
+}
+
+/* Pass 3 for one snapshot: lost (its record on a damaged page: r from
+ * its manifest) or NULL.  A snapshot whose block map is (partly) on a
+ * damaged page is reported, its map not read; any other one's map is
+ * checked, past blocks whose DDT entries are on damaged pages. */
+static int dd_scrub_map_one(dd_scrub *sc, const char *name,
+			    const dd_snap_rec *r, const dd_spage *lost)
+{
+	bool fixed = sc->sc_store->st_chunker == DD_CHUNKER_FIXED;
+	dd_srun run = {.sr_name = name};
+	char hit[DD_ERRMSG_MAX];
 	dd_bmap_cur *cur = NULL;
 	dd_digest *dg = NULL;
-	bool hit = false;
-	int rc = dd_scrub_map_on_page(sc, name, r, &hit);
+	int rc = lost ? dd_scrub_lost_run(sc, name, r, lost) : 0;
 
-	if (rc || hit)
+	if (rc)
 		return rc;
+	if (dd_scrub_pages_hit(sc->sc_pages, r, fixed, hit, sizeof(hit))) {
+		if (dd_scrub_pages_hit_runs(sc->sc_pages, name, r, fixed,
+					    sc->sc_page_cb, sc->sc_page_ctx))
+			return dd_err_set(sc->sc_err, DD_ECANCELED,
+					  "scrub stopped by its callback");
+		dd_err_set(sc->sc_err, DD_ECORRUPT, "snapshot '%s': %s%s",
+			   name, lost ? DD_SCRUB_LOST : "", hit);
+		return dd_scrub_snap_damaged(sc, name);
+	}
 	rc = dd_digest_new(&dg, sc->sc_err, sc->sc_store->st_chunker);
 	if (!rc)
 		rc = dd_bmap_open(sc->sc_txn, sc->sc_err, r->sr_id, &cur);
 	if (!rc) {
-		rc = dd_scrub_map_check(sc, dg, cur, r);
+		rc = dd_scrub_map_check(sc, dg, cur, r, &run);
 		/* the map against the snapshot's manifest, the truth that
 		 * repair rebuilds from (one deleted since this scrub began
 		 * has none any more: dd_commit_check sees to the set) */
@@ -378,34 +519,76 @@ static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
 			if (rc == DD_ENOENT)
 				rc = 0;
 		}
-		if (rc == DD_ECORRUPT) {
-			char where[DD_NAME_MAX + 16];
-
-			snprintf(where, sizeof(where), "snapshot '%s'", name);
-			dd_err_wrap(sc->sc_err, 0, where, " (damaged metadata: "
-				    "run dedup repair)");
-		}
 	}
 	dd_bmap_close(cur);
 	dd_digest_free(dg);
+	if (rc && rc != DD_ECORRUPT)
+		return rc;
+	if (lost || run.sr_blocks) {
+		int erc = dd_scrub_run_end(sc, &run);
+
+		return erc ? erc : dd_scrub_map_report(sc, name, lost, &run,
+							rc);
+	}
+	if (rc == DD_ECORRUPT) {
+		char where[DD_NAME_MAX + 16];
+
+		snprintf(where, sizeof(where), "snapshot '%s'", name);
+		dd_err_wrap(sc->sc_err, 0, where, " (damaged metadata: "
+			    "run dedup repair)");
+	}
 	if (rc == DD_ECORRUPT && sc->sc_snap_cb)
 		return dd_scrub_snap_damaged(sc, name);
 	return rc;
 }
 
+static int dd_scrub_map(void *arg, const char *name, const dd_snap_rec *r)
+{
+	return dd_scrub_map_one(arg, name, r, NULL);
+}
+
+/* A published snapshot whose record a damaged page held, kept for
+ * passes 2 and 3. */
+static int dd_scrub_lost_add(void *arg, const char *name,
+			     const dd_snap_rec *rec, const dd_spage *pg)
+{
+	dd_scrub *sc = arg;
+
+	if (sc->sc_nlost == sc->sc_caplost) {
+		size_t n = sc->sc_caplost ? 2 * sc->sc_caplost : 8;
+		struct dd_slost *l = dd_realloc(sc->sc_lost, n * sizeof(*l));
+
+		if (!l)
+			return dd_err_set(sc->sc_err, DD_ENOMEM,
+					  "out of memory");
+		sc->sc_lost = l;
+		sc->sc_caplost = n;
+	}
+	snprintf(sc->sc_lost[sc->sc_nlost].sl_name, DD_NAME_MAX + 1, "%s",
+		 name);
+	sc->sc_lost[sc->sc_nlost].sl_rec = *rec;
+	sc->sc_lost[sc->sc_nlost].sl_pg = pg;
+	sc->sc_nlost++;
+	return 0;
+}
+
 /* Pass 2: reports each use of a bad block (sorted first, then searched). */
 static int dd_scrub_report_bad(dd_scrub *sc)
 {
+	bool bmap_pages = dd_scrub_pages_has(sc->sc_pages, "bmap");
 	int rc;
 
 	/* sb_key is the first member: sort and search by key */
 	qsort(sc->sc_bad.b, sc->sc_bad.n, sizeof(*sc->sc_bad.b), dd_key_cmp);
 	rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_snap, sc);
-	if (!rc && !sc->sc_pages)
+	for (size_t i = 0; !rc && i < sc->sc_nlost; i++)
+		rc = dd_scrub_snap(sc, sc->sc_lost[i].sl_name,
+				   &sc->sc_lost[i].sl_rec);
+	if (!rc && !bmap_pages)
 		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err, dd_scrub_use, sc);
 	/* a map on a damaged page: one snapshot at a time, that one from
 	 * its manifest */
-	for (size_t i = 0; !rc && sc->sc_pages && i < sc->sc_nsnap; i++)
+	for (size_t i = 0; !rc && bmap_pages && i < sc->sc_nsnap; i++)
 		rc = dd_scrub_pages_uses(sc->sc_store, sc->sc_err, sc->sc_txn,
 					 sc->sc_pages, sc->sc_ids[i],
 					 dd_scrub_use, sc);
@@ -481,11 +664,32 @@ static int dd_scrub_refs(dd_scrub *sc)
 			  (unsigned long long)sc->sc_wrong_refs);
 }
 
+/* Damaged pages: the transaction passes over them, each is reported,
+ * and the snapshots whose records they held are found in the manifests
+ * (scrub_pages.c). */
+static int dd_scrub_pages_begin(dd_scrub *sc)
+{
+	dd_scrub_pages *sp = sc->sc_pages;
+	int rc;
+
+	if (!sp)
+		return 0;
+	rc = dd_scrub_pages_skip(sp, sc->sc_txn, sc->sc_err);
+	if (!rc && dd_scrub_pages_report(sc->sc_store, sp, sc->sc_txn,
+					 sc->sc_page_cb, sc->sc_page_ctx))
+		rc = dd_err_set(sc->sc_err, DD_ECANCELED,
+				"scrub stopped by its callback");
+	if (!rc)
+		rc = dd_scrub_pages_lost(sc->sc_store, sc->sc_err, sp,
+					 dd_scrub_lost_add, sc);
+	return rc;
+}
+
 static int dd_scrub_run(dd_scrub *sc)
 {
-	int rc = 0;
+	int rc = dd_scrub_pages_begin(sc);
 
-	if (sc->sc_progress)
+	if (!rc && sc->sc_progress)
 		rc = dd_packs_walk(sc->sc_txn, sc->sc_err, dd_scrub_pack_bytes,
 				   sc);
 	if (!rc)
@@ -499,23 +703,27 @@ static int dd_scrub_run(dd_scrub *sc)
 		rc = dd_scrub_report_bad(sc);
 	if (!rc)
 		rc = dd_snap_walk(sc->sc_txn, sc->sc_err, dd_scrub_map, sc);
+	for (size_t i = 0; !rc && i < sc->sc_nlost; i++)
+		rc = dd_scrub_map_one(sc, sc->sc_lost[i].sl_name,
+				      &sc->sc_lost[i].sl_rec,
+				      sc->sc_lost[i].sl_pg);
 	/* counts against damaged maps would say nothing more */
-	if (!rc && sc->sc_nbad_snaps) {
-		const char *m = sc->sc_snap_err.de_msg;
-		const char *sym = "DD_ECORRUPT: ";
-
-		if (!strncmp(m, sym, strlen(sym)))   /* said once is enough */
-			m += strlen(sym);
+	if (!rc && sc->sc_nbad_snaps)
 		return dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu snapshot%s "
 				  "with damaged metadata, e.g. %s",
 				  (unsigned long long)sc->sc_nbad_snaps,
-				  sc->sc_nbad_snaps == 1 ? "" : "s", m);
-	}
-	/* damaged block-map pages that held no snapshot's map (a writer's
-	 * pending one): the counts cannot be checked either */
+				  sc->sc_nbad_snaps == 1 ? "" : "s",
+				  dd_scrub_unsym(sc->sc_snap_err.de_msg));
+	/* damaged pages that affect no snapshot (a writer's pending map,
+	 * dead DDT entries, packs' ends...): the counts cannot be checked
+	 * either */
 	if (!rc && sc->sc_pages) {
-		*sc->sc_err = sc->sc_pages_err;
-		return DD_ECORRUPT;
+		size_t n = dd_scrub_pages_count(sc->sc_pages);
+
+		return dd_err_set(sc->sc_err, DD_ECORRUPT, "%zu damaged "
+				  "catalog page%s, e.g. %s", n,
+				  n == 1 ? "" : "s",
+				  dd_scrub_unsym(sc->sc_pages_err.de_msg));
 	}
 	if (!rc)
 		rc = dd_scrub_refs(sc);
@@ -621,9 +829,13 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 			sc->sc_snap_cb = opts->damaged_snapshot;
 			sc->sc_snap_ctx = opts->damaged_snapshot_ctx;
 		}
+		if (opts->version >= 3) {
+			sc->sc_page_cb = opts->damaged_page;
+			sc->sc_page_ctx = opts->damaged_page_ctx;
+		}
 	}
-	/* with damaged_snapshot, past damaged block-map pages: each
-	 * snapshot whose map one held is named in pass 3 */
+	/* with damaged_snapshot, past damaged pages of libdedup's tables:
+	 * each snapshot one affects is named in pass 3 */
 	if (sc->sc_snap_cb)
 		rc = dd_scrub_pages_check(s, &err, &sc->sc_pages);
 	else
@@ -633,7 +845,7 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 	/* the catalog's snapshots are the manifests' (a catalog that went
 	 * back in time lacks the last ones) */
 	if (!rc)
-		rc = dd_commit_check(s, &err);
+		rc = dd_commit_check_past(s, &err, sc->sc_pages);
 	if (!rc)
 		rc = dd_txn_begin(s->st_db, &err, false, &sc->sc_txn);
 	if (!rc) {
@@ -659,6 +871,7 @@ int dd_store_scrub_ext(dd_store *s, const dd_scrub_opts *opts,
 	dd_free(sc->sc_bs);
 	dd_free(sc->sc_names);
 	dd_scrub_pages_free(sc->sc_pages);
+	dd_free(sc->sc_lost);
 	dd_free(sc);
 	return rc ? dd_store_fail(s, &err) : 0;
 }

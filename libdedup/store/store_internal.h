@@ -308,17 +308,55 @@ int dd_commit_delete_begin(dd_store *s, dd_err *err, uint64_t id);
 void dd_commit_delete_undo(dd_store *s, uint64_t id);
 void dd_commit_delete_end(dd_store *s, uint64_t id);
 
-/* scrub_pages.c: damaged block-map pages of the catalog, for scrub.
- * _check runs the whole-file check (dd_db_check_pages): 0 and *out NULL
- * when nothing is damaged; 0 and *out the damaged pages when all of them
- * are block-map pages (scrub goes on); else the check's error. */
+/* scrub_pages.c: damaged pages of the catalog, for scrub.  _check runs
+ * the whole-file check (dd_db_check_pages): 0 and *out NULL when nothing
+ * is damaged; 0 and *out the damaged pages when all of them are pages of
+ * libdedup's tables (scrub goes on past them); else the check's error. */
 typedef struct dd_scrub_pages dd_scrub_pages;
+typedef struct dd_spage dd_spage;    /* one damaged page */
 int dd_scrub_pages_check(dd_store *s, dd_err *err, dd_scrub_pages **out);
 void dd_scrub_pages_free(dd_scrub_pages *sp);
+size_t dd_scrub_pages_count(const dd_scrub_pages *sp);
+/* Makes txn pass over every damaged page's keys (dd_txn_skip). */
+int dd_scrub_pages_skip(const dd_scrub_pages *sp, dd_txn *txn, dd_err *err);
+/* Is a page of table ("bmap", ...) damaged? */
+bool dd_scrub_pages_has(const dd_scrub_pages *sp, const char *table);
+/* The damaged page of table whose keys' range holds key, or NULL. */
+const dd_spage *dd_scrub_pages_find(const dd_scrub_pages *sp,
+				    const char *table, const void *key,
+				    size_t klen);
+/* ... of the live DDT (txn's), that held key's entry. */
+const dd_spage *dd_scrub_pages_ddt(const dd_scrub_pages *sp, dd_txn *txn,
+				   const dd_ddt_key *key);
+uint64_t dd_spage_pgno(const dd_spage *pg);
+const char *dd_spage_table(const dd_spage *pg);
+/* Its check's line, without the DD_ECORRUPT symbol. */
+const char *dd_spage_msg(const dd_spage *pg);
+/* fn once for each damaged page: what it held, what that means and the
+ * way out (dd_scrub_page, snapshot NULL).  DD_ECANCELED when fn stops. */
+int dd_scrub_pages_report(dd_store *s, const dd_scrub_pages *sp,
+			  dd_txn *txn, dd_scrub_page_cb fn, void *ctx);
+/* Could the catalog's record of published snapshot id be on a damaged
+ * page -- the id a pending writer's on a damaged `pend` page, or its
+ * name (its manifest's) a record on a damaged `snap` page?  1 with *pg
+ * the page, 0, or an error. */
+int dd_scrub_pages_unseen(dd_store *s, dd_err *err, const dd_scrub_pages *sp,
+			  uint64_t id, const dd_spage **pg);
+/* fn for each published snapshot whose record a damaged `snap` page
+ * held, with the record its manifest gives. */
+typedef int (*dd_scrub_lost_fn)(void *ctx, const char *name,
+				const dd_snap_rec *rec, const dd_spage *pg);
+int dd_scrub_pages_lost(dd_store *s, dd_err *err, const dd_scrub_pages *sp,
+			dd_scrub_lost_fn fn, void *ctx);
 /* Does a damaged page hold part of r's block map?  msg: which offsets,
  * how many pages, the first one's message. */
 bool dd_scrub_pages_hit(const dd_scrub_pages *sp, const dd_snap_rec *r,
 			bool fixed, char *msg, size_t len);
+/* fn for each damaged page that holds part of r's block map, with the
+ * bytes of snapshot `name` whose entries it held. */
+int dd_scrub_pages_hit_runs(const dd_scrub_pages *sp, const char *name,
+			    const dd_snap_rec *r, bool fixed,
+			    dd_scrub_page_cb fn, void *ctx);
 /* fn for each block of snapshot id, as dd_bmap_walk_all calls it: from
  * its block map, or from its manifest when the map is on a damaged page
  * (sp may be NULL). */
@@ -329,6 +367,10 @@ int dd_scrub_pages_uses(dd_store *s, dd_err *err, dd_txn *txn,
 /* DD_ECORRUPT, naming `dedup repair`, when the catalog and the manifests
  * disagree beyond what a crash leaves (format/manifest.md §7). */
 int dd_commit_check(dd_store *s, dd_err *err);
+/* ... for scrub, past damaged pages sp (may be NULL): their keys are not
+ * read, and a published snapshot whose record may be on one of them
+ * (dd_scrub_pages_unseen) is not held against the catalog. */
+int dd_commit_check_past(dd_store *s, dd_err *err, const dd_scrub_pages *sp);
 /* Brings the catalog up to the manifests after a crash, for writers and
  * rm that are gone, refusing (as dd_commit_check) a catalog that is older
  * or damaged. */
