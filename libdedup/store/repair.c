@@ -7,7 +7,9 @@
  *
  *   1. packs, by id: every record header (with opts->verify, every
  *      payload decompressed and hashed too) gives a DDT entry, the first
- *      good copy of a hash winning; damage inside a pack is skipped to
+ *      good copy of a hash winning (without verify, a hash that several
+ *      records hold is settled by reading those records: the first that
+ *      decodes to it wins); damage inside a pack is skipped to
  *      the next record that decodes (dd_pack_find_record); a pack whose
  *      file header is unreadable is moved aside.  The pack table gets each
  *      pack's end after its last good record.
@@ -79,6 +81,10 @@ typedef struct dd_repair {
 	char rp_pack_name[16];
 	dd_scratch rp_sc;         /* verify: decompress and hash */
 	int rp_cb_rc;             /* what stopped a walk from the callback */
+	/* without verify: the second and later copies of a hash, for
+	 * dd_repair_settle_copies */
+	struct dd_repair_copy *rp_copies;
+	size_t rp_ncopies, rp_copies_cap;
 	/* pass 2, the snapshot being restored */
 	uint64_t rp_first_missing;
 	uint64_t rp_nmissing;
@@ -229,6 +235,15 @@ static int dd_move_aside(dd_err *err, dd_vdir *dir, const char *name)
 	return dd_vdir_rename(dir, err, name, to, false);
 }
 
+/* The scratch of the verify pass and of pass 1b: a codec and the store's hasher. */
+static int dd_repair_scratch(dd_repair *rp)
+{
+	const uint64_t *o = rp->rp_conf.sc_opt;
+
+	return dd_scratch_init_for(&rp->rp_sc, rp->rp_err, (int)o[2],
+				   (int)o[3], (int)o[4], dd_repair_block_max(rp));
+}
+
 /* ---- pass 1: packs -----------------------------------------------------------*/
 
 /* Does this record's payload decode to bytes with its hash? */
@@ -254,6 +269,32 @@ static int dd_repair_verify_rec(dd_repair *rp, const dd_pack_rec *rec,
 
 static int dd_repair_rec_add(dd_repair *rp, uint64_t offset,
 			     const dd_pack_rec *rec, const void *payload);
+
+/* A record holding a hash that an earlier record already gave a DDT
+ * entry (format/pack.md §3 records: its place and header). */
+typedef struct dd_repair_copy {
+	uint32_t rc_pack;
+	uint64_t rc_offset;
+	dd_pack_rec rc_rec;
+} dd_repair_copy;
+
+static int dd_repair_copy_add(dd_repair *rp, uint64_t offset,
+			      const dd_pack_rec *rec)
+{
+	if (rp->rp_ncopies == rp->rp_copies_cap) {
+		size_t n = rp->rp_copies_cap ? 2 * rp->rp_copies_cap : 64;
+		dd_repair_copy *c = dd_realloc(rp->rp_copies, n * sizeof(*c));
+
+		if (!c)
+			return dd_err_set(rp->rp_err, DD_ENOMEM,
+					  "out of memory");
+		rp->rp_copies = c;
+		rp->rp_copies_cap = n;
+	}
+	rp->rp_copies[rp->rp_ncopies++] = (dd_repair_copy){
+		.rc_pack = rp->rp_pack_id, .rc_offset = offset, .rc_rec = *rec};
+	return 0;
+}
 
 /* The walk's callback; a failure of its own is told apart from the walk's
  * (damage to skip) by rp_cb_rc. */
@@ -301,8 +342,8 @@ static int dd_repair_rec_add(dd_repair *rp, uint64_t offset,
 	rp->rp_res.records++;
 	memcpy(key.dk_hash, rec->pr_hash, DD_HASH_SIZE);
 	rc = dd_ddt_get(rp->rp_txn, rp->rp_err, &key, &ent);
-	if (rc == 0)
-		return 0;     /* a second copy (gc, two writers): garbage */
+	if (rc == 0)          /* a second copy (gc, two writers, a heal) */
+		return payload ? 0 : dd_repair_copy_add(rp, offset, rec);
 	if (rc != DD_ENOENT)
 		return rc;
 	ent = (dd_ddt_ent){
@@ -401,6 +442,112 @@ static int dd_repair_packs(dd_repair *rp)
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = dd_repair_pack(rp, (uint32_t)ids[i]);
 	dd_free(ids);
+	return rc;
+}
+
+/* ---- pass 1b: hashes held by several records ----------------------------------*/
+
+/* 0 when the record at (pack, offset) reads and decodes to the bytes of
+ * its hash; a damage code (dd_is_damage) when it does not, noted as a
+ * damaged record; any other failure stops the repair. */
+static int dd_repair_copy_check(dd_repair *rp, uint32_t pack, uint64_t off,
+				const dd_pack_rec *expect)
+{
+	dd_pack *p = NULL;
+	dd_pack_rec rec;
+	char name[16];
+	dd_err why;
+	int rc = dd_pack_open(&p, &why, rp->rp_packdir, pack, 0);
+
+	if (!rc)
+		rc = dd_pack_read_rec(p, &why, off, expect, &rec,
+				      rp->rp_sc.sc_rbuf, rp->rp_sc.sc_rbuf_len);
+	if (!rc)
+		rc = dd_repair_verify_rec(rp, &rec,
+					  rp->rp_sc.sc_rbuf +
+						  DD_PACK_REC_HDR_SIZE, &why);
+	dd_pack_close(p);
+	if (rc && !dd_is_damage(rc))
+		return dd_err_copy(rp->rp_err, &why);
+	if (rc) {
+		dd_pack_name(name, sizeof(name), pack);
+		rp->rp_res.damaged_records++;
+		rp->rp_res.damaged_bytes += DD_PACK_REC_HDR_SIZE +
+					    expect->pr_psize;
+		dd_repair_note(rp, DD_REPAIR_BAD_RECORDS, name, off,
+			       DD_PACK_REC_HDR_SIZE + expect->pr_psize, &why);
+	}
+	return rc;
+}
+
+static int dd_repair_copy_cmp(const void *a, const void *b)
+{
+	const dd_repair_copy *x = a, *y = b;
+	int c = memcmp(x->rc_rec.pr_hash, y->rc_rec.pr_hash, DD_HASH_SIZE);
+
+	if (c)
+		return c;
+	if (x->rc_pack != y->rc_pack)
+		return x->rc_pack < y->rc_pack ? -1 : 1;
+	return x->rc_offset < y->rc_offset ? -1 : x->rc_offset > y->rc_offset;
+}
+
+/* Without verify, pass 1 read record headers only and gave each hash the
+ * first record holding it.  A hash held by several records (gc's copies,
+ * two writers' race, a heal's fresh copy beside the damaged record it
+ * replaced) may then point at the damaged one, and a healed block would
+ * be lost again.  So each such hash's records are read, the chosen one
+ * first, then the others in pack order, and the entry points at the first
+ * that decodes to the hash (none: it stays, and reads fail as they would
+ * have).  The work is in proportion to the extra copies, not the store. */
+static int dd_repair_settle_copies(dd_repair *rp)
+{
+	int rc = 0;
+
+	if (!rp->rp_ncopies)
+		return 0;
+	if (!rp->rp_sc.sc_codec)
+		rc = dd_repair_scratch(rp);
+	qsort(rp->rp_copies, rp->rp_ncopies, sizeof(*rp->rp_copies),
+	      dd_repair_copy_cmp);
+	for (size_t i = 0, j; !rc && i < rp->rp_ncopies; i = j) {
+		const dd_repair_copy *c = &rp->rp_copies[i];
+		dd_ddt_key key = {.dk_variant = 0};
+		dd_pack_rec chosen;
+		dd_ddt_ent ent;
+
+		for (j = i + 1; j < rp->rp_ncopies &&
+		     !memcmp(rp->rp_copies[j].rc_rec.pr_hash,
+			     c->rc_rec.pr_hash, DD_HASH_SIZE); j++)
+			;
+		memcpy(key.dk_hash, c->rc_rec.pr_hash, DD_HASH_SIZE);
+		rc = dd_ddt_get(rp->rp_txn, rp->rp_err, &key, &ent);
+		if (rc)
+			break;
+		chosen = (dd_pack_rec){.pr_codec = ent.de_codec,
+				       .pr_lsize = ent.de_lsize,
+				       .pr_psize = ent.de_psize};
+		memcpy(chosen.pr_hash, key.dk_hash, DD_HASH_SIZE);
+		rc = dd_repair_copy_check(rp, ent.de_pack, ent.de_offset,
+					  &chosen);
+		for (size_t k = i; dd_is_damage(rc) && k < j; k++) {
+			c = &rp->rp_copies[k];
+			rc = dd_repair_copy_check(rp, c->rc_pack, c->rc_offset,
+						  &c->rc_rec);
+			if (rc)
+				continue;
+			ent.de_codec = c->rc_rec.pr_codec;
+			ent.de_pack = c->rc_pack;
+			ent.de_offset = c->rc_offset;
+			ent.de_psize = c->rc_rec.pr_psize;
+			ent.de_lsize = c->rc_rec.pr_lsize;
+			rc = dd_ddt_put(rp->rp_txn, rp->rp_err, &key, &ent);
+			if (!rc)
+				rc = dd_repair_tick(rp);
+		}
+		if (dd_is_damage(rc))
+			rc = 0;   /* no good copy: reads fail, scrub names it */
+	}
 	return rc;
 }
 
@@ -642,6 +789,8 @@ static int dd_repair_build(dd_repair *rp, const char *dir)
 	if (!rc)
 		rc = dd_repair_packs(rp);
 	if (!rc)
+		rc = dd_repair_settle_copies(rp);
+	if (!rc)
 		rc = dd_repair_manifests(rp);
 	if (!rc)
 		rc = dd_store_meta_init(rp->rp_txn, rp->rp_err, &rp->rp_conf,
@@ -724,15 +873,6 @@ static int dd_repair_open_dirs(dd_repair *rp)
 	return dd_vdir_open_local(&rp->rp_mfdir, rp->rp_err, p);
 }
 
-/* The scratch of the verify pass: a codec and the store's hasher. */
-static int dd_repair_scratch(dd_repair *rp)
-{
-	const uint64_t *o = rp->rp_conf.sc_opt;
-
-	return dd_scratch_init_for(&rp->rp_sc, rp->rp_err, (int)o[2],
-				   (int)o[3], (int)o[4], dd_repair_block_max(rp));
-}
-
 /* The options and result structs of the caller, checked. */
 static int dd_repair_setup(dd_repair *rp, const dd_repair_opts *opts,
 			   const dd_repair_result *out)
@@ -801,6 +941,8 @@ static int dd_repair_run(dd_repair *rp)
 	else
 		dd_remove_flat_dir(&(dd_err){0}, fresh);
 	dd_scratch_fini(&rp->rp_sc);
+	dd_free(rp->rp_copies);
+	rp->rp_copies = NULL;
 	return rc;
 }
 

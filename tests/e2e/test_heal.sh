@@ -145,6 +145,18 @@ assert_rc 0 "get c after the heal"
 assert_same "$T/got" "$T/c.img" "c healed by put"
 run "$DEDUP" scrub "$S"
 assert_rc 0 "scrub after the heal"
+# the damaged records are still in their pack beside the fresh copies: a
+# repair (headers only, no --verify) must point the entries at the good
+# ones, or the heal is lost again
+run "$DEDUP" repair "$S"
+assert_rc 0 "repair after the heal"
+for n in a a2 c; do
+	run "$DEDUP" get "$S@$n" "$T/got"
+	assert_rc 0 "get $n after a repair of the healed store"
+	assert_same "$T/got" "$T/${n%2}.img" "$n after a repair of the healed store"
+done
+run "$DEDUP" scrub "$S"
+assert_rc 0 "scrub after a repair of the healed store"
 
 # ---- heal by receive --------------------------------------------------------
 note "heal by receive"
