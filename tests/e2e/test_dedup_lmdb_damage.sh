@@ -23,7 +23,8 @@
 # snapshot, get of it, rm and gc -- each succeeds or refuses with one
 # line, never a crash.
 #
-#   DD_LMDB_DAMAGE_ROUNDS  random rounds (default 100)
+#   DD_LMDB_DAMAGE_ROUNDS  random rounds (default 100; the ASan build runs 30,
+#                          tests/CMakeLists.txt says why)
 #   DD_LMDB_DAMAGE_SEED    their seed (default 6); printed at the start
 #   DD_LMDB_DAMAGE_ONLY    run only the case of this name (as printed), and
 #                          leave its damaged store in DD_LMDB_DAMAGE_KEEP
