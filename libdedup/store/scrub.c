@@ -444,7 +444,7 @@ static int dd_scrub_map_report(dd_scrub *sc, const char *name,
 			       const dd_spage *lost, const dd_srun *run, int rc)
 {
 	/* room for every part: the line is cut to DD_ERRMSG_MAX once */
-	char msg[4 * DD_ERRMSG_MAX], found[DD_ERRMSG_MAX] = "", runs[192] = "";
+	char msg[4 * DD_ERRMSG_MAX], found[DD_ERRMSG_MAX + 2] = "", runs[192] = "";
 
 	if (rc == DD_ECORRUPT)
 		snprintf(found, sizeof(found), "%s; ",
