@@ -1081,7 +1081,10 @@ typedef struct dd_scan_opts {
 				      256 MiB.  The process needs a few MiB
 				      more for code and libraries */
 	const char *tmpdir;        /* spill directory; NULL = $TMPDIR or /tmp */
-	unsigned threads;          /* hashing/compression threads; 0 = cores */
+	unsigned threads;          /* hashing/compression threads besides
+				      the caller's; 0 = cores (cores - 1
+				      with FastCDC, which the caller's
+				      thread cuts) */
 	dd_progress_fn progress;   /* bytes read so far; may be NULL */
 	void *progress_ctx;
 	uint64_t progress_total;   /* the total passed to progress (0 =

@@ -30,9 +30,6 @@
 #include "common/alloc.h"
 #include "common/pool.h"
 
-/* More threads than this is a misuse (dd_open_opts.threads), not a wish. */
-#define DD_POOL_MAX_THREADS 1024
-
 struct dd_pool_thread {
 	dd_pool *dpt_pool;
 	pthread_t dpt_thread;

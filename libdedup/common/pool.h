@@ -19,8 +19,12 @@
 typedef struct dd_pool dd_pool;
 typedef void (*dd_pool_fn)(void *ctx, size_t item, unsigned worker);
 
-/* threads = 0 picks the number of online CPUs.  The pool has `threads`
- * background threads; width is threads + 1 (the caller). */
+/* More threads than this is a misuse (dd_open_opts.threads), not a wish. */
+#define DD_POOL_MAX_THREADS 1024
+
+/* threads = 0 picks the number of online CPUs (at most
+ * DD_POOL_MAX_THREADS).  The pool has `threads` background threads;
+ * width is threads + 1 (the caller). */
 int dd_pool_new(dd_pool **out, unsigned threads);
 void dd_pool_free(dd_pool *pool);
 unsigned dd_pool_width(const dd_pool *pool);
