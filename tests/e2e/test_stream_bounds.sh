@@ -74,34 +74,44 @@ for f in z62 over; do
 	assert_eq keep "$(cat "$T/keep.out")" "the existing file after $f"
 done
 
+# accepted STREAM STORE BS SIZE WHAT: STREAM of SIZE bytes of holes is
+# accepted within a second by ddrecv -n and by a receive into a new store
+# STORE of block size BS, whose snapshot has that size.
+accepted() {
+	within_1s sh -c "exec \"\$0\" -n <\"\$1\"" "$DDRECV" "$1"
+	assert_rc 0 "ddrecv -n of $5"
+	assert_grep "$(($4 / $3)) blocks" "$T/out" "ddrecv -n of $5: the run's blocks"
+	"$DEDUP" init --block-size "$3" "$2"
+	within_1s sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$2" "$1"
+	assert_rc 0 "receive of $5"
+	run "$DEDUP" ls --json "$2"
+	assert_eq "$4" "$(json_get "$T/out" "j[0]['size']")" "size of $5 received"
+}
+
+# holes_out STREAM FILE SIZE WHAT: ddrecv -o writes STREAM's SIZE bytes
+# of holes into FILE as holes within a second; FILE is removed after.
+holes_out() {
+	within_1s sh -c "exec \"\$0\" -q -o \"\$1\" <\"\$2\"" "$DDRECV" "$2" "$1"
+	local rc=$RC size blocks
+	size=$(stat -c %s "$2" 2>/dev/null) blocks=$(stat -c %b "$2" 2>/dev/null)
+	rm -f "$2"
+	RC=$rc
+	assert_rc 0 "ddrecv -o of $4"
+	assert_eq "$3" "$size" "size written by ddrecv -o of $4"
+	assert_eq 0 "$blocks" "ddrecv -o wrote $4 as holes, not zeros"
+}
+
 note "64 GiB of holes: accepted within a second"
-within_1s sh -c "exec \"\$0\" -n <\"\$1\"" "$DDRECV" "$T/z36.dds"
-assert_rc 0 "ddrecv -n of 64 GiB of holes"
 S2="$T/s2"
-"$DEDUP" init --block-size 1M "$S2"
-within_1s sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$S2" "$T/z36.dds"
-assert_rc 0 "receive of 64 GiB of holes"
-run "$DEDUP" ls --json "$S2"
-assert_eq $((1 << 36)) "$(json_get "$T/out" "j[0]['size']")" "size received"
+accepted "$T/z36.dds" "$S2" 1048576 $((1 << 36)) "64 GiB of holes"
 run "$DEDUP" scrub "$S2"
 assert_rc 0 "scrub after the zero run"
-within_1s sh -c "exec \"\$0\" -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/z36.out" "$T/z36.dds"
-assert_rc 0 "ddrecv -o of 64 GiB of holes"
-assert_eq $((1 << 36)) "$(stat -c %s "$T/z36.out")" "size written by ddrecv -o"
-assert_eq 0 "$(stat -c %b "$T/z36.out")" "ddrecv -o wrote holes, not zeros"
-rm -f "$T/z36.out"
+holes_out "$T/z36.dds" "$T/z36.out" $((1 << 36)) "64 GiB of holes"
 
 note "digest version 2: 2^62 bytes of holes at 4 KiB accepted"
 python3 "$GEN" --digest-version 2 "$T/v2.dds" $((1 << 62)) 4096 z62
-within_1s sh -c "exec \"\$0\" -n <\"\$1\"" "$DDRECV" "$T/v2.dds"
-assert_rc 0 "ddrecv -n of a 2^62-byte stream of version 2"
-assert_grep '1125899906842624 blocks' "$T/out" "ddrecv -n: the run's blocks"
 S4="$T/s4"
-"$DEDUP" init --block-size 4K "$S4"
-within_1s sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$S4" "$T/v2.dds"
-assert_rc 0 "receive of 2^62 bytes of holes of version 2"
-run "$DEDUP" ls --json "$S4"
-assert_eq $((1 << 62)) "$(json_get "$T/out" "j[0]['size']")" "size received (v2)"
+accepted "$T/v2.dds" "$S4" 4096 $((1 << 62)) "2^62 bytes of holes (version 2)"
 within_1s "$DEDUP" scrub "$S4"
 assert_rc 0 "scrub of the 2^62-byte snapshot"
 within_1s sh -c "\"\$0\" \"\$1@z62\" | \"\$2\" -n" "$DDSEND" "$S4" "$DDRECV"
@@ -117,24 +127,15 @@ run sh -c "\"\$0\" --digest-version 1 \"\$1@z62\" >/dev/null" "$DDSEND" "$S4"
 assert_rc 1 "ddsend --digest-version 1 of 2^50 blocks"
 assert_grep '2\^32' "$T/err" "the refusal names the cap"
 if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
-	O=$(mktemp /dev/shm/dd-bounds.XXXXXX)
-	within_1s sh -c "exec \"\$0\" -q -o \"\$1\" <\"\$2\"" "$DDRECV" "$O" "$T/v2.dds"
-	rc=$RC blocks=$(stat -c %b "$O") size=$(stat -c %s "$O")
-	rm -f "$O"
-	RC=$rc assert_rc 0 "ddrecv -o of 2^62 bytes of holes to tmpfs"
-	assert_eq $((1 << 62)) "$size" "size written by ddrecv -o (tmpfs)"
-	assert_eq 0 "$blocks" "ddrecv -o wrote 2^62 bytes of holes as holes"
+	holes_out "$T/v2.dds" "$(mktemp /dev/shm/dd-bounds.XXXXXX)" \
+		$((1 << 62)) "2^62 bytes of holes (tmpfs)"
 else
 	note "no tmpfs at /dev/shm: the 2^62-byte file output is not tried"
 fi
 # nearly 16 TiB, not a multiple of the block size: the last hole is short
 big=$(((1 << 44) - (1 << 20) + 12345))
 python3 "$GEN" --digest-version 2 "$T/v2big.dds" $big 4096 big
-within_1s sh -c "exec \"\$0\" -q -o \"\$1\" <\"\$2\"" "$DDRECV" "$T/big.out" "$T/v2big.dds"
-assert_rc 0 "ddrecv -o of nearly 16 TiB of holes"
-assert_eq $big "$(stat -c %s "$T/big.out")" "size written by ddrecv -o (16 TiB)"
-assert_eq 0 "$(stat -c %b "$T/big.out")" "ddrecv -o wrote 16 TiB of holes"
-rm -f "$T/big.out"
+holes_out "$T/v2big.dds" "$T/big.out" $big "nearly 16 TiB of holes"
 
 # same_sparse A B: A and B are the same bytes, compared on the data
 # extents of either (SEEK_DATA): outside them both are holes.

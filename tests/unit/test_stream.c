@@ -612,6 +612,20 @@ static void test_golden_fields(void **state)
 	free(gold.p);
 }
 
+/* dd_recv_fd of stream s (from its start) into a temporary file. */
+static int recv_fd_rc(struct mem *s)
+{
+	struct tmpfile out;
+	dd_stream_info info;
+	int rc;
+
+	tmp_open(&out);
+	s->pos = 0;
+	rc = dd_recv_fd(out.fd, NULL, mem_read, s, &info);
+	tmp_close(&out);
+	return rc;
+}
+
 /* The golden stream with a content digest of version 2: flag bit 1 where
  * §4 puts it, the records as version 1's; a raw receiver rebuilds the
  * image and checks the digest in the header's version -- the same stream
@@ -622,8 +636,6 @@ static void test_golden_digest2(void **state)
 {
 	static uint8_t img[G_SIZE];
 	struct mem gold, v1;
-	struct tmpfile out;
-	dd_stream_info info;
 	dd_stream_hdr h;
 	uint64_t counts[6];
 	uint8_t want[32];
@@ -639,24 +651,13 @@ static void test_golden_digest2(void **state)
 	assert_int_equal(h.sh_flags, DD_SH_DIGEST2);
 	content_digest_v2(img, G_SIZE, BS, want);
 	assert_memory_equal(h.sh_digest, want, 32);
-	tmp_open(&out);
-	gold.pos = 0;
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, &info), 0);
-	tmp_close(&out);
+	assert_int_equal(recv_fd_rc(&gold), 0);
 	dd_put_le32(gold.p + 16 + 16, 0);
 	fix_record(gold.p, 0);
-	tmp_open(&out);
-	gold.pos = 0;
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, &info),
-			 DD_ECHECKSUM);
-	tmp_close(&out);
+	assert_int_equal(recv_fd_rc(&gold), DD_ECHECKSUM);
 	dd_put_le32(v1.p + 16 + 16, DD_SH_DIGEST2);
 	fix_record(v1.p, 0);
-	tmp_open(&out);
-	v1.pos = 0;
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &v1, &info),
-			 DD_ECHECKSUM);
-	tmp_close(&out);
+	assert_int_equal(recv_fd_rc(&v1), DD_ECHECKSUM);
 	free(gold.p);
 	free(v1.p);
 	/* 2^62 bytes of 4 KiB blocks: version 2 only */
