@@ -152,7 +152,11 @@ static int dd_writer_reserve(dd_writer *w)
 }
 
 /* The digest version of a writer asked for dv (0: a new snapshot's),
- * the store made able to hold it first. */
+ * the store made able to hold it first.  A new snapshot of a store that
+ * cannot become format 4 now -- in RADOS, or with other writers in it
+ * (lock busy) -- is of version 1: a put never fails for the upgrade,
+ * which a later one makes; a receive keeps its stream's version or
+ * fails. */
 static int dd_writer_dv(dd_store *s, dd_err *err, int dv, int *out)
 {
 	int rc;
@@ -163,8 +167,8 @@ static int dd_writer_dv(dd_store *s, dd_err *err, int dv, int *out)
 	if (*out != DD_DIGEST_V2)
 		return 0;
 	rc = dd_store_digest2(s, err);
-	if (rc == DD_ENOTSUP && !dv) {
-		*out = DD_DIGEST_V1;   /* a RADOS store of format 2 */
+	if ((rc == DD_ENOTSUP || rc == DD_EBUSY) && !dv) {
+		*out = DD_DIGEST_V1;
 		dd_err_clear(err);
 		return 0;
 	}

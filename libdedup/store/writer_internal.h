@@ -135,7 +135,7 @@ int dd_writer_fail(dd_writer *w, int rc);
  * commit drops it (format/store.md §5).  dv: the content digest version
  * of the snapshot (a received one keeps its stream's); 0 for a new one,
  * version 2 (a fixed store of format 2 becomes format 4 first:
- * dd_store_digest2), or 1 in a RADOS store that cannot. */
+ * dd_store_digest2), or 1 where it cannot now (RADOS, lock busy). */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 		   uint64_t resume_id, bool receive, int dv);
 

@@ -38,6 +38,7 @@ EOF
 gen_blocks "$T/a.img" $BS 1 2 z z z 3 t100:4
 gen_blocks "$T/b.img" $BS 1 5 z z z 3 6 z t700:7
 gen_blocks "$T/c.img" $BS 8 z 9 z z z z 1 t300:2
+"$DDSEND" -b 4K -f "$T/c.img" >"$T/c2.dds"
 
 note "a stream of version 1 into a new store stays version 1"
 A="$T/a" B="$T/b"
@@ -138,6 +139,32 @@ run "$DEDUP" ls --json "$G"
 assert_eq 1 "$(json_get "$T/out" "len(j)")" "G after the refusal"
 run sh -c "exec \"\$0\" -q \"\$1@c2\" <\"\$2\"" "$DDRECV" "$E" "$T/i3.dds"
 assert_rc 0 "the same stream again, as c2"
+
+note "a put into a format-2 store with another process in it: version 1"
+H="$T/h"
+"$DEDUP" init --block-size 4K "$H"
+sed -i 's/^format 4$/format 2/' "$H/DEDUP"
+# a process of this or an older build holds STORE/lock shared while
+# it runs: the upgrade, which wants it alone, is put off
+(exec 9>>"$H/lock" && flock -s 9 && exec sleep 30) &
+holder=$!
+sleep 0.2
+run "$DEDUP" put "$H@b" "$T/b.img"
+assert_rc 0 "put into a busy format-2 store"
+assert_grep '^format 2$' "$H/DEDUP" "a busy store stays format 2"
+assert_eq 0 "$(features "$(manifest_of "$H" b)")" "the put wrote version 1"
+run sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$H" "$T/c2.dds"
+assert_rc 1 "receive of version 2 into a busy format-2 store"
+assert_one_line "receive of version 2 into a busy format-2 store"
+assert_grep 'DD_EBUSY' "$T/err" "the receive names the busy store"
+kill "$holder"
+wait "$holder" 2>/dev/null || true
+run "$DEDUP" put "$H@c" "$T/c.img"
+assert_rc 0 "put into the format-2 store alone"
+assert_grep '^format 4$' "$H/DEDUP" "the store alone is upgraded"
+assert_eq 2 "$(features "$(manifest_of "$H" c)")" "then a put writes version 2"
+run "$DEDUP" scrub "$H"
+assert_rc 0 "scrub of H"
 
 note "a store of format 2 becomes format 4 at its first put"
 F="$T/f"

@@ -122,6 +122,15 @@ print(hashlib.sha256(bytes(32) + struct.pack('<QQIB', 1 << 62, 1 << 62, 4096, 0)
 	"$T/out" "the digest sent back"
 within_1s sh -c "\"\$0\" \"\$1@z62\" | \"\$2\" -q \"\$3\"" "$DDSEND" "$S4" "$DDRECV" "$T/s5"
 assert_rc 0 "ddsend of the 2^62-byte snapshot into another store"
+# the catalog rebuilt from its manifest (one hole entry, checked against
+# the digest in O(1)), and a diff of the snapshot with itself: as cheap
+rm -rf "$S4/db"
+within_1s "$DEDUP" repair "$S4"
+assert_rc 0 "repair of the store of the 2^62-byte snapshot"
+within_1s "$DEDUP" scrub "$S4"
+assert_rc 0 "scrub after repair"
+within_1s "$DEDUP" diff "$S4@z62" "$S4@z62"
+assert_rc 0 "diff of the 2^62-byte snapshot with itself"
 # version 1 of 2^50 blocks does not exist: asked for, it is refused
 run sh -c "\"\$0\" --digest-version 1 \"\$1@z62\" >/dev/null" "$DDSEND" "$S4"
 assert_rc 1 "ddsend --digest-version 1 of 2^50 blocks"
