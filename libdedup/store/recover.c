@@ -55,6 +55,9 @@ static int dd_store_upgrade_alone(dd_store *s, dd_err *err)
 	return rc;
 }
 
+/* Format 2 (or 1) to 4 before a snapshot of digest version 2
+ * (format/store.md §1): DEDUP rewritten whole, with the store to itself,
+ * after re-reading it (another process may have done it). */
 int dd_store_digest2(dd_store *s, dd_err *err)
 {
 	dd_store_conf conf;
