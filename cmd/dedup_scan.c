@@ -298,6 +298,12 @@ static void scan_text_summary(const dd_scan_info *info)
 			       "(--compress-exact compresses these too)\n");
 			break;
 		}
+	for (size_t i = 0; i < info->nresults; i++)
+		if (scan_st.res[i].key_fast) {
+			printf("fastcdc blocks told apart by XXH3-128, not "
+			       "SHA-256 (--compress-exact: SHA-256)\n");
+			break;
+		}
 }
 
 static void scan_text_one(const dd_scan_result *r)
@@ -331,6 +337,8 @@ static void scan_text_one(const dd_scan_result *r)
 	if (r->stored_estimated)
 		printf("compressed sizes (psize, compress) estimated from the "
 		       "fixed blocks' compression of the same bytes\n");
+	if (r->key_fast)
+		printf("blocks told apart by XXH3-128, not SHA-256\n");
 	if (r->spill_runs)
 		printf("spilled: %" PRIu64 " sorted runs, %s on disk\n",
 		       r->spill_runs, human_size(a, sizeof(a), r->spill_bytes));
@@ -387,6 +395,7 @@ static void scan_json_one(const dd_scan_result *r)
 	       ", \"stored_bytes\": %" PRIu64 ", \"stored_estimated\": %s,\n",
 	       r->unique_blocks, r->unique_bytes, r->stored_bytes,
 	       r->stored_estimated ? "true" : "false");
+	printf("     \"key\": \"%s\",\n", r->key_fast ? "xxh3-128" : "sha256");
 	printf("     \"ddt_bytes\": %" PRIu64 ", \"ddt_bytes_per_entry\": %d,\n",
 	       r->ddt_bytes, DD_SCAN_DDT_ENTRY_BYTES);
 	printf("     \"sample_rate\": %.17g, \"sampled_blocks\": %" PRIu64

@@ -7,7 +7,8 @@
 set -euo pipefail
 
 # Build: compiler, cmake, pkg-config and the libraries of DESIGN.md
-# "Dependencies"; libfuse3-dev for `dedup mount`.  Tests: cmocka, zstd and
+# "Dependencies"; libfuse3-dev for `dedup mount`; libxxhash-dev, whose
+# header alone a scan's fast block keys use (libdedup/hash/fastkey.h).  Tests: cmocka, zstd and
 # python3 (data generators), clang (libFuzzer harnesses, sanitizers), fuse3
 # (fusermount3) and e2fsprogs (mkfs.ext4 -d) for the mount test; time
 # (/usr/bin/time) for the CPU time test_stream_bounds bounds.
@@ -18,6 +19,7 @@ set -euo pipefail
 PACKAGES=(
 	build-essential cmake pkg-config
 	libssl-dev libzstd-dev liblmdb-dev libcmocka-dev libfuse3-dev
+	libxxhash-dev
 	zstd python3 clang fuse3 e2fsprogs time
 	librados-dev ceph-mon ceph-osd ceph-common
 )

@@ -46,6 +46,7 @@
 #include "chunk/pipeline_internal.h"
 #include "common/alloc.h"
 #include "common/io.h"
+#include "hash/fastkey.h"
 
 /* ---- stage 1 -------------------------------------------------------------*/
 
@@ -54,7 +55,7 @@
 #define DD_BLK_LIST 32
 
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
-		 size_t buf_off)
+		 size_t buf_off, unsigned fast_cuts)
 {
 	dd_hash_msg m[DD_BLK_LIST];
 	size_t nm = 0;
@@ -68,6 +69,10 @@ void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
 			continue;
 		}
 		bk->bk_kind = DD_BLK_DATA;
+		if (fast_cuts >> bk->bk_cut & 1) {
+			dd_fastkey(data, bk->bk_len, bk->bk_hash);
+			continue;
+		}
 		m[nm++] = (dd_hash_msg){ data, bk->bk_len, bk->bk_hash };
 		if (nm == DD_BLK_LIST) {
 			dd_hasher_sum_list(h, m, nm);
@@ -112,8 +117,8 @@ static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
 			return;
 		}
 	}
-	dd_blk_hash(p->pp_stage.ps_hasher[worker], b->pb_blk + first, last - first, buf,
-		    buf_off);
+	dd_blk_hash(p->pp_stage.ps_hasher[worker], b->pb_blk + first,
+		    last - first, buf, buf_off, p->pp_cfg.pc_fast_cuts);
 	for (size_t j = first; hot && j < last; j++) {
 		dd_blk *bk = &b->pb_blk[j];
 

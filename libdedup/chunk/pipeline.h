@@ -73,9 +73,11 @@ typedef struct dd_blk {
  * (dd_hasher_sum_list: 1.8 times the speed of one at a time on SHA-NI),
  * a lane taking the next block as soon as its own ends, whatever the
  * lengths and cutters; the zero test first, since most blocks that are
- * not zero differ from it in their first bytes. */
+ * not zero differ from it in their first bytes.  A block of a cutter c
+ * with bit c of fast_cuts set is keyed by dd_fastkey instead
+ * (hash/fastkey.h: for counting only). */
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,
-		 size_t buf_off);
+		 size_t buf_off, unsigned fast_cuts);
 
 typedef struct dd_pbatch {
 	unsigned pb_id;           /* 0 .. DD_PIPE_RING - 1, for the sink */
@@ -164,6 +166,9 @@ typedef struct dd_pipe_cfg {
 	int pc_hash_kind;         /* hash/hash.h */
 	const dd_cutter *pc_cut;  /* copied */
 	size_t pc_ncut;
+	unsigned pc_fast_cuts;    /* bit c: cutter c's blocks keyed by
+				     dd_fastkey, not pc_hash_kind (a sink
+				     that only counts them: a scan) */
 	/* stage 3: NULL for none (then po_lookup lists nothing) */
 	dd_compress_fn pc_compress;
 	dd_codec_ctx *const *pc_zctx; /* per pool worker */

@@ -162,6 +162,7 @@ int dd_scan_result_one(dd_scan_bsz *bz, dd_err *err, size_t budget, int mode)
 	r->block_size = bz->bz_bs;
 	r->chunker = bz->bz_chunker;
 	r->stored_estimated = bz->bz_src >= 0;
+	r->key_fast = bz->bz_fastkey;
 	r->mode = mode;
 	r->logical_bytes = bz->bz_logical;
 	r->blocks = bz->bz_blocks;

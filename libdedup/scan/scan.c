@@ -176,9 +176,10 @@ int dd_scan_result_get(const dd_scan *s, size_t index, dd_scan_result *out)
 		return DD_EINVAL;
 	version = out->version;
 	/* a version-1 struct ends before `chunker`, a version-2 one before
-	 * `stored_estimated` */
+	 * `stored_estimated`, a version-3 one before `key_fast` */
 	memcpy(out, &s->s_bz[index].bz_res,
-	       version >= 3 ? sizeof(*out)
+	       version >= 4 ? sizeof(*out)
+	       : version == 3 ? offsetof(dd_scan_result, key_fast)
 	       : version == 2 ? offsetof(dd_scan_result, stored_estimated)
 	       : offsetof(dd_scan_result, chunker));
 	out->version = version;

@@ -182,6 +182,7 @@ typedef struct dd_scan_bsz {
 	 * the segments of its blocks */
 	int bz_src;               /* -1: compressed */
 	bool bz_feeds;            /* a source */
+	bool bz_fastkey;          /* blocks keyed by dd_fastkey (setup.c) */
 	dd_scan_est bz_segs;      /* a source's segments */
 	uint64_t bz_image;        /* images this cutter began (bk_idx 0) */
 	uint64_t bz_done;         /* the end of its last block, in image

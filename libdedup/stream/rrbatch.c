@@ -119,7 +119,7 @@ static void dd_rrecv_job(void *ctx, size_t p, unsigned worker)
 				  .bk_len = j->rj_lsize};
 		job[n++] = j;
 	}
-	dd_blk_hash(r->rr_stage.ps_hasher[worker], blk, n, b->rrb_out, 0);
+	dd_blk_hash(r->rr_stage.ps_hasher[worker], blk, n, b->rrb_out, 0, 0);
 	for (size_t k = 0; k < n; k++) {
 		const dd_rjob *j = job[k];
 

@@ -25,15 +25,18 @@
  * out one by one and the encoder joins them into one hole.
  *
  * Holes of a sparse file cost no reads (format/stream.md §10.2): with
- * fixed blocks, the file's data extents (SEEK_DATA / SEEK_HOLE, widened
- * to whole blocks) are found once, before the first pass, and each goes
+ * fixed blocks, each pass walks the file's data extents (SEEK_DATA /
+ * SEEK_HOLE, widened to whole blocks) as it feeds them, and each goes
  * through the pipeline as an image of its own; the whole blocks between
  * them are holes the sink counts into the digest and sends as one ZERO
  * run, never read or zero-tested.  A sink knows an extent's first block
- * by its image offset 0.  Where SEEK_DATA is not supported (or for a
- * block device, or content-defined blocks, whose cut points depend on
- * every byte before them) the input is one extent.
+ * by its image offset 0.  Only the extents the stages behind the feeder
+ * still need are kept (dd_fsend_keep), so a file of any number of
+ * extents costs memory for the few in flight.  Where SEEK_DATA is not
+ * supported (or for a block device, or content-defined blocks, whose cut
+ * points depend on every byte before them) the input is one extent.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -50,10 +53,6 @@
 #include "stream/stream.h"
 
 #define DD_FSEND_BATCH ((size_t)3 << 19)
-/* Extents kept at most (16 bytes each); past it the rest of the input is
- * one extent, read whole. */
-#define DD_FSEND_MAX_EXT 65536
-
 /* Bytes [fe_off, fe_end) of the input, which may hold data: fe_off a
  * multiple of the block size, fe_end too or the input's end. */
 typedef struct dd_fext {
@@ -80,19 +79,33 @@ typedef struct dd_fsend {
 	const dd_send_opts *fs_opts;
 	uint64_t fs_done;          /* bytes hashed, both passes */
 	dd_err *fs_err;
-	dd_fext *fs_ext;           /* the input's data extents, in order */
-	size_t fs_next;
-	size_t fs_dg_ext;          /* the digest is in extent fs_dg_ext - 1 */
-	size_t fs_em_ext;          /* the emitter likewise */
+	/* The pass's extents, numbered from 0: extent k is
+	 * fs_ext[k - fs_ext_base] for k in [fs_ext_base, fs_next), the
+	 * ones a stage still needs (dd_fsend_keep). */
+	dd_fext *fs_ext;
+	size_t fs_ext_cap;
+	uint64_t fs_ext_base;
+	uint64_t fs_next;          /* extents fed so far */
+	uint64_t fs_dg_ext;        /* the digest is in extent fs_dg_ext - 1 */
+	uint64_t fs_em_ext;        /* the emitter likewise (second pass) */
+	bool fs_second;
+	bool fs_seek;              /* holes are found with SEEK_DATA */
+	uint64_t fs_at;            /* where the walk for the next extent starts */
 } dd_fsend;
+
+static const dd_fext *dd_fsend_ext(const dd_fsend *s, uint64_t k)
+{
+	assert(k >= s->fs_ext_base && k < s->fs_next);
+	return &s->fs_ext[k - s->fs_ext_base];
+}
 
 /* The holes before extent k (k == fs_next: after the last), in whole
  * blocks: [*from, *from + *count), and their bytes. */
-static uint64_t dd_fsend_gap(const dd_fsend *s, size_t k, uint64_t *from,
+static uint64_t dd_fsend_gap(const dd_fsend *s, uint64_t k, uint64_t *from,
 			     uint64_t *count)
 {
-	uint64_t beg = k ? s->fs_ext[k - 1].fe_end : 0;
-	uint64_t end = k < s->fs_next ? s->fs_ext[k].fe_off : s->fs_size;
+	uint64_t beg = k ? dd_fsend_ext(s, k - 1)->fe_end : 0;
+	uint64_t end = k < s->fs_next ? dd_fsend_ext(s, k)->fe_off : s->fs_size;
 
 	*from = (beg + s->fs_bs - 1) / s->fs_bs;
 	*count = (end + s->fs_bs - 1) / s->fs_bs - *from;
@@ -199,7 +212,8 @@ static int dd_fsend_emit(void *ctx, dd_pbatch *b)
 		/* the position: a block index, or a byte (§12); extents of
 		 * fixed blocks only start past 0 */
 		pos = var ? bk->bk_ioff
-			  : s->fs_ext[s->fs_em_ext - 1].fe_off / s->fs_bs +
+			  : dd_fsend_ext(s, s->fs_em_ext - 1)->fe_off /
+					    s->fs_bs +
 				    bk->bk_idx;
 		switch (bk->bk_kind) {
 		case DD_BLK_ZERO:
@@ -239,6 +253,111 @@ static const dd_pipe_ops dd_fsend_ops2 = {
 	.po_store_late = dd_fsend_late,
 };
 
+/* Drops the extents no stage needs any more: the digest and the
+ * emitter read extent k - 1 while in extent k (dd_fsend_gap, the block
+ * positions).  The stages lag the feeder by the batches in flight, so
+ * what is kept is bounded by them, not by the file. */
+static void dd_fsend_keep(dd_fsend *s)
+{
+	uint64_t keep = s->fs_dg_ext;
+
+	if (s->fs_second && s->fs_em_ext < keep)
+		keep = s->fs_em_ext;
+	if (keep)
+		keep--;
+	if (keep <= s->fs_ext_base)
+		return;
+	memmove(s->fs_ext, s->fs_ext + (keep - s->fs_ext_base),
+		(size_t)(s->fs_next - keep) * sizeof(*s->fs_ext));
+	s->fs_ext_base = keep;
+}
+
+/* Extent e as the pass's next, fed to the pipeline as an image of its
+ * own. */
+static int dd_fsend_feed(dd_fsend *s, const dd_fext *e)
+{
+	size_t held;
+
+	dd_fsend_keep(s);
+	held = (size_t)(s->fs_next - s->fs_ext_base);
+	if (held == s->fs_ext_cap) {
+		size_t n = held ? 2 * held : 16;
+		dd_fext *ne = dd_realloc(s->fs_ext, n * sizeof(*ne));
+
+		if (!ne)
+			return dd_err_set(s->fs_err, DD_ENOMEM, "out of memory");
+		s->fs_ext = ne;
+		s->fs_ext_cap = n;
+	}
+	s->fs_ext[held] = *e;
+	if (s->fs_next++) {
+		int rc = dd_pipe_end_image(s->fs_pipe);
+
+		if (rc)
+			return rc;
+	}
+	return dd_pipe_file(s->fs_pipe, s->fs_fd, e->fe_off,
+			    e->fe_end - e->fe_off, "input");
+}
+
+/* The next data extent from fs_at on, widened to whole blocks, in *e
+ * (*found false: nothing but holes to the end).  Where holes cannot be
+ * found, or SEEK_DATA fails, the rest of the input is one extent. */
+static void dd_fsend_find(dd_fsend *s, dd_fext *e, bool *found)
+{
+	uint64_t bs = s->fs_bs, at = s->fs_at;
+	off_t d, h;
+
+	*found = false;
+	if (at >= s->fs_size)
+		return;
+	d = s->fs_seek ? lseek(s->fs_fd, (off_t)at, SEEK_DATA) : -1;
+	if (d < 0 && s->fs_seek && errno == ENXIO) {
+		s->fs_at = s->fs_size;   /* nothing but holes from at on */
+		return;
+	}
+	if (d >= 0 && (uint64_t)d >= s->fs_size) {
+		s->fs_at = s->fs_size;
+		return;
+	}
+	*found = true;
+	if (d < 0) {
+		e->fe_off = at;
+		e->fe_end = s->fs_size;
+	} else {
+		h = lseek(s->fs_fd, d, SEEK_HOLE);
+		e->fe_off = (uint64_t)d / bs * bs;
+		e->fe_end = h < 0 || (uint64_t)h >= s->fs_size
+				    ? s->fs_size
+				    : ((uint64_t)h + bs - 1) / bs * bs;
+		if (e->fe_end > s->fs_size)
+			e->fe_end = s->fs_size;
+	}
+	s->fs_at = e->fe_end;
+}
+
+/* The pass's extents into the pipeline, each joined with the next ones
+ * it touches (a hole shorter than a block is read). */
+static int dd_fsend_feed_all(dd_fsend *s)
+{
+	dd_fext cur, next;
+	bool have, more;
+	int rc = 0;
+
+	dd_fsend_find(s, &cur, &have);
+	while (!rc && have) {
+		dd_fsend_find(s, &next, &more);
+		while (more && next.fe_off <= cur.fe_end) {
+			cur.fe_end = next.fe_end;
+			dd_fsend_find(s, &next, &more);
+		}
+		rc = dd_fsend_feed(s, &cur);
+		cur = next;
+		have = more;
+	}
+	return rc;
+}
+
 /* One pass over the input through a pipeline of its own: the first
  * needs the hashes alone (read into the workers' buffers), the second
  * every block's bytes, and compresses. */
@@ -266,17 +385,12 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 	int rc;
 
 	dd_cutter_init(&cut, s->fs_chunker, s->fs_bs);
-	s->fs_dg_ext = s->fs_em_ext = 0;
+	s->fs_dg_ext = s->fs_em_ext = s->fs_next = s->fs_ext_base = 0;
+	s->fs_at = 0;
+	s->fs_second = second;
 	rc = dd_pipe_new(&s->fs_pipe, &cfg);
-	for (size_t k = 0; !rc && k < s->fs_next; k++) {
-		const dd_fext *e = &s->fs_ext[k];
-
-		if (k)
-			rc = dd_pipe_end_image(s->fs_pipe);
-		if (!rc)
-			rc = dd_pipe_file(s->fs_pipe, s->fs_fd, e->fe_off,
-					  e->fe_end - e->fe_off, "input");
-	}
+	if (!rc)
+		rc = dd_fsend_feed_all(s);
 	if (!rc)
 		rc = dd_pipe_drain(s->fs_pipe);
 	dd_pipe_free(s->fs_pipe);
@@ -288,64 +402,6 @@ static int dd_fsend_pass(dd_fsend *s, const dd_pipe_ops *ops)
 	}
 	if (!rc && second)
 		rc = dd_fsend_emit_gap(s);
-	return rc;
-}
-
-/* Adds extent [off, end) to the list, joined to the last if they touch. */
-static int dd_fsend_ext_add(dd_fsend *s, uint64_t off, uint64_t end,
-			    size_t *cap)
-{
-	if (s->fs_next && off <= s->fs_ext[s->fs_next - 1].fe_end) {
-		if (end > s->fs_ext[s->fs_next - 1].fe_end)
-			s->fs_ext[s->fs_next - 1].fe_end = end;
-		return 0;
-	}
-	if (s->fs_next == *cap) {
-		size_t n = *cap ? 2 * *cap : 16;
-		dd_fext *ne = dd_realloc(s->fs_ext, n * sizeof(*ne));
-
-		if (!ne)
-			return dd_err_set(s->fs_err, DD_ENOMEM, "out of memory");
-		s->fs_ext = ne;
-		*cap = n;
-	}
-	s->fs_ext[s->fs_next].fe_off = off;
-	s->fs_ext[s->fs_next++].fe_end = end;
-	return 0;
-}
-
-/* The input's data extents, widened to whole blocks; the whole input
- * where holes cannot be found or must be read (the file comment). */
-static int dd_fsend_extents(dd_fsend *s)
-{
-	uint64_t at = 0, bs = s->fs_bs;
-	size_t cap = 0;
-	struct stat st;
-	int rc = 0;
-
-	if (s->fs_chunker != DD_CHUNKER_FIXED || fstat(s->fs_fd, &st) != 0 ||
-	    !S_ISREG(st.st_mode))
-		return s->fs_size ? dd_fsend_ext_add(s, 0, s->fs_size, &cap) : 0;
-	while (!rc && at < s->fs_size) {
-		off_t d = lseek(s->fs_fd, (off_t)at, SEEK_DATA), h;
-		uint64_t beg, end;
-
-		if (d < 0 && errno == ENXIO)
-			break;          /* nothing but holes from at on */
-		if (d < 0 || s->fs_next + 1 >= DD_FSEND_MAX_EXT)
-			return dd_fsend_ext_add(s, at, s->fs_size, &cap);
-		if ((uint64_t)d >= s->fs_size)
-			break;
-		h = lseek(s->fs_fd, d, SEEK_HOLE);
-		beg = (uint64_t)d / bs * bs;
-		end = h < 0 || (uint64_t)h >= s->fs_size
-			      ? s->fs_size
-			      : ((uint64_t)h + bs - 1) / bs * bs;
-		if (end > s->fs_size)
-			end = s->fs_size;
-		rc = dd_fsend_ext_add(s, beg, end, &cap);
-		at = end;
-	}
 	return rc;
 }
 
@@ -372,14 +428,17 @@ static int dd_fsend_run(dd_fsend *s, dd_stream_hdr *h)
 	return dd_senc_end(s->fs_enc, s->fs_err);
 }
 
-/* Size of a regular file or block device; anything else is refused. */
-static int dd_fsend_input_size(dd_err *err, int fd, uint64_t *size)
+/* Size of a regular file or block device; anything else is refused.
+ * *regular: a regular file (whose holes SEEK_DATA may find). */
+static int dd_fsend_input_size(dd_err *err, int fd, uint64_t *size,
+			       bool *regular)
 {
 	struct stat st;
 
 	if (fstat(fd, &st) != 0)
 		return dd_err_set_errno(err, errno, "fstat input");
-	if (S_ISREG(st.st_mode)) {
+	*regular = S_ISREG(st.st_mode);
+	if (*regular) {
 		*size = (uint64_t)st.st_size;
 		return 0;
 	}
@@ -468,6 +527,7 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	dd_err *err = dd_thread_err();
 	dd_stream_hdr h;
 	dd_fsend s;
+	bool regular = false;
 	int chunker, rc;
 
 	dd_err_clear(err);
@@ -493,7 +553,9 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	s.fs_opts = opts;
 	s.fs_err = err;
 	memset(&h, 0, sizeof(h));
-	rc = dd_fsend_input_size(err, fd, &s.fs_size);
+	rc = dd_fsend_input_size(err, fd, &s.fs_size, &regular);
+	/* content-defined cut points depend on every byte before them */
+	s.fs_seek = regular && chunker == DD_CHUNKER_FIXED;
 	if (!rc && !dd_stream_size_ok(chunker, s.fs_dv, block_size, s.fs_size))
 		rc = dd_err_set(err, DD_EINVAL, "input of %llu bytes: more "
 				"than 2^63 bytes, or 2^32 blocks with a "
@@ -502,8 +564,6 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 				(unsigned long long)s.fs_size);
 	if (!rc)
 		rc = dd_fsend_setup(&s);
-	if (!rc)
-		rc = dd_fsend_extents(&s);
 	if (!rc)
 		rc = dd_senc_new(&s.fs_enc, err, fn, ctx);
 	if (!rc) {

@@ -108,6 +108,10 @@ assert_eq '[false, false]' "$(json_get "$T/scan.json" '[r["stored_estimated"] fo
 "$DEDUP" scan --json --chunker fastcdc,fixed --block-size 16K "$T/a" "$T/b" >"$T/scan-est.json" 2>"$T/err" || fail "scan --json (estimated)"
 assert_json "$T/scan-est.json" "scan --json (estimated)"
 assert_eq '[true, false]' "$(json_get "$T/scan-est.json" '[r["stored_estimated"] for r in j["results"]]')" "scan: fastcdc estimated"
+assert_eq '["sha256", "sha256"]' "$(json_get "$T/scan.json" '[r["key"] for r in j["results"]]')" "scan --compress-exact: SHA-256 keys"
+assert_eq '["xxh3-128", "sha256"]' "$(json_get "$T/scan-est.json" '[r["key"] for r in j["results"]]')" "scan: fastcdc keyed by XXH3-128"
+assert_grep '^fastcdc blocks told apart by XXH3-128' "$T/scan" "scan summary: the fast key said"
+# the XXH3-keyed counts are the SHA-256-keyed ones
 for k in unique_blocks unique_bytes referenced_blocks zero_blocks; do
 	assert_eq "$(json_get "$T/scan.json" "j['results'][0]['$k']")" \
 		"$(json_get "$T/scan-est.json" "j['results'][0]['$k']")" "scan fastcdc $k, estimated or not"

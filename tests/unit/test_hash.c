@@ -1,7 +1,7 @@
 /*
  * test_hash.c -- hash/: SHA-256 against FIPS 180-4 vectors through every
- * entry point (one-shot, hasher, incremental, portable fallback), and the
- * weakened test hash.
+ * entry point (one-shot, hasher, incremental, portable fallback), the
+ * weakened test hash, and a scan's fast key (XXH3-128) against xxhsum.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dedup.h"
+#include "hash/fastkey.h"
 #include "hash/hash.h"
 
 static const char *const hex_empty =
@@ -360,6 +361,56 @@ static void test_hash_hex(void **state)
 	assert_int_equal(buf[2 * DD_HASH_SIZE + 1], 'z');
 }
 
+/* dd_fastkey: XXH3-128 as the reference tool prints it (`xxhsum -H2`,
+ * xxHash 0.8.1: the canonical big-endian bytes), then 16 zero bytes; the
+ * AVX2 and SSE2 variants agree on every length across xxHash's size
+ * classes (0-16, 17-128, 129-240, longer, stripes and blocks). */
+static void test_fastkey(void **state)
+{
+	static const char *const want_empty =
+		"99aa06d3014798d86001c324468d497f"
+		"00000000000000000000000000000000";
+	static const char *const want_abc =
+		"06b05ab6733a618578af5f94892f3950"
+		"00000000000000000000000000000000";
+	static const char *const want_a100000 =
+		"819d5302938c790308f809ef04c54838"
+		"00000000000000000000000000000000";
+	static const char *const want_ramp5000 =
+		"c98ae385d09887cc799aaddd7339581d"
+		"00000000000000000000000000000000";
+	size_t n = 100000;
+	uint8_t *buf = malloc(n), h[DD_HASH_SIZE], h2[DD_HASH_SIZE];
+
+	(void)state;
+	assert_non_null(buf);
+	dd_fastkey("", 0, h);
+	assert_hex(h, want_empty);
+	dd_fastkey("abc", 3, h);
+	assert_hex(h, want_abc);
+	memset(buf, 'a', n);
+	dd_fastkey(buf, n, h);
+	assert_hex(h, want_a100000);
+	for (size_t i = 0; i < 5000; i++)
+		buf[i] = (uint8_t)(i * 7 + 3);
+	dd_fastkey(buf, 5000, h);
+	assert_hex(h, want_ramp5000);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (uint8_t)((i * 2654435761u) >> 13);
+	for (size_t len = 0; len < 4200; len += len < 300 ? 1 : 37) {
+		dd_fastkey_sse2(buf + 1, len, h);
+		dd_fastkey(buf + 1, len, h2);
+		assert_memory_equal(h, h2, DD_HASH_SIZE);
+#if defined(__x86_64__)
+		if (__builtin_cpu_supports("avx2")) {
+			dd_fastkey_avx2(buf + 1, len, h2);
+			assert_memory_equal(h, h2, DD_HASH_SIZE);
+		}
+#endif
+	}
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -372,6 +423,7 @@ int main(void)
 		cmocka_unit_test(test_hasher_sum2),
 		cmocka_unit_test(test_hasher_sum_list),
 		cmocka_unit_test(test_hash_hex),
+		cmocka_unit_test(test_fastkey),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

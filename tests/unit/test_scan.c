@@ -515,6 +515,10 @@ static void scan_vs_store(dd_scan_opts *so, uint8_t **img, size_t *len,
 		assert_int_equal(r.block_size, so->block_sizes[b]);
 		assert_int_equal(r.chunker, chunker);
 		assert_int_equal(r.stored_estimated, est);
+		/* the same figures as the store's, SHA-256 keyed */
+		assert_int_equal(r.key_fast, so->nchunkers == 2 &&
+				 !so->compress_exact &&
+				 chunker == DD_CHUNKER_FASTCDC);
 		store_stat(chunker, so->block_sizes[b], img, len, nimg, &st);
 		if (est)
 			assert_estimate_of_store(&r, &st);
