@@ -50,6 +50,10 @@ static const char usage_text[] =
 	"                          default 128K); for fastcdc the average\n"
 	"                          (4K..256K)\n"
 	"  -c, --compress LEVEL    zstd level 1..19 for -f, or 'none' (default 1)\n"
+	"      --digest-version N  content digest of fixed blocks: 2 (default\n"
+	"                          for -f; a snapshot goes with its own), or 1\n"
+	"                          for a receiver of an older build (at most\n"
+	"                          2^32 blocks)\n"
 	"  -v, --verbose           show progress on stderr (default when stderr\n"
 	"                          is a terminal)\n"
 	"  -q, --quiet             no progress: errors only\n"
@@ -70,10 +74,11 @@ struct send_args {
 	uint32_t block_size;
 	int level;
 	int chunker;
+	int digest_version;       /* 0: the default */
 	const char *snapref;
 };
 
-enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_CHUNKER };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_CHUNKER, OPT_DIGEST };
 
 
 static uint32_t parse_block_size(const char *s)
@@ -113,6 +118,7 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 		{"block-size", required_argument, NULL, 'b'},
 		{"compress", required_argument, NULL, 'c'},
 		{"chunker", required_argument, NULL, OPT_CHUNKER},
+		{"digest-version", required_argument, NULL, OPT_DIGEST},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
@@ -139,6 +145,12 @@ static void parse_args(int argc, char **argv, struct send_args *a)
 				die_usage("--chunker takes fixed or fastcdc, not "
 					  "'%.100s'", optarg);
 			k_set = 1;
+			break;
+		case OPT_DIGEST:
+			if (strcmp(optarg, "1") && strcmp(optarg, "2"))
+				die_usage("--digest-version takes 1 or 2, not "
+					  "'%.100s'", optarg);
+			a->digest_version = optarg[0] - '0';
 			break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
@@ -256,6 +268,7 @@ static int send_file(const struct send_args *a)
 	opts.progress = progress_lib_cb;
 	opts.progress_ctx = &pg;
 	opts.chunker = a->chunker;
+	opts.digest_version = a->digest_version;
 	rc = dd_send_fd(in, name, a->block_size, a->level, &opts,
 			counted_write, &out);
 	progress_finish(&pg);
@@ -285,6 +298,7 @@ static int send_snapshot(const struct send_args *a)
 	if (a->base)
 		opts.base = base_name(a->base, sname);
 	opts.resume_token = a->token;
+	opts.digest_version = a->digest_version;
 	oo.readonly = 1;
 	rc = dd_store_open(&store, sname, &oo);
 	if (rc)

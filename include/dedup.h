@@ -739,10 +739,18 @@ typedef struct dd_send_opts {
 				      dd_chunker; block_size is then the
 				      FastCDC average).  dd_send sends a
 				      snapshot as its store cut it */
+	/* ---- version 3 ---- */
+	int digest_version;        /* content digest of fixed blocks
+				      (format/store.md §6): 0 = version 2
+				      for dd_send_fd, the snapshot's own for
+				      dd_send; 1 = version 1, for a receiver
+				      of an older build (at most 2^32
+				      blocks; dd_send computes it from the
+				      block map); 2 = version 2 */
 } dd_send_opts;
-#define DD_SEND_OPTS_VERSION 2
+#define DD_SEND_OPTS_VERSION 3
 #define DD_SEND_OPTS_INIT {DD_SEND_OPTS_VERSION, NULL, NULL, NULL, NULL, 0, \
-			   NULL, DD_CHUNKER_FIXED}
+			   NULL, DD_CHUNKER_FIXED, 0}
 
 /* What a stream holds: filled by receive and by dd_stream_check. */
 typedef struct dd_stream_info {

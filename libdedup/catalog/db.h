@@ -227,6 +227,8 @@ typedef struct dd_snap_rec {
 	uint64_t sr_zero_blocks;
 	int64_t sr_ctime;
 	uint8_t sr_digest[DD_HASH_SIZE];
+	int sr_digest_version;  /* DD_DIGEST_V1 or _V2 (fixed blocks; flag
+				   bit 1, format/store.md §3); 0 reads as 1 */
 } dd_snap_rec;
 
 int dd_snap_get(dd_txn *txn, dd_err *err, const char *name, dd_snap_rec *out);

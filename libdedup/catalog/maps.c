@@ -29,6 +29,7 @@
 #define DD_SNAP_VAL_SIZE 80
 #define DD_SNAP_VAL_VERSION 1
 #define DD_SNAP_VARBLOCK 0x01     /* byte 1: blocks of their own lengths */
+#define DD_SNAP_DIGEST2 0x02      /* byte 1: fixed, content digest version 2 */
 #define DD_BMAP_KEY_SIZE 16
 #define DD_BMAP_VAR_VAL_SIZE (DD_DDT_KEY_SIZE + 4)  /* key, le32 length */
 #define DD_PACKS_VAL_SIZE 16
@@ -43,7 +44,8 @@ static void dd_snap_encode(uint8_t out[DD_SNAP_VAL_SIZE], const dd_snap_rec *r,
 {
 	memset(out, 0, DD_SNAP_VAL_SIZE);
 	out[0] = DD_SNAP_VAL_VERSION;
-	out[1] = var ? DD_SNAP_VARBLOCK : 0;
+	out[1] = var ? DD_SNAP_VARBLOCK
+		     : r->sr_digest_version == DD_DIGEST_V2 ? DD_SNAP_DIGEST2 : 0;
 	dd_put_le32(out + 4, r->sr_block_size);
 	dd_put_le64(out + 8, r->sr_id);
 	dd_put_le64(out + 16, r->sr_size);
@@ -54,14 +56,15 @@ static void dd_snap_encode(uint8_t out[DD_SNAP_VAL_SIZE], const dd_snap_rec *r,
 }
 
 /* A record of a content-defined catalog (var) has byte 1 set, and any
- * number of blocks its size allows (a run of holes is one). */
+ * number of blocks its size allows (a run of holes is one); one of fixed
+ * blocks has flags 0 or DD_SNAP_DIGEST2, the digest's version. */
 static int dd_snap_decode(dd_err *err, const MDB_val *v, bool var,
 			  dd_snap_rec *r)
 {
 	const uint8_t *p = v->mv_data;
 
 	if (v->mv_size != DD_SNAP_VAL_SIZE || p[0] != DD_SNAP_VAL_VERSION ||
-	    p[1] != (var ? DD_SNAP_VARBLOCK : 0))
+	    (var ? p[1] != DD_SNAP_VARBLOCK : p[1] & ~DD_SNAP_DIGEST2))
 		return dd_db_damage(err,
 				    "snapshot record of %zu bytes, version %u",
 				    v->mv_size, v->mv_size ? p[0] : 0);
@@ -72,6 +75,8 @@ static int dd_snap_decode(dd_err *err, const MDB_val *v, bool var,
 	r->sr_zero_blocks = dd_get_le64(p + 32);
 	r->sr_ctime = (int64_t)dd_get_le64(p + 40);
 	memcpy(r->sr_digest, p + 48, DD_HASH_SIZE);
+	r->sr_digest_version = p[1] & DD_SNAP_DIGEST2 && !var ? DD_DIGEST_V2
+							      : DD_DIGEST_V1;
 	if (r->sr_block_size == 0 || r->sr_zero_blocks > r->sr_blocks ||
 	    (var ? r->sr_blocks > r->sr_size || (r->sr_size && !r->sr_blocks)
 		 : r->sr_blocks != dd_block_count(r->sr_size,

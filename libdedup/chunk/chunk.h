@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dedup.h"         /* enum dd_chunker */
 #include "common/err.h"
 #include "common/zero.h"    /* dd_is_zero: a zero block is all zero bytes */
 #include "hash/hash.h"
@@ -111,23 +112,40 @@ const uint64_t *dd_fastcdc_gear(void);
 
 /* ---- the content digest (digest.c; format/store.md §6) --------------------*/
 
-/* SHA-256 over each block's hash in order (32 zero bytes for a hole),
- * then the image size (le64) and block size (le32).  Of an image cut by
- * content (chunker fastcdc): each hash followed by the block's length
- * (le64), a run of holes once with its total length, then size, block
- * size and the chunker (u8). */
+/* SHA-256 over the image's blocks, then its size (le64) and block size
+ * (le32).  Version 1 of fixed blocks: each block's hash in order (32 zero
+ * bytes for a hole).  Run-based -- content-defined blocks (chunker
+ * fastcdc) and version 2 of fixed blocks --: each hash followed by the
+ * block's length (le64), a run of holes once with its total length, then
+ * size, block size and the chunker (u8). */
 typedef struct dd_digest dd_digest;
 
-int dd_digest_new(dd_digest **out, dd_err *err, int chunker);
+/* Digest versions of fixed blocks (format/store.md §6); an image cut by
+ * content has one digest, run-based, whatever the version says. */
+enum { DD_DIGEST_V1 = 1, DD_DIGEST_V2 = 2 };
+
+/* Does a run of holes cost one entry in this digest, whatever its length
+ * (content-defined blocks, or fixed blocks of version 2)? */
+static inline bool dd_digest_runs(int chunker, int version)
+{
+	return chunker != DD_CHUNKER_FIXED || version == DD_DIGEST_V2;
+}
+
+/* block_size: of every block of a fixed image but the last (the size
+ * given to dd_digest_final says how short that one is). */
+int dd_digest_new(dd_digest **out, dd_err *err, int chunker, int version,
+		  uint32_t block_size);
 /* The next block: its hash, or NULL for a hole, and its length (only a
  * content-defined image's digest takes it in; fixed: any). */
 void dd_digest_block(dd_digest *d, const uint8_t *hash_or_null, uint64_t len);
-/* count holes at once (fixed) */
+/* count holes at once (fixed): O(1) in version 2, 32 bytes each in 1 */
 void dd_digest_zeros(dd_digest *d, uint64_t count);
 /* Blocks and holes so far, as the formats count them: a run of holes is
- * one hole in a content-defined image (format/chunker.md §5). */
+ * one hole in a content-defined image (format/chunker.md §5), every fixed
+ * block one (either version). */
 void dd_digest_counts(const dd_digest *d, uint64_t *blocks, uint64_t *zero);
-/* Writes the digest; d is then ready for another image. */
+/* Writes the digest; d is then ready for another image of the same
+ * chunker, version and block size. */
 void dd_digest_final(dd_digest *d, uint64_t size, uint32_t block_size,
 		     uint8_t out[DD_HASH_SIZE]);
 void dd_digest_free(dd_digest *d);

@@ -103,9 +103,12 @@ static int dd_mf_write_from_map(dd_store *s, dd_err *err, dd_txn *txn,
 	int rc;
 
 	memcpy(h.mh_digest, rec->sr_digest, DD_HASH_SIZE);
+	h.mh_dv = rec->sr_digest_version ? rec->sr_digest_version
+					 : DD_DIGEST_V1;
 	snprintf(h.mh_name, sizeof(h.mh_name), "%s", name);
 	rc = dd_manifest_write_begin(mwp, err, s->st_mfdir, rec->sr_id, name,
-				     s->st_chunker);
+				     s->st_chunker, h.mh_dv,
+				     rec->sr_block_size);
 	if (!rc)
 		rc = dd_bmap_open(txn, err, rec->sr_id, &cur);
 	for (rc = rc ? rc : dd_bmap_seek(cur, err, 0, &idx, &key); rc == 1;

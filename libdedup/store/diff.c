@@ -93,8 +93,9 @@ static void dd_diff_digest(dd_diff_side *sd, uint64_t idx,
 		sd->ds_dig_next = idx + sd->ds_len;
 		return;
 	}
-	for (; sd->ds_dig_next < idx; sd->ds_dig_next++)
-		dd_digest_block(sd->ds_digest, NULL, 0);
+	/* a run of holes at once: O(1) in a digest of version 2 */
+	if (idx > sd->ds_dig_next)
+		dd_digest_zeros(sd->ds_digest, idx - sd->ds_dig_next);
 	dd_digest_block(sd->ds_digest, key ? key->dk_hash : NULL, 0);
 	sd->ds_dig_next = idx + 1;
 }
@@ -144,9 +145,11 @@ static int dd_diff_finish(dd_diff *d)
 		if (d->df_var && sd->ds_rec.sr_size > sd->ds_dig_next)
 			dd_digest_block(sd->ds_digest, NULL,
 					sd->ds_rec.sr_size - sd->ds_dig_next);
-		for (; !d->df_var && sd->ds_dig_next < sd->ds_rec.sr_blocks;
-		     sd->ds_dig_next++)
-			dd_digest_block(sd->ds_digest, NULL, 0);
+		if (!d->df_var && sd->ds_rec.sr_blocks > sd->ds_dig_next)
+			dd_digest_zeros(sd->ds_digest, sd->ds_rec.sr_blocks -
+						       sd->ds_dig_next);
+		if (!d->df_var)
+			sd->ds_dig_next = sd->ds_rec.sr_blocks;
 		dd_digest_final(sd->ds_digest, sd->ds_rec.sr_size,
 				sd->ds_rec.sr_block_size, got);
 		if (memcmp(got, sd->ds_rec.sr_digest, DD_HASH_SIZE) != 0)
@@ -261,7 +264,9 @@ static int dd_diff_side_open(dd_diff *d, dd_diff_side *sd, const char *name)
 				name, sd->ds_rec.sr_block_size,
 				s->st_block_size);
 	if (!rc)
-		rc = dd_digest_new(&sd->ds_digest, &d->df_err, s->st_chunker);
+		rc = dd_digest_new(&sd->ds_digest, &d->df_err, s->st_chunker,
+				   sd->ds_rec.sr_digest_version,
+				   sd->ds_rec.sr_block_size);
 	if (!rc)
 		rc = dd_bmap_open(d->df_txn, &d->df_err, sd->ds_rec.sr_id,
 				  &sd->ds_cur);

@@ -24,7 +24,8 @@
 #include "store/store_internal.h"
 
 /* The option keys, in meta and in DEDUP alike (format/store.md §2);
- * the last, the chunker, only in stores of format 3. */
+ * the last, the chunker, only in stores of format 3 (formats 2 and 4 are
+ * fixed blocks). */
 static const char *const dd_opt_keys[DD_STORE_NOPTS] = {
 	"block_size", "verify", "compress", "compress_level", "hash",
 	"chunker",
@@ -145,9 +146,10 @@ int dd_store_conf_parse(dd_err *err, const char *path, char *text,
 				  "build reads (format %d); upgrade libdedup",
 				  path, fmt, DD_STORE_FORMAT);
 	c->sc_format = (int)fmt;
-	/* format 2 has no chunker (fixed blocks), format 3 must name one */
+	/* formats 2 and 4 have no chunker (fixed blocks), 3 must name one */
 	if (fmt >= 2 && (c->sc_have != (1u << DD_STORE_NOPTS) - 1 -
-			 (fmt == 2 ? 1u << DD_STORE_OPT_CHUNKER : 0) ||
+			 (DD_STORE_FORMAT_HAS_CHUNKER(fmt)
+				  ? 0 : 1u << DD_STORE_OPT_CHUNKER) ||
 			 !c->sc_have_uuid))
 		return dd_err_set(err, DD_ECORRUPT, "%s: DEDUP file lacks the "
 				  "store's options", path);
@@ -162,7 +164,8 @@ int dd_store_conf_write(dd_err *err, const char *path, const dd_store_conf *c)
 	n = snprintf(body, sizeof(body), "%s\nformat %d\n", DD_STORE_MAGIC_LINE,
 		     c->sc_format);
 	for (int i = 0; c->sc_format >= 2 && i < DD_STORE_NOPTS; i++)
-		if (i != DD_STORE_OPT_CHUNKER || c->sc_format >= 3)
+		if (i != DD_STORE_OPT_CHUNKER ||
+		    DD_STORE_FORMAT_HAS_CHUNKER(c->sc_format))
 			n += snprintf(body + n, sizeof(body) - (size_t)n,
 				      "%s %" PRIu64 "\n", dd_opt_keys[i],
 				      c->sc_opt[i]);

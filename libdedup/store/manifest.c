@@ -84,6 +84,8 @@ static void dd_mf_hdr_encode(uint8_t p[DD_MANIFEST_HDR_SIZE],
 	if (h->mh_chunker != DD_CHUNKER_FIXED) {
 		dd_put_le32(p + 12, DD_MF_FEATURE_VARBLOCK);
 		p[DD_MF_CHUNKER_OFF] = (uint8_t)h->mh_chunker;
+	} else if (h->mh_dv == DD_DIGEST_V2) {
+		dd_put_le32(p + 12, DD_MF_FEATURE_DIGEST2);
 	}
 	dd_put_le32(p + 124, dd_crc32c(0, p, 124));
 }
@@ -93,6 +95,7 @@ int dd_manifest_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 			   dd_manifest_hdr *h, size_t *namelen)
 {
 	uint32_t version = dd_get_le32(p + 8), features = dd_get_le32(p + 12);
+	bool var = features & DD_MF_FEATURE_VARBLOCK;
 	size_t rsv;
 	uint64_t bs;
 
@@ -108,19 +111,25 @@ int dd_manifest_hdr_decode(dd_err *err, const uint8_t *p, const char *label,
 	if (dd_get_le32(p + 124) != dd_crc32c(0, p, 124))
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest header "
 				  "checksum mismatch", label);
-	if (features & ~DD_MF_FEATURE_VARBLOCK)
+	if (features & ~(DD_MF_FEATURE_VARBLOCK | DD_MF_FEATURE_DIGEST2))
 		return dd_err_set(err, DD_ENOTSUP, "%s: manifest uses features "
 				  "%#x this build does not know", label,
 				  features);
-	rsv = features ? DD_MF_CHUNKER_OFF + 1 : DD_MF_CHUNKER_OFF;
+	/* a content-defined digest is run-based already: one version */
+	if (var && features & DD_MF_FEATURE_DIGEST2)
+		return dd_err_set(err, DD_ECORRUPT, "%s: manifest features "
+				  "%#x", label, features);
+	rsv = var ? DD_MF_CHUNKER_OFF + 1 : DD_MF_CHUNKER_OFF;
 	if (!dd_is_zero(p + rsv, 124 - rsv))
 		return dd_err_set(err, DD_ECORRUPT, "%s: reserved manifest "
 				  "header bytes are not zero", label);
 	memset(h, 0, sizeof(*h));
-	if (features && p[DD_MF_CHUNKER_OFF] != DD_CHUNKER_FASTCDC)
+	if (var && p[DD_MF_CHUNKER_OFF] != DD_CHUNKER_FASTCDC)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest chunker %u",
 				  label, p[DD_MF_CHUNKER_OFF]);
-	h->mh_chunker = features ? p[DD_MF_CHUNKER_OFF] : DD_CHUNKER_FIXED;
+	h->mh_chunker = var ? p[DD_MF_CHUNKER_OFF] : DD_CHUNKER_FIXED;
+	h->mh_dv = features & DD_MF_FEATURE_DIGEST2 ? DD_DIGEST_V2
+						    : DD_DIGEST_V1;
 	h->mh_id = dd_get_le64(p + 16);
 	h->mh_ctime = (int64_t)dd_get_le64(p + 24);
 	h->mh_size = dd_get_le64(p + 32);
@@ -166,6 +175,7 @@ struct dd_manifest_writer {
 	dd_vdir *mw_dir;
 	dd_vfile *mw_f;            /* ID.tmp, open until _free */
 	int mw_chunker;
+	int mw_dv;                 /* the content digest's version */
 	uint64_t mw_id;
 	char mw_name[DD_NAME_MAX + 1];
 	size_t mw_namelen;
@@ -181,7 +191,8 @@ struct dd_manifest_writer {
 };
 
 int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err,
-			    dd_vdir *dir, uint64_t id, const char *name, int chunker)
+			    dd_vdir *dir, uint64_t id, const char *name,
+			    int chunker, int dv, uint32_t block_size)
 {
 	dd_manifest_writer *mw;
 	int rc;
@@ -197,9 +208,11 @@ int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err,
 	mw->mw_dir = dir;
 	mw->mw_id = id;
 	mw->mw_chunker = chunker;
+	mw->mw_dv = chunker == DD_CHUNKER_FIXED ? dv : DD_DIGEST_V1;
 	dd_manifest_name(mw->mw_tmp, id, DD_MANIFEST_TMP);
 	mw->mw_buf = dd_malloc(DD_MF_BUF);
-	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err, chunker)
+	rc = mw->mw_buf ? dd_digest_new(&mw->mw_digest, err, chunker,
+					mw->mw_dv, block_size)
 			: dd_err_set(err, DD_ENOMEM, "out of memory");
 	if (!rc)
 		rc = dd_vdir_open_file(dir, err, mw->mw_tmp, DD_VF_CREATE,
@@ -300,8 +313,7 @@ int dd_manifest_write_holes(dd_manifest_writer *mw, dd_err *err, uint64_t n)
 		mw->mw_bytes += n;
 		return 0;
 	}
-	for (uint64_t i = 0; i < n; i++)
-		dd_digest_block(mw->mw_digest, NULL, 0);
+	dd_digest_zeros(mw->mw_digest, n);
 	mw->mw_pending_holes += n;
 	mw->mw_blocks += n;
 	mw->mw_holes += n;
@@ -321,9 +333,10 @@ int dd_manifest_write_finish(dd_manifest_writer *mw, dd_err *err,
 		rc = dd_mf_flush(mw, err);
 	if (rc)
 		return rc;
-	if (hdr->mh_chunker != mw->mw_chunker)
+	if (hdr->mh_chunker != mw->mw_chunker ||
+	    (mw->mw_chunker == DD_CHUNKER_FIXED && hdr->mh_dv != mw->mw_dv))
 		return dd_err_set(err, DD_EINVAL, "manifest header of another "
-				  "chunker");
+				  "chunker or digest version");
 	if (hdr->mh_id != mw->mw_id || strcmp(hdr->mh_name, mw->mw_name) ||
 	    mw->mw_blocks != hdr->mh_blocks ||
 	    mw->mw_holes != hdr->mh_zero_blocks ||

@@ -48,6 +48,8 @@ typedef struct dd_manifest_hdr {
 	uint32_t mh_block_size;
 	uint32_t mh_hash_kind;
 	uint8_t mh_digest[DD_HASH_SIZE];
+	int mh_dv;                  /* mh_digest's version: DD_DIGEST_V1 or
+				       _V2 (fixed only: feature bit 1) */
 	uint64_t mh_list_bytes;     /* filled in by the writer */
 	char mh_name[DD_NAME_MAX + 1];
 } dd_manifest_hdr;
@@ -64,10 +66,11 @@ typedef struct dd_manifest_writer dd_manifest_writer;
 
 /* Creates ID.tmp in dir, the store's manifests (exclusively, DD_EEXIST:
  * a leftover one is removed only by recovery, never here) for snapshot
- * id called name, of an image cut by chunker (enum dd_chunker). */
+ * id called name, of an image cut by chunker (enum dd_chunker) into
+ * blocks of block_size, its content digest of version dv. */
 int dd_manifest_write_begin(dd_manifest_writer **out, dd_err *err,
 			    dd_vdir *dir, uint64_t id, const char *name,
-			    int chunker);
+			    int chunker, int dv, uint32_t block_size);
 /* Appends block entries in image order; len, the block's length, is
  * written for content-defined blocks (and ignored for fixed ones). */
 int dd_manifest_write_block(dd_manifest_writer *mw, dd_err *err,

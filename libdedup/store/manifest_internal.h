@@ -25,6 +25,8 @@
 #define DD_MF_TAG_LHOLE 0x06
 #define DD_MF_LENT_MAX 38
 #define DD_MF_FEATURE_VARBLOCK 0x1u
+/* fixed blocks, content digest of version 2 (format/manifest.md §3.2) */
+#define DD_MF_FEATURE_DIGEST2 0x2u
 #define DD_MF_CHUNKER_OFF 104     /* header byte: the chunker (§3.1) */
 #define DD_MF_BUF (64u * 1024)
 

@@ -270,7 +270,7 @@ static int dd_mf_verify(dd_manifest_reader *mr, dd_err *err)
 		return dd_err_set(err, DD_ECORRUPT, "%s: manifest list "
 				  "checksum mismatch", mr->mr_label);
 	/* pass 2: entries, totals and the content digest */
-	rc = dd_digest_new(&dg, err, h->mh_chunker);
+	rc = dd_digest_new(&dg, err, h->mh_chunker, h->mh_dv, h->mh_block_size);
 	dd_mf_rewind(mr);
 	while (!rc && mr->mr_pos < h->mh_list_bytes) {
 		rc = dd_mf_parse(mr, err, &e, prev_hole);

@@ -169,7 +169,9 @@ int dd_reader_open(dd_reader **out, dd_store *s, const char *name)
 	if (!rc)
 		rc = dd_bmap_open(r->r_txn, &r->r_err, r->r_snap.sr_id, &r->r_cur);
 	if (!rc)
-		rc = dd_digest_new(&r->r_digest, &r->r_err, s->st_chunker);
+		rc = dd_digest_new(&r->r_digest, &r->r_err, s->st_chunker,
+				   r->r_snap.sr_digest_version,
+				   r->r_snap.sr_block_size);
 	if (rc) {
 		dd_store_fail(s, &r->r_err);
 		dd_reader_close(r);
@@ -247,8 +249,8 @@ static void dd_reader_digest(dd_reader *r, uint64_t idx, const dd_ddt_key *key)
 {
 	if (r->r_dig_next == DD_DIG_OFF || idx < r->r_dig_next)
 		return;
-	for (; r->r_dig_next < idx; r->r_dig_next++)
-		dd_digest_block(r->r_digest, NULL, 0);
+	if (idx > r->r_dig_next)   /* O(1) in a digest of version 2 */
+		dd_digest_zeros(r->r_digest, idx - r->r_dig_next);
 	dd_digest_block(r->r_digest, key ? key->dk_hash : NULL, 0);
 	r->r_dig_next = idx + 1;
 }
@@ -290,8 +292,8 @@ static int dd_reader_digest_check(dd_reader *r, uint64_t last)
 {
 	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next > last + 1)
 		return 0;
-	for (; r->r_dig_next <= last; r->r_dig_next++)
-		dd_digest_block(r->r_digest, NULL, 0);
+	dd_digest_zeros(r->r_digest, last + 1 - r->r_dig_next);
+	r->r_dig_next = last + 1;
 	if (r->r_dig_next < r->r_snap.sr_blocks)
 		return 0;
 	return dd_reader_digest_end(r);

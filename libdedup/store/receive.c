@@ -91,7 +91,8 @@ static uint64_t dd_replica_next(const dd_replica_writer *rw)
 }
 
 int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
-		     const char *name, int chunker, uint32_t block_size)
+		     const char *name, int chunker, uint32_t block_size,
+		     int dv)
 {
 	dd_writer *w;
 	int rc;
@@ -102,7 +103,7 @@ int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
 	rc = dd_replica_geometry(err, s, chunker, block_size);
 	if (rc)
 		return rc;
-	rc = dd_writer_open(&w, s, name, 0, true);
+	rc = dd_writer_open(&w, s, name, 0, true, dv);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	rc = dd_replica_new(out, w);
@@ -565,7 +566,7 @@ static int dd_replica_replay_digest(dd_replica_writer *rw, uint64_t next)
 
 int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 		      const uint8_t digest[32], uint64_t from, int chunker,
-		      uint32_t block_size)
+		      uint32_t block_size, int dv)
 {
 	struct dd_partial pa = {.pa_digest = digest, .pa_next = &from};
 	dd_replica_writer *rw = NULL;
@@ -595,7 +596,9 @@ int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 				  "partial receive at block %llu",
 				  (unsigned long long)from,
 				  (unsigned long long)pa.pa_state.rcs_next);
-	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id, true);
+	/* the version is the resuming stream's: its digest found the kept
+	 * receive, and a digest of one version is never one of the other */
+	rc = dd_writer_open(&w, s, pa.pa_rec.pr_name, pa.pa_id, true, dv);
 	if (rc)
 		return dd_err_copy(err, &s->st_err);
 	w->w_zero = pa.pa_state.rcs_zero;

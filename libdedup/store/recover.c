@@ -55,6 +55,48 @@ static int dd_store_upgrade_alone(dd_store *s, dd_err *err)
 	return rc;
 }
 
+/* Format 2 (or 1) to 4 before a snapshot of digest version 2
+ * (format/store.md §1): DEDUP rewritten whole, with the store to itself,
+ * after re-reading it (another process may have done it). */
+int dd_store_digest2(dd_store *s, dd_err *err)
+{
+	dd_store_conf conf;
+	int fd = -1, rc = 0;
+
+	if (s->st_chunker != DD_CHUNKER_FIXED || s->st_opts.readonly)
+		return 0;   /* run-based already; or refused at the entry */
+	pthread_mutex_lock(&s->st_lock);
+	if (s->st_format >= DD_STORE_FORMAT_FIXED)
+		goto out;
+	if (s->st_rstore) {
+		/* its DEDUP object is published once, at create */
+		rc = dd_err_set(err, DD_ENOTSUP, "%s: a store of format %d in "
+				"RADOS holds content digests of version 1 only",
+				s->st_path, s->st_format);
+		goto out;
+	}
+	/* alone: no build that reads format 2 only is in the store, and
+	 * none enters it once DEDUP says 4 */
+	rc = dd_lock_take(s, err, "lock", true, &fd);
+	if (!rc && s->st_format < 2) {
+		rc = dd_store_recover(s, err);
+		if (!rc)
+			rc = dd_commit_upgrade(s, err);
+	}
+	if (!rc)
+		rc = dd_store_conf_read(err, s->st_path, &conf);
+	if (!rc && conf.sc_format < DD_STORE_FORMAT_FIXED) {
+		conf.sc_format = DD_STORE_FORMAT_FIXED;
+		rc = dd_store_conf_write(err, s->st_path, &conf);
+	}
+	if (!rc)
+		s->st_format = DD_STORE_FORMAT_FIXED;
+	dd_lock_drop(fd);
+out:
+	pthread_mutex_unlock(&s->st_lock);
+	return rc;
+}
+
 /* A RADOS store's session (rstore.h) comes first: it is what makes this
  * process the store's only changer, on every machine, before recovery
  * cuts any tail. */

@@ -657,14 +657,7 @@ static int dd_repair_manifest(dd_repair *rp, uint64_t id)
 	dd_manifest_read_close(mr);
 	if (rc)
 		return rc;
-	memset(&rec, 0, sizeof(rec));
-	rec.sr_id = h.mh_id;
-	rec.sr_block_size = h.mh_block_size;
-	rec.sr_size = h.mh_size;
-	rec.sr_blocks = h.mh_blocks;
-	rec.sr_zero_blocks = h.mh_zero_blocks;
-	rec.sr_ctime = h.mh_ctime;
-	memcpy(rec.sr_digest, h.mh_digest, DD_HASH_SIZE);
+	dd_manifest_snap_rec(&rec, &h);
 	rc = dd_snap_put(rp->rp_txn, rp->rp_err, h.mh_name, &rec);
 	if (rc)
 		return rc;

@@ -60,6 +60,7 @@ int dd_replica_iter_open(dd_replica_iter **out, dd_err *err, dd_store *s,
 	info->rps_blocks = rec.sr_blocks;
 	info->rps_block_size = rec.sr_block_size;
 	info->rps_chunker = s->st_chunker;
+	info->rps_dv = rec.sr_digest_version;
 	memcpy(info->rps_digest, rec.sr_digest, DD_HASH_SIZE);
 	it->ri_info = *info;
 	*out = it;
@@ -155,4 +156,89 @@ void dd_replica_iter_close(dd_replica_iter *it)
 	dd_txn_abort(it->ri_txn);
 	dd_scratch_fini(&it->ri_sc);
 	dd_free(it);
+}
+
+/* ---- a snapshot's digest in the other version ---------------------------*/
+
+/* Feeds both digests with the fixed block map of rec, holes as runs. */
+static int dd_replica_digest_walk(dd_txn *txn, dd_err *err,
+				  const dd_snap_rec *rec, dd_digest *dg[2])
+{
+	dd_bmap_cur *cur;
+	dd_ddt_key key;
+	uint64_t idx, at = 0;
+	int rc = dd_bmap_open(txn, err, rec->sr_id, &cur);
+
+	if (rc)
+		return rc;
+	for (rc = dd_bmap_seek(cur, err, 0, &idx, &key); rc == 1;
+	     rc = dd_bmap_next(cur, err, &idx, &key)) {
+		if (idx >= rec->sr_blocks) {
+			rc = dd_err_set(err, DD_ECORRUPT, "block %llu is past "
+					"the snapshot's end",
+					(unsigned long long)idx);
+			break;
+		}
+		for (int i = 0; i < 2; i++) {
+			dd_digest_zeros(dg[i], idx - at);
+			dd_digest_block(dg[i], key.dk_hash, 0);
+		}
+		at = idx + 1;
+	}
+	dd_bmap_close(cur);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		dd_digest_zeros(dg[i], rec->sr_blocks - at);
+	return rc < 0 ? rc : 0;
+}
+
+/* The digest of rec in version dv, and its own one checked. */
+static int dd_replica_digest_of(dd_store *s, dd_err *err, dd_txn *txn,
+				const dd_snap_rec *rec, int dv,
+				uint8_t out[32])
+{
+	dd_digest *dg[2] = {NULL, NULL};
+	uint8_t own[DD_HASH_SIZE];
+	int rc;
+
+	if (dv == DD_DIGEST_V1 && rec->sr_blocks > (uint64_t)1 << 32)
+		return dd_err_set(err, DD_EINVAL, "an image of %llu blocks has "
+				  "no content digest of version 1 (at most "
+				  "2^32 blocks)",
+				  (unsigned long long)rec->sr_blocks);
+	rc = dd_digest_new(&dg[0], err, s->st_chunker, dv, rec->sr_block_size);
+	if (!rc)
+		rc = dd_digest_new(&dg[1], err, s->st_chunker,
+				   rec->sr_digest_version, rec->sr_block_size);
+	if (!rc)
+		rc = dd_replica_digest_walk(txn, err, rec, dg);
+	if (!rc) {
+		dd_digest_final(dg[0], rec->sr_size, rec->sr_block_size, out);
+		dd_digest_final(dg[1], rec->sr_size, rec->sr_block_size, own);
+		if (memcmp(own, rec->sr_digest, DD_HASH_SIZE))
+			rc = dd_err_set(err, DD_ECORRUPT, "the block map of the "
+					"snapshot does not match its content "
+					"digest (damaged metadata; run scrub)");
+	}
+	dd_digest_free(dg[0]);
+	dd_digest_free(dg[1]);
+	return rc;
+}
+
+int dd_replica_digest(dd_store *s, dd_err *err, const char *name, int dv,
+		      uint8_t out[32])
+{
+	dd_snap_rec rec;
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, false, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_store_snap_get(s, err, txn, name, &rec);
+	if (!rc && (rec.sr_digest_version == dv ||
+		    s->st_chunker != DD_CHUNKER_FIXED))
+		memcpy(out, rec.sr_digest, DD_HASH_SIZE);
+	else if (!rc)
+		rc = dd_replica_digest_of(s, err, txn, &rec, dv, out);
+	dd_txn_abort(txn);
+	return rc;
 }

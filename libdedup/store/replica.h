@@ -23,6 +23,7 @@ typedef struct dd_replica_snap {
 	uint64_t rps_blocks;
 	uint32_t rps_block_size;
 	int rps_chunker;             /* enum dd_chunker: the store's */
+	int rps_dv;                  /* rps_digest's version (DD_DIGEST_V1/2) */
 	uint8_t rps_digest[32];
 } dd_replica_snap;
 
@@ -63,16 +64,26 @@ int dd_replica_iter_load(dd_replica_iter *it, dd_err *err,
 			 dd_replica_blk *blk);
 void dd_replica_iter_close(dd_replica_iter *it);
 
+/* The content digest of snapshot `name` in version dv (format/store.md
+ * §6): its record's when it has that version (or is content-defined),
+ * else computed from its block map, which must give the record's own
+ * digest too (DD_ECORRUPT otherwise).  Version 1 of an image over 2^32
+ * blocks is refused (DD_EINVAL: format/stream.md §3.1). */
+int dd_replica_digest(dd_store *s, dd_err *err, const char *name, int dv,
+		      uint8_t out[32]);
+
 /* ---- receiving (receive.c) ------------------------------------------------*/
 
 /* A writer of snapshot `name` fed block by block in increasing position
  * order (as dd_replica_iter_next gives them); holes are the positions
- * never given.  DD_EINVAL if chunker and block_size are not the store's,
+ * never given.  dv: the stream's content digest version, the snapshot's
+ * (a fixed store of format 2 becomes format 4 for version 2).  DD_EINVAL if chunker and block_size are not the store's,
  * DD_ENOTSUP for a store not keyed by SHA-256. */
 typedef struct dd_replica_writer dd_replica_writer;
 
 int dd_replica_begin(dd_replica_writer **out, dd_err *err, dd_store *s,
-		     const char *name, int chunker, uint32_t block_size);
+		     const char *name, int chunker, uint32_t block_size,
+		     int dv);
 /* Verifies (decompress, SHA-256) then stores or references the block. */
 int dd_replica_put_data(dd_replica_writer *rw, uint64_t idx,
 			const uint8_t hash[32], uint8_t codec, uint32_t lsize,
@@ -99,7 +110,7 @@ int dd_replica_suspend(dd_replica_writer *rw);
  * whose next position must be `from`.  DD_ENOENT if there is none. */
 int dd_replica_resume(dd_replica_writer **out, dd_err *err, dd_store *s,
 		      const uint8_t digest[32], uint64_t from, int chunker,
-		      uint32_t block_size);
+		      uint32_t block_size, int dv);
 /* The resume token of the kept receive ("ddr1:<digest>:<next position>",
  * format/store.md §5) and its name; DD_ENOENT if there is none. */
 int dd_replica_token(dd_store *s, dd_err *err, char *buf, size_t len,

@@ -425,7 +425,7 @@ int dd_store_create_kind(dd_store **out, const char *path,
 	conf.sc_opt[4] = (uint64_t)hash_kind;
 	conf.sc_opt[DD_STORE_OPT_CHUNKER] = (uint64_t)o.chunker;
 	if (o.chunker != DD_CHUNKER_FIXED)
-		conf.sc_format = DD_STORE_FORMAT;
+		conf.sc_format = DD_STORE_FORMAT_VAR;
 	/* a RADOS store: its local catalog is made here, in a new directory
 	 * named by the new uuid; the pool gets DEDUP last (publish) */
 	if (dd_rstore_is_spec(path)) {
@@ -507,9 +507,10 @@ int dd_store_info_get(dd_store *s, dd_store_info *out)
 	out->verify = s->st_verify;
 	out->compress = s->st_compress;
 	out->compress_level = s->st_level;
-	out->format_version = s->st_format >= DD_STORE_FORMAT_FIXED
+	/* a format-1 store is read as format 2 (upgraded at its first write) */
+	out->format_version = s->st_format >= DD_STORE_FORMAT_V1ONLY
 				      ? (uint32_t)s->st_format
-				      : DD_STORE_FORMAT_FIXED;
+				      : DD_STORE_FORMAT_V1ONLY;
 	return 0;
 }
 

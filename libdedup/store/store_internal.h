@@ -45,8 +45,17 @@
  * §1): only such stores are written as format 3, so that builds that know
  * no chunker refuse them whole, and stores of fixed blocks stay format 2,
  * readable by those builds. */
-#define DD_STORE_FORMAT 3
-#define DD_STORE_FORMAT_FIXED 2
+#define DD_STORE_FORMAT 4
+#define DD_STORE_FORMAT_FIXED 4
+/* Format 4 is format 2 whose snapshots may have content digests of
+ * version 2 (format/store.md §1, §6): new stores of fixed blocks are made
+ * as format 4, and a format-2 store becomes format 4 before its first
+ * such snapshot, so that a build that knows only version 1 refuses the
+ * store whole rather than find its snapshots damaged. */
+#define DD_STORE_FORMAT_V1ONLY 2
+#define DD_STORE_FORMAT_VAR 3
+/* Does DEDUP of this format name a chunker (format 3 only)? */
+#define DD_STORE_FORMAT_HAS_CHUNKER(f) ((f) == DD_STORE_FORMAT_VAR)
 #define DD_STORE_MAGIC_LINE "libdedup store"
 /* Packs roll over past this size; small enough that gc rewrites little.
  * A pack object in RADOS stays smaller, 32 MiB: Ceph refuses objects past
@@ -182,6 +191,13 @@ int dd_store_create_kind(dd_store **out, const char *path,
  * store of format 1 upgraded first, then recovery (recover.c).
  * dd_store_leave lets go. */
 int dd_store_enter(dd_store *s, dd_err *err, int *lockfd);
+/* Before dd_store_enter, by a writer of a snapshot whose content digest
+ * is of version 2: a store of fixed blocks of format 1 or 2 becomes
+ * format 4 (format/store.md §1) with STORE/lock exclusive -- DEDUP
+ * rewritten whole, before any such snapshot exists, so a crash leaves a
+ * format-4 store without one.  DD_ENOTSUP in a RADOS store of format 2;
+ * DD_EBUSY as dd_lock_take.  Nothing to do in other stores. */
+int dd_store_digest2(dd_store *s, dd_err *err);
 void dd_store_leave(dd_store *s, int lockfd);
 /* Rolls back dead writers' pending snapshots, reaps doomed packs no
  * reader needs, cuts pack tails and removes packs no commit recorded --

@@ -162,6 +162,7 @@ void dd_manifest_snap_rec(dd_snap_rec *rec, const dd_manifest_hdr *h)
 	rec->sr_zero_blocks = h->mh_zero_blocks;
 	rec->sr_ctime = h->mh_ctime;
 	memcpy(rec->sr_digest, h->mh_digest, DD_HASH_SIZE);
+	rec->sr_digest_version = h->mh_dv;
 }
 
 /* ---- snapshots as the manifests have them -----------------------------------*/
@@ -186,6 +187,8 @@ static int dd_snap_matches_manifest(dd_store *s, dd_err *err,
 	    m.sr_blocks != rec->sr_blocks ||
 	    m.sr_zero_blocks != rec->sr_zero_blocks ||
 	    m.sr_ctime != rec->sr_ctime ||
+	    (s->st_chunker == DD_CHUNKER_FIXED &&
+	     m.sr_digest_version != rec->sr_digest_version) ||
 	    memcmp(m.sr_digest, rec->sr_digest, DD_HASH_SIZE))
 		return dd_err_set(err, DD_ECORRUPT, "snapshot '%s': the "
 				  "catalog's record differs from its manifest "

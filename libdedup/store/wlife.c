@@ -151,8 +151,32 @@ static int dd_writer_reserve(dd_writer *w)
 	return rc;
 }
 
+/* The digest version of a writer asked for dv (0: a new snapshot's),
+ * the store made able to hold it first.  A new snapshot of a store that
+ * cannot become format 4 now -- in RADOS, or with other writers in it
+ * (lock busy) -- is of version 1: a put never fails for the upgrade,
+ * which a later one makes; a receive keeps its stream's version or
+ * fails. */
+static int dd_writer_dv(dd_store *s, dd_err *err, int dv, int *out)
+{
+	int rc;
+
+	*out = dv ? dv : DD_DIGEST_V2;
+	if (s->st_chunker != DD_CHUNKER_FIXED)
+		*out = DD_DIGEST_V1;   /* run-based already: one digest */
+	if (*out != DD_DIGEST_V2)
+		return 0;
+	rc = dd_store_digest2(s, err);
+	if ((rc == DD_ENOTSUP || rc == DD_EBUSY) && !dv) {
+		*out = DD_DIGEST_V1;
+		dd_err_clear(err);
+		return 0;
+	}
+	return rc;
+}
+
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
-		   uint64_t resume_id, bool receive)
+		   uint64_t resume_id, bool receive, int dv)
 {
 	dd_writer *w;
 	int rc;
@@ -175,14 +199,17 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w->w_regfd = -1;
 	snprintf(w->w_name, sizeof(w->w_name), "%s", name);
 	w->w_state = DD_W_OPEN;
-	rc = dd_store_enter(s, &w->w_err, &w->w_lockfd);
+	rc = dd_writer_dv(s, &w->w_err, dv, &w->w_dv);
+	if (!rc)
+		rc = dd_store_enter(s, &w->w_err, &w->w_lockfd);
 	if (!rc)
 		rc = dd_scratch_init(&w->w_sc, &w->w_err, s);
 	if (!rc && s->st_verify &&
 	    !(w->w_vbuf = dd_malloc(s->st_block_max)))
 		rc = dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	if (!rc)
-		rc = dd_digest_new(&w->w_digest, &w->w_err, s->st_chunker);
+		rc = dd_digest_new(&w->w_digest, &w->w_err, s->st_chunker,
+				   w->w_dv, w->w_bs);
 	if (!rc)
 		rc = dd_writer_reserve(w);
 	if (rc) {
@@ -308,6 +335,7 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 		.sr_block_size = w->w_bs,
 		.sr_size = w->w_size,
 		.sr_ctime = (int64_t)time(NULL),
+		.sr_digest_version = w->w_dv,
 	};
 	/* blocks as the formats count them: a run of holes of a content-
 	 * defined image is one (format/chunker.md §5) */

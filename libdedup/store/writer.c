@@ -421,7 +421,7 @@ int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
 	if (!out)
 		return s ? dd_store_failf(s, DD_EINVAL, "dd_writer_begin: "
 					  "NULL argument") : DD_EINVAL;
-	rc = dd_writer_open(&w, s, name, 0, false);
+	rc = dd_writer_open(&w, s, name, 0, false, 0);
 	if (rc)
 		return rc;
 	rc = dd_writer_pipe(w);

@@ -112,6 +112,8 @@ struct dd_writer {
 				     holds only until the next (writer.c) */
 	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
+	int w_dv;                 /* the snapshot's content digest version
+				     (DD_DIGEST_V1/_V2; format/store.md §6) */
 	uint64_t w_size;
 	uint64_t w_blocks;
 	uint64_t w_zero;
@@ -130,9 +132,12 @@ int dd_writer_fail(dd_writer *w, int rc);
  * name (pending) -- or continues pending resume_id when not 0 --, and
  * registers the writer as running.  receive: a receive (dd_replica),
  * which a kept partial receive of the same name does not stop and whose
- * commit drops it (format/store.md §5). */
+ * commit drops it (format/store.md §5).  dv: the content digest version
+ * of the snapshot (a received one keeps its stream's); 0 for a new one,
+ * version 2 (a fixed store of format 2 becomes format 4 first:
+ * dd_store_digest2), or 1 where it cannot now (RADOS, lock busy). */
 int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
-		   uint64_t resume_id, bool receive);
+		   uint64_t resume_id, bool receive, int dv);
 
 /* May this DDT entry, as w_rtxn (or a probe) saw it, be referenced?
  * Alive, or dead since this writer started (gc keeps those); never a

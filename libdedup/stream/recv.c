@@ -28,10 +28,13 @@ typedef struct dd_receiver {
 	uint64_t rv_reported;      /* bytes done at the last progress call */
 } dd_receiver;
 
-/* An incremental stream needs the base, with the same content. */
+/* An incremental stream needs the base, with the same content: its
+ * digest in the stream's version (computed from its block map when the
+ * base has the other one). */
 static int dd_recv_check_base(dd_receiver *rv)
 {
 	dd_snapshot_info si;
+	uint8_t local[32];
 	int rc;
 
 	if (!(rv->rv_hdr.sh_flags & DD_SH_INCREMENTAL))
@@ -44,7 +47,11 @@ static int dd_recv_check_base(dd_receiver *rv)
 	if (rc)
 		return dd_err_set_msg(&rv->rv_err, rc,
 				      dd_store_errmsg(rv->rv_store));
-	if (memcmp(si.digest, rv->rv_hdr.sh_base_digest, 32))
+	rc = dd_replica_digest(rv->rv_store, &rv->rv_err, rv->rv_hdr.sh_base,
+			       dd_shdr_dv(&rv->rv_hdr), local);
+	if (rc)
+		return rc;
+	if (memcmp(local, rv->rv_hdr.sh_base_digest, 32))
 		return dd_err_set(&rv->rv_err, DD_ECHECKSUM,
 				  "incremental stream: base snapshot '%s' in "
 				  "the store has other content than the "
@@ -158,9 +165,10 @@ static int dd_recv_open_writer(dd_receiver *rv, const char *name)
 	if (h->sh_resume_from)
 		return dd_replica_resume(&rv->rv_w, &rv->rv_err, rv->rv_store,
 				      h->sh_digest, h->sh_resume_from,
-				      h->sh_chunker, h->sh_block_size);
+				      h->sh_chunker, h->sh_block_size,
+				      dd_shdr_dv(h));
 	rc = dd_replica_begin(&rv->rv_w, &rv->rv_err, rv->rv_store, name,
-			   h->sh_chunker, h->sh_block_size);
+			   h->sh_chunker, h->sh_block_size, dd_shdr_dv(h));
 	if (!rc && rv->rv_opts && rv->rv_opts->resumable)
 		rc = dd_replica_set_resumable(rv->rv_w, h->sh_size, h->sh_digest);
 	return rc;

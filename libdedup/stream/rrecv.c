@@ -258,7 +258,8 @@ static int dd_rrecv_setup(dd_rrecv *r)
 	if (rc)
 		return rc;
 	r->rr_digest_on = r->rr_h.sh_resume_from == 0;
-	rc = dd_digest_new(&r->rr_digest, r->rr_err, r->rr_h.sh_chunker);
+	rc = dd_digest_new(&r->rr_digest, r->rr_err, r->rr_h.sh_chunker,
+			   dd_shdr_dv(&r->rr_h), r->rr_h.sh_block_size);
 	if (rc)
 		return rc;
 	return dd_hmap_new(&r->rr_seen, r->rr_err, r->rr_opts->mem_limit,

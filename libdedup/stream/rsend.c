@@ -65,6 +65,7 @@ typedef struct dd_fsend {
 	int fs_fd;
 	uint64_t fs_size;
 	int fs_chunker;
+	int fs_dv;                 /* content digest version (fixed) */
 	uint32_t fs_bs;
 	uint32_t fs_max;           /* the longest block */
 	int fs_level;              /* -1: no compression */
@@ -464,7 +465,8 @@ static int dd_fsend_setup(dd_fsend *s)
 			   s->fs_level < 0 ? DD_CODEC_NONE : DD_CODEC_ZSTD,
 			   s->fs_level <= 0 ? 1 : s->fs_level);
 	if (!rc)
-		rc = dd_digest_new(&s->fs_digest, s->fs_err, s->fs_chunker);
+		rc = dd_digest_new(&s->fs_digest, s->fs_err, s->fs_chunker,
+				   s->fs_dv, s->fs_bs);
 	if (!rc)
 		rc = dd_hmap_new(&s->fs_sent, s->fs_err, s->fs_opts->mem_limit,
 				 s->fs_opts->tmpdir);
@@ -508,6 +510,9 @@ static int dd_send_fd_args(dd_err *err, int fd, const char *name,
 	if (opts->version == 0 || opts->version > DD_SEND_OPTS_VERSION)
 		return dd_err_set(err, DD_EINVAL, "dd_send_opts version %u "
 				  "not supported", opts->version);
+	if (dd_send_opts_dv(opts) < 0)
+		return dd_err_set(err, DD_EINVAL, "unknown digest version %d",
+				  opts->digest_version);
 	if (opts->base || opts->resume_token)
 		return dd_err_set(err, DD_ENOTSUP, "dd_send_fd: incremental "
 				  "and resumed streams need a store");
@@ -539,6 +544,9 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	memset(&s, 0, sizeof(s));
 	s.fs_fd = fd;
 	s.fs_chunker = chunker;
+	/* version 2 unless asked otherwise: holes cost nothing */
+	s.fs_dv = chunker == DD_CHUNKER_FIXED && dd_send_opts_dv(opts) != 1
+			  ? DD_DIGEST_V2 : DD_DIGEST_V1;
 	s.fs_bs = block_size;
 	s.fs_max = dd_chunker_max(chunker, block_size);
 	s.fs_level = compress_level;
@@ -548,9 +556,10 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	rc = dd_fsend_input_size(err, fd, &s.fs_size, &regular);
 	/* content-defined cut points depend on every byte before them */
 	s.fs_seek = regular && chunker == DD_CHUNKER_FIXED;
-	if (!rc && !dd_stream_size_ok(chunker, block_size, s.fs_size))
+	if (!rc && !dd_stream_size_ok(chunker, s.fs_dv, block_size, s.fs_size))
 		rc = dd_err_set(err, DD_EINVAL, "input of %llu bytes: more "
-				"than 2^63 bytes, or 2^32 blocks "
+				"than 2^63 bytes, or 2^32 blocks with a "
+				"content digest of version 1 "
 				"(format/stream.md §3.1)",
 				(unsigned long long)s.fs_size);
 	if (!rc)
@@ -560,6 +569,7 @@ int dd_send_fd(int fd, const char *name, uint32_t block_size,
 	if (!rc) {
 		h.sh_version = DD_STREAM_VERSION;
 		h.sh_chunker = s.fs_chunker;
+		h.sh_flags = s.fs_dv == DD_DIGEST_V2 ? DD_SH_DIGEST2 : 0;
 		h.sh_block_size = s.fs_bs;
 		h.sh_hash_alg = DD_STREAM_HASH_SHA256;
 		h.sh_codec = compress_level < 0 ? DD_CODEC_NONE : DD_CODEC_ZSTD;

@@ -332,9 +332,13 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 	memcpy(h->sh_digest, p + 44, 32);
 	memcpy(h->sh_base_digest, p + 76, 32);
 	incr = h->sh_flags & DD_SH_INCREMENTAL;
-	if (h->sh_flags & ~DD_SH_INCREMENTAL)
+	if (h->sh_flags & ~DD_SH_KNOWN)
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "unknown header flags 0x%x", h->sh_flags);
+	/* one digest of content-defined blocks: already run-based */
+	if (h->sh_flags & DD_SH_DIGEST2 && h->sh_features)
+		return dd_sdec_fail(d, err, DD_EFORMAT, "digest version 2 "
+				    "flag on content-defined blocks");
 	if (h->sh_hash_alg != DD_STREAM_HASH_SHA256)
 		return dd_sdec_fail(d, err, DD_ENOTSUP,
 				    "unknown hash algorithm %u", h->sh_hash_alg);
@@ -355,10 +359,12 @@ static int dd_sdec_hdr_parse(dd_sdec *d, dd_err *err, const uint8_t *p,
 				    "image size %llu over 2^63",
 				    (unsigned long long)h->sh_size);
 	/* §3.1: refused before any work is spent on what it claims */
-	if (!dd_stream_size_ok(h->sh_chunker, h->sh_block_size, h->sh_size))
+	if (!dd_stream_size_ok(h->sh_chunker, dd_shdr_dv(h), h->sh_block_size,
+			       h->sh_size))
 		return dd_sdec_fail(d, err, DD_EFORMAT,
 				    "image of %llu bytes has %llu blocks, over "
-				    "the limit of 2^32",
+				    "the limit of 2^32 (content digest "
+				    "version 1)",
 				    (unsigned long long)h->sh_size,
 				    (unsigned long long)dd_block_count(
 					    h->sh_size, h->sh_block_size));

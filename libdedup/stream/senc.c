@@ -211,13 +211,16 @@ static int dd_senc_hdr_check(dd_senc *e, dd_err *err, const dd_stream_hdr *h)
 
 	if (h->sh_version != DD_STREAM_VERSION ||
 	    (h->sh_features & ~dd_shdr_features(h)) ||
-	    (h->sh_flags & ~DD_SH_INCREMENTAL) ||
+	    (h->sh_flags & ~DD_SH_KNOWN) ||
+	    (h->sh_flags & DD_SH_DIGEST2 &&
+	     h->sh_chunker != DD_CHUNKER_FIXED) ||
 	    h->sh_hash_alg != DD_STREAM_HASH_SHA256 ||
 	    (h->sh_codec != DD_CODEC_NONE && h->sh_codec != DD_CODEC_ZSTD))
 		return dd_senc_fail(e, err, "bad version/features/flags/hash/"
 				    "codec in the header");
 	if (!dd_chunker_valid(h->sh_chunker, h->sh_block_size) ||
-	    !dd_stream_size_ok(h->sh_chunker, h->sh_block_size, h->sh_size))
+	    !dd_stream_size_ok(h->sh_chunker, dd_shdr_dv(h), h->sh_block_size,
+			       h->sh_size))
 		return dd_senc_fail(e, err, "bad chunker %d, block size %u or "
 				    "size %llu", h->sh_chunker,
 				    h->sh_block_size,

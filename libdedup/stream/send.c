@@ -19,6 +19,12 @@
  * A store of content-defined blocks sends its chunker in the header and
  * positions as bytes (§12): a block's offset, a hole's bytes, the next
  * position the block's end.
+ *
+ * A snapshot of fixed blocks goes with its own content digest version
+ * (format/store.md §6; header flag DD_SH_DIGEST2), unless the options ask
+ * for the other: the digest, and an incremental stream's base digest, are
+ * then computed from the block maps.  The base's digest is always of the
+ * stream's version, whatever the base's own.
  */
 #include <stdio.h>
 #include <string.h>
@@ -70,8 +76,13 @@ static int dd_send_seed_base(dd_sender *sd, const char *base)
 		return rc;
 	snprintf(sd->sd_hdr.sh_base, sizeof(sd->sd_hdr.sh_base), "%s", base);
 	memcpy(sd->sd_hdr.sh_base_digest, binfo.rps_digest, 32);
+	if (binfo.rps_chunker == DD_CHUNKER_FIXED &&
+	    binfo.rps_dv != dd_shdr_dv(&sd->sd_hdr))
+		rc = dd_replica_digest(sd->sd_store, &sd->sd_err, base,
+				       dd_shdr_dv(&sd->sd_hdr),
+				       sd->sd_hdr.sh_base_digest);
 	sd->sd_hdr.sh_flags |= DD_SH_INCREMENTAL;
-	return 0;
+	return rc;
 }
 
 static int dd_send_progress(dd_sender *sd, uint64_t idx)
@@ -136,6 +147,28 @@ static int dd_send_blocks(dd_sender *sd, uint64_t from, uint64_t blocks)
 	return rc;
 }
 
+/* The stream's digest version: the snapshot's own, or the one asked for
+ * (its digest then computed from the block map). */
+static int dd_send_dv(dd_sender *sd, const char *name,
+		      const dd_replica_snap *info)
+{
+	int dv = dd_send_opts_dv(sd->sd_opts);
+
+	if (dv < 0)
+		return dd_err_set(&sd->sd_err, DD_EINVAL, "unknown digest "
+				  "version %d", sd->sd_opts->digest_version);
+	if (info->rps_chunker != DD_CHUNKER_FIXED)
+		return 0;   /* one digest, run-based: no flag */
+	if (!dv)
+		dv = info->rps_dv;
+	if (dv == DD_DIGEST_V2)
+		sd->sd_hdr.sh_flags |= DD_SH_DIGEST2;
+	if (dv == info->rps_dv)
+		return 0;
+	return dd_replica_digest(sd->sd_store, &sd->sd_err, name, dv,
+				 sd->sd_hdr.sh_digest);
+}
+
 static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 		       void *ctx)
 {
@@ -155,12 +188,15 @@ static int dd_send_run(dd_sender *sd, const char *name, dd_write_fn fn,
 	sd->sd_hdr.sh_size = info.rps_size;
 	memcpy(sd->sd_hdr.sh_digest, info.rps_digest, 32);
 	snprintf(sd->sd_hdr.sh_name, sizeof(sd->sd_hdr.sh_name), "%s", name);
+	rc = dd_send_dv(sd, name, &info);
+	if (rc)
+		return rc;
 	if (o && o->resume_token) {
 		uint8_t want[32];
 
 		rc = dd_replica_token_parse(&sd->sd_err, o->resume_token,
 					    want, &from);
-		if (!rc && memcmp(want, info.rps_digest, 32))
+		if (!rc && memcmp(want, sd->sd_hdr.sh_digest, 32))
 			rc = dd_err_set(&sd->sd_err, DD_EINVAL,
 					"resume token is for another snapshot "
 					"(content digest differs)");

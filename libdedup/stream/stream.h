@@ -50,23 +50,30 @@ enum dd_srec_type {
 #define DD_SZERO_LEN 16u
 #define DD_SEND_LEN 72u
 #define DD_STREAM_SIZE_MAX ((uint64_t)1 << 63)  /* largest image */
-/* Most blocks an image of fixed blocks may have (format/stream.md §3.1):
- * the content digest hashes 32 bytes for every block, a hole too, so what
- * a stream's size claims must be bounded before a receiver spends time on
- * it -- 2^32 blocks is 128 GiB of SHA-256, about a minute. */
+/* Most blocks an image of fixed blocks with a content digest of version
+ * 1 may have (format/stream.md §3.1): that digest hashes 32 bytes for
+ * every block, a hole too, so what a stream's size claims must be bounded
+ * before a receiver spends time on it -- 2^32 blocks is 128 GiB of
+ * SHA-256, about a minute.  A digest of version 2 counts a run of holes
+ * once: only the image's size bounds it. */
 #define DD_STREAM_BLOCKS_MAX ((uint64_t)1 << 32)
 
-/* Is `size` an image a stream may carry (§3, §3.1)? */
-static inline bool dd_stream_size_ok(int chunker, uint32_t block_size,
+/* Is `size` an image a stream may carry (§3, §3.1), its digest of
+ * version dv? */
+static inline bool dd_stream_size_ok(int chunker, int dv, uint32_t block_size,
 				     uint64_t size)
 {
 	return size <= DD_STREAM_SIZE_MAX &&
-	       (chunker != DD_CHUNKER_FIXED ||
+	       (dd_digest_runs(chunker, dv) ||
 		dd_block_count(size, block_size) <= DD_STREAM_BLOCKS_MAX);
 }
 
 /* Header flags (sh_flags). */
 #define DD_SH_INCREMENTAL 0x1u
+/* The content digest is of version 2 (format/stream.md §4, format/store.md
+ * §6): fixed blocks only; a reader of version 1 refuses the bit. */
+#define DD_SH_DIGEST2 0x2u
+#define DD_SH_KNOWN (DD_SH_INCREMENTAL | DD_SH_DIGEST2)
 /* Header feature bits (sh_features, format/stream.md §12): blocks of
  * varying length, cut by the chunker in header byte 26; positions are
  * byte offsets. */
@@ -112,6 +119,21 @@ typedef struct dd_srec {
 	uint64_t sr_refs;
 	uint64_t sr_zero_blocks;     /* var: ZERO records */
 } dd_srec;
+
+/* The content digest version opts ask for: 0 (the sender's default), 1
+ * or 2; -1 for anything else.  A struct before version 3 asks for 0. */
+static inline int dd_send_opts_dv(const dd_send_opts *o)
+{
+	int dv = o && o->version >= 3 ? o->digest_version : 0;
+
+	return dv >= 0 && dv <= DD_DIGEST_V2 ? dv : -1;
+}
+
+/* The content digest version of a stream's header. */
+static inline int dd_shdr_dv(const dd_stream_hdr *h)
+{
+	return h->sh_flags & DD_SH_DIGEST2 ? DD_DIGEST_V2 : DD_DIGEST_V1;
+}
 
 /* The longest block of a stream's header (chunker, block size). */
 uint32_t dd_stream_block_max(const dd_stream_hdr *h);

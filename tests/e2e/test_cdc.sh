@@ -16,7 +16,7 @@ note "init: format 3, the chunker in DEDUP"
 assert_grep '^format 3$' "$S/DEDUP" "DEDUP of a fastcdc store"
 assert_grep '^chunker 1$' "$S/DEDUP" "DEDUP chunker line"
 "$DEDUP" init "$F" 2>"$T/err" || fail "init fixed"
-assert_grep '^format 2$' "$F/DEDUP" "DEDUP of a fixed store"
+assert_grep '^format 4$' "$F/DEDUP" "DEDUP of a fixed store"
 grep -q '^chunker' "$F/DEDUP" && fail "a fixed store's DEDUP names a chunker"
 for bad in "--chunker fastcdc --block-size 512K" "--chunker rabin" \
 	   "--chunker fastcdc --block-size 2K"; do

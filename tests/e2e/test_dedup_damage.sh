@@ -119,8 +119,8 @@ note "newer format"
 S3="$T/s3"
 "$DEDUP" init "$S3"
 "$DEDUP" put "$S3@x" "$T/b.img"
-grep -qx 'format 2' "$S3/DEDUP" || fail "$S3/DEDUP has no 'format 2' line"
-sed -i 's/^format 2$/format 99/' "$S3/DEDUP"
+grep -qx 'format 4' "$S3/DEDUP" || fail "$S3/DEDUP has no 'format 4' line"
+sed -i 's/^format 4$/format 99/' "$S3/DEDUP"
 for cmd in "ls $S3" "stat $S3" "get $S3@x" "scrub $S3"; do
 	# shellcheck disable=SC2086
 	run "$DEDUP" $cmd

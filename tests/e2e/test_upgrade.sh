@@ -7,8 +7,10 @@
 #  - readers work on it as it is, and change nothing (still format 1);
 #  - repair refuses it: it has no manifests to repair from;
 #  - the first writer upgrades it: a manifest for each snapshot, DEDUP
-#    format 2 with the options; then repair rebuilds its catalog like any
-#    other store's.
+#    format 2 with the options, and -- its snapshot's content digest being
+#    of version 2 -- format 4 before that snapshot is written; the old
+#    snapshots keep their digests of version 1 (manifests without feature
+#    bit 1); then repair rebuilds its catalog like any other store's.
 source "$(dirname "$0")/lib.sh"
 
 BS=4096
@@ -42,13 +44,20 @@ assert_eq "$before" "$(state)" "a refused repair changed the store"
 note "the first writer upgrades it"
 run "$DEDUP" put "$S@c" "$T/c.img"
 assert_rc 0 "put into a format-1 store"
-assert_grep '^format 2$' "$S/DEDUP" "DEDUP after the upgrade"
+assert_grep '^format 4$' "$S/DEDUP" "DEDUP after the upgrade"
 for k in block_size verify compress compress_level hash uuid; do
 	assert_grep "^$k " "$S/DEDUP" "DEDUP after the upgrade names $k"
 done
 assert_grep '^block_size 4096$' "$S/DEDUP" "the block size in DEDUP"
 assert_eq 3 "$(find "$S/manifests" -name '*.snap' | wc -l)" \
 	"manifests after the upgrade"
+# manifest features (format/manifest.md §3): bit 1 is digest version 2
+features() { od -An -t u4 -j 12 -N 4 "$1" | tr -d ' '; }
+v2=0
+for m in "$S"/manifests/*.snap; do
+	[ "$(features "$m")" = 2 ] && v2=$((v2 + 1))
+done
+assert_eq 1 "$v2" "manifests of digest version 2 (the new snapshot only)"
 rm -rf "$S/db"
 run "$DEDUP" repair "$S"
 assert_rc 0 "repair of the upgraded store"

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""zero_stream.py OUT SIZE BLOCK_SIZE [NAME]: writes a replication stream
-(format/stream.md) of an image of SIZE bytes, all zeros, as ONE zero run:
-HEADER, one ZERO record over every block, END -- valid frame and payload
-CRCs and END digest.  The HEADER's content digest is computed
-(format/store.md §6) when the image has at most 2^24 blocks, else left
-zero (a receiver must refuse such a stream before it could check it)."""
+"""zero_stream.py [--digest-version 1|2] OUT SIZE BLOCK_SIZE [NAME]: writes
+a replication stream (format/stream.md) of an image of SIZE bytes, all
+zeros, as ONE zero run: HEADER, one ZERO record over every block, END --
+valid frame and payload CRCs and END digest.
+
+Version 1 (the default): the HEADER's content digest (format/store.md §6,
+32 zero bytes per block) is computed when the image has at most 2^24
+blocks, else left zero (a receiver must refuse such a stream before it
+could check it).  Version 2: header flag bit 1 (format/stream.md §4), and
+the digest of the run-based rule, one entry for the whole run, whatever
+the size."""
 import hashlib
 import struct
 import sys
@@ -30,12 +35,31 @@ def record(rtype, payload):
     return frame + struct.pack('<I', crc32c(frame)) + payload
 
 
+def digest_v2(size, bs):
+    """format/store.md §6, version 2: the run once, its bytes, then size,
+    block size and chunker 0."""
+    h = hashlib.sha256()
+    if size:
+        h.update(bytes(32) + struct.pack('<Q', size))
+    h.update(struct.pack('<QIB', size, bs, 0))
+    return h.digest()
+
+
 def main():
-    out, size, bs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    name = (sys.argv[4] if len(sys.argv) > 4 else 'z').encode()
+    args = sys.argv[1:]
+    version = 1
+    if args[:1] == ['--digest-version']:
+        version = int(args[1])
+        args = args[2:]
+    out, size, bs = args[0], int(args[1]), int(args[2])
+    name = (args[3] if len(args) > 3 else 'z').encode()
     nblocks = (size + bs - 1) // bs
     digest = bytes(32)
-    if nblocks <= 1 << 24:
+    flags = 0
+    if version == 2:
+        digest = digest_v2(size, bs)
+        flags = 2
+    elif nblocks <= 1 << 24:
         h = hashlib.sha256()
         zeros = bytes(32 * 4096)
         left = nblocks
@@ -45,7 +69,7 @@ def main():
             left -= n
         h.update(struct.pack('<QI', size, bs))
         digest = h.digest()
-    hdr = (b'DDSTREAM' + struct.pack('<IIIIBBBBQQ', 1, 0, 0, bs, 1, 1, 0, 0,
+    hdr = (b'DDSTREAM' + struct.pack('<IIIIBBBBQQ', 1, 0, flags, bs, 1, 1, 0, 0,
                                      size, 0)
            + digest + bytes(32) + struct.pack('<H', len(name)) + name
            + struct.pack('<H', 0))

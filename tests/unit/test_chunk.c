@@ -162,24 +162,34 @@ static uint8_t *make_image(size_t n, uint32_t bs, const long *zeros)
 	return p;
 }
 
+/* The image of test_digest and test_digest_v2: a block of hash 0x11..,
+ * a hole, a block of hash 0x22..; then the digest of size bytes. */
+static void digest_three(dd_digest *d, uint64_t size, uint8_t out[32])
+{
+	uint8_t h1[32], h2[32];
+
+	memset(h1, 0x11, 32);
+	memset(h2, 0x22, 32);
+	dd_digest_block(d, h1, 0);   /* fixed: lengths come from bs */
+	dd_digest_zeros(d, 1);
+	dd_digest_block(d, h2, 4096);
+	dd_digest_final(d, size, 4096, out);
+}
+
 /* The content digest: SHA-256 over the block hashes, 32 zero bytes for a
  * hole, then size and block size, little-endian (format/store.md §6). */
 static void test_digest(void **state)
 {
-	uint8_t h1[32], h2[32], out[32], want[32], msg[3 * 32 + 12] = {0};
+	uint8_t out[32], want[32], msg[3 * 32 + 12] = {0};
 	dd_digest *d;
 
 	(void)state;
-	memset(h1, 0x11, 32);
-	memset(h2, 0x22, 32);
-	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED), 0);
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED, DD_DIGEST_V1,
+				       4096), 0);
 	for (int round = 0; round < 2; round++) { /* final resets it */
-		dd_digest_block(d, h1, 0);
-		dd_digest_zeros(d, 1);
-		dd_digest_block(d, h2, 0);
-		dd_digest_final(d, 0x0102030405, 4096, out);
-		memcpy(msg, h1, 32);
-		memcpy(msg + 64, h2, 32);
+		digest_three(d, 0x0102030405, out);
+		memset(msg, 0x11, 32);
+		memset(msg + 64, 0x22, 32);
 		msg[96] = 0x05, msg[97] = 0x04, msg[98] = 0x03, msg[99] = 0x02;
 		msg[100] = 0x01;
 		msg[104 + 1] = 0x10;  /* 4096 = 0x1000 */
@@ -193,6 +203,108 @@ static void test_digest(void **state)
 	dd_digest_zeros(d, 300);
 	dd_digest_final(d, 300 * 4096, 4096, out);
 	assert_memory_equal(out, want, 32);
+	dd_digest_free(d);
+}
+
+/* Hex of 32 bytes, for golden values. */
+static void hex32(const uint8_t h[32], char out[65])
+{
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+/* Version 2 of fixed blocks (format/store.md §6): each block's hash and
+ * length, a run of holes once with its bytes, then size, block size and
+ * chunker 0; the last block's length is what the size leaves of it. */
+static void test_digest_v2(void **state)
+{
+	uint8_t out[32], want[32], msg[3 * 40 + 13] = {0};
+	uint64_t size = 2 * 4096 + 100, blocks, zero;
+	dd_digest *d;
+
+	(void)state;
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED, DD_DIGEST_V2,
+				       4096), 0);
+	for (int round = 0; round < 2; round++) { /* final resets it */
+		digest_three(d, size, out);
+		memset(msg, 0x11, 32);
+		msg[32 + 1] = 0x10;                  /* 4096 */
+		msg[72 + 1] = 0x10;                  /* the hole: 4096 */
+		memset(msg + 80, 0x22, 32);
+		msg[112] = 100;                      /* the short last block */
+		msg[120] = 100, msg[121] = 0x20;     /* size 8292 = 0x2064 */
+		msg[128 + 1] = 0x10;                 /* block size */
+		msg[132] = 0;                        /* chunker fixed */
+		ref_sha256(msg, sizeof(msg), want);
+		assert_memory_equal(out, want, 32);
+	}
+	/* the counts: every fixed block, the hole one of them */
+	dd_digest_zeros(d, 1);
+	dd_digest_block(d, NULL, 0);
+	dd_digest_counts(d, &blocks, &zero);
+	assert_int_equal(blocks, 2);
+	assert_int_equal(zero, 2);
+	dd_digest_free(d);
+}
+
+/* A run of holes costs nothing per block in version 2: 2^38 of them (a
+ * 2^50-byte image at 4 KiB) at once, a golden value; the same run fed in
+ * pieces, and as single holes, is one entry too; a hole at the end is
+ * as short as the size makes it. */
+static void test_digest_v2_runs(void **state)
+{
+	uint8_t a[32], b[32], h[32];
+	char hex[65];
+	dd_digest *d;
+
+	(void)state;
+	memset(h, 0x33, 32);
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED, DD_DIGEST_V2,
+				       4096), 0);
+	dd_digest_zeros(d, (uint64_t)1 << 38);
+	dd_digest_final(d, (uint64_t)1 << 50, 4096, a);
+	hex32(a, hex);
+	/* SHA-256(32 zero bytes, le64 2^50, le64 2^50, le32 4096, 0) */
+	assert_string_equal(hex, "86114354f9e495a3a21079cbada3e828"
+				 "c68df1184fe8052259e7581c174412ef");
+	dd_digest_zeros(d, 1);
+	dd_digest_zeros(d, ((uint64_t)1 << 38) - 2);
+	dd_digest_block(d, NULL, 0);
+	dd_digest_final(d, (uint64_t)1 << 50, 4096, b);
+	assert_memory_equal(a, b, 32);
+	/* block, 3 holes the last of 1 byte; then as one run of 3 */
+	dd_digest_block(d, h, 0);
+	for (int i = 0; i < 3; i++)
+		dd_digest_block(d, NULL, 0);
+	dd_digest_final(d, 3 * 4096 + 1, 4096, a);
+	dd_digest_block(d, h, 0);
+	dd_digest_zeros(d, 3);
+	dd_digest_final(d, 3 * 4096 + 1, 4096, b);
+	assert_memory_equal(a, b, 32);
+	/* ... differs from the image one byte longer, and from version 1 */
+	dd_digest_block(d, h, 0);
+	dd_digest_zeros(d, 3);
+	dd_digest_final(d, 3 * 4096 + 2, 4096, b);
+	assert_memory_not_equal(a, b, 32);
+	dd_digest_free(d);
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED, DD_DIGEST_V1,
+				       4096), 0);
+	dd_digest_block(d, h, 0);
+	dd_digest_zeros(d, 3);
+	dd_digest_final(d, 3 * 4096 + 1, 4096, b);
+	assert_memory_not_equal(a, b, 32);
+	dd_digest_free(d);
+	/* the empty image: no entry, then size, block size and chunker */
+	assert_int_equal(dd_digest_new(&d, NULL, DD_CHUNKER_FIXED, DD_DIGEST_V2,
+				       4096), 0);
+	dd_digest_final(d, 0, 4096, a);
+	{
+		uint8_t tail[13] = {0};
+
+		tail[9] = 0x10;
+		ref_sha256(tail, sizeof(tail), b);
+	}
+	assert_memory_equal(a, b, 32);
 	dd_digest_free(d);
 }
 
@@ -1246,6 +1358,8 @@ int main(void)
 		cmocka_unit_test(test_block_size),
 		cmocka_unit_test(test_block_lsize),
 		cmocka_unit_test(test_digest),
+		cmocka_unit_test(test_digest_v2),
+		cmocka_unit_test(test_digest_v2_runs),
 		cmocka_unit_test(test_fastcdc_gear),
 		cmocka_unit_test(test_fastcdc_golden),
 		cmocka_unit_test(test_fastcdc_reference),

@@ -32,6 +32,7 @@
 #endif
 #define GOLDEN DD_GOLDEN_DIR "/manifest_v1.snap"
 #define GOLDEN_CDC DD_GOLDEN_DIR "/manifest_v1_cdc.snap"
+#define GOLDEN_DIGEST2 DD_GOLDEN_DIR "/manifest_v1_digest2.snap"
 
 struct fx {
 	char dir[64];
@@ -75,14 +76,21 @@ struct img {
 	uint8_t *variant;
 	uint8_t *hole;
 	uint32_t *len;
+	int dv;            /* content digest version; 0 reads as 1 */
 };
+
+static int img_dv(const struct img *m)
+{
+	return m->dv ? m->dv : DD_DIGEST_V1;
+}
 
 static void img_digest(const struct img *m, uint8_t out[32])
 {
 	dd_digest *d;
 	dd_err err;
 
-	assert_int_equal(dd_digest_new(&d, &err, m->chunker), 0);
+	assert_int_equal(dd_digest_new(&d, &err, m->chunker, img_dv(m), m->bs),
+			 0);
 	for (uint64_t i = 0; i < m->nblocks; i++)
 		dd_digest_block(d, m->hole[i] ? NULL : m->hash[i],
 				m->len ? m->len[i] : 0);
@@ -101,6 +109,7 @@ static void img_hdr(const struct img *m, uint64_t id, const char *name,
 	h->mh_blocks = m->nblocks;
 	h->mh_block_size = m->bs;
 	h->mh_hash_kind = DD_HASH_SHA256;
+	h->mh_dv = img_dv(m);
 	/* holes of content-defined blocks: one a run */
 	for (uint64_t i = 0; i < m->nblocks; i++) {
 		bool joined = m->chunker && i && m->hole[i] && m->hole[i - 1];
@@ -119,7 +128,7 @@ static int img_write(dd_vdir *vd, const struct img *m,
 	dd_manifest_writer *mw;
 	dd_err err;
 	int rc = dd_manifest_write_begin(&mw, &err, vd, h->mh_id, h->mh_name,
-					 m->chunker);
+					 m->chunker, img_dv(m), m->bs);
 
 	if (rc)
 		return rc;
@@ -528,6 +537,42 @@ static void test_golden_cdc(void **state)
 	img_free(&m);
 }
 
+/* The golden image with a content digest of version 2 (format/manifest.md
+ * §3.2): feature bit 1, the list as version 1's; its digest is checked in
+ * its own version -- the same bytes without the bit are refused, as the
+ * version-1 golden file with it. */
+static void test_golden_digest2(void **state)
+{
+	struct fx *fx = *state;
+	dd_manifest_hdr h, h1;
+	struct img m;
+	uint8_t *want, *v1;
+	size_t len, len1;
+	dd_err err;
+
+	golden_img(&m, &h1);
+	m.dv = DD_DIGEST_V2;
+	img_hdr(&m, 0x2a, "golden", &h);
+	assert_memory_not_equal(h.mh_digest, h1.mh_digest, 32);
+	len = 128 + 6 + 142 + 8;
+	want = golden_match(fx, GOLDEN_DIGEST2, &m, &h, len);
+	assert_int_equal(dd_get_le32(want + 12), 2);
+	assert_int_equal(want[104], 0);
+	v1 = slurp(GOLDEN, &len1);
+	assert_int_equal(len1, len);
+	/* only the feature bit, the digest and the header CRC differ */
+	assert_memory_equal(want + 128, v1 + 128, len - 128);
+	dd_put_le32(want + 12, 0);
+	reseal(want, len);
+	assert_int_equal(open_bytes(fx, want, len, &err), DD_ECORRUPT);
+	dd_put_le32(v1 + 12, 2);
+	reseal(v1, len);
+	assert_int_equal(open_bytes(fx, v1, len, &err), DD_ECORRUPT);
+	free(want);
+	free(v1);
+	img_free(&m);
+}
+
 /* Every bit flip and truncation of the golden manifest of content-
  * defined blocks is refused, and so is each rule of §4.1 broken. */
 static void test_cdc_refused(void **state)
@@ -584,7 +629,8 @@ static void test_cdc_refused(void **state)
 	reseal(b, len);
 	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
 	/* another chunker; the feature bit without one; a chunker byte
-	 * without the bit; an unknown feature */
+	 * without the bit; an unknown feature; digest version 2 (bit 1),
+	 * which content-defined blocks do not have */
 	memcpy(b, g, len);
 	b[104] = 2;
 	reseal(b, len);
@@ -597,9 +643,13 @@ static void test_cdc_refused(void **state)
 	reseal(b, len);
 	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
 	memcpy(b, g, len);
-	dd_put_le32(b + 12, 3);
+	dd_put_le32(b + 12, 5);
 	reseal(b, len);
 	assert_int_equal(open_bytes(fx, b, len, &err), DD_ENOTSUP);
+	memcpy(b, g, len);
+	dd_put_le32(b + 12, 3);
+	reseal(b, len);
+	assert_int_equal(open_bytes(fx, b, len, &err), DD_ECORRUPT);
 	free(b);
 	free(g);
 }
@@ -681,6 +731,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_cdc, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_golden_cdc, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_golden_digest2, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cdc_refused, fx_setup,
 						fx_teardown),

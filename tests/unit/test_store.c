@@ -1086,7 +1086,8 @@ static void dedup_file_chunker(const char *path, int format, char *out,
 
 /* dd_create_opts: a version-1 struct makes a fixed store whatever
  * follows it; a fastcdc average must be 4 KiB to 256 KiB; a store of
- * fixed blocks stays format 2, no chunker in DEDUP. */
+ * fixed blocks is format 4 (content digests of version 2 allowed), no
+ * chunker in DEDUP. */
 static void test_cdc_options(void **state)
 {
 	char *path = th_tmp_store(), line[256];
@@ -1101,7 +1102,7 @@ static void test_cdc_options(void **state)
 	assert_int_equal(dd_store_chunker_get(s, &chunker), 0);
 	assert_int_equal(chunker, DD_CHUNKER_FIXED);
 	dd_store_close(s);
-	dedup_file_chunker(path, 2, line, sizeof(line));
+	dedup_file_chunker(path, 4, line, sizeof(line));
 	assert_string_equal(line, "");
 	th_rm_store(path);
 	path = th_tmp_store();
@@ -1137,6 +1138,50 @@ static void test_newer_format_refused(void **state)
 	fclose(fp);
 	assert_int_equal(dd_store_open(&s, path, NULL), DD_EVERSION);
 	assert_non_null(strstr(dd_store_errmsg(NULL), "newer"));
+	th_rm_store(path);
+}
+
+/* A store of fixed blocks of format 2 (an older build's) is read as it
+ * is, and becomes format 4 at its first put, before the snapshot -- of
+ * content digest version 2 -- is written; its options stay. */
+static void test_format2_upgraded_at_put(void **state)
+{
+	char *path = th_tmp_store(), f[4200], line[256], *text;
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
+	dd_store_info info;
+	uint8_t *a = malloc(64 * KiB);
+	size_t len;
+	FILE *fp;
+
+	(void)state;
+	dd_store_close(s);
+	snprintf(f, sizeof(f), "%s/DEDUP", path);
+	fp = fopen(f, "r");
+	assert_non_null(fp);
+	text = calloc(1, 4096);
+	len = fread(text, 1, 4095, fp);
+	fclose(fp);
+	assert_non_null(strstr(text, "\nformat 4\n"));
+	strstr(text, "\nformat 4\n")[8] = '2';
+	fp = fopen(f, "w");
+	assert_int_equal(fwrite(text, 1, len, fp), len);
+	fclose(fp);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_info_get(s, &info), 0);
+	assert_int_equal(info.format_version, 2);
+	fill_random(a, 64 * KiB);
+	memset(a + 8 * KiB, 0, 16 * KiB);   /* a run of holes */
+	assert_int_equal(th_put(s, "a", a, 64 * KiB, 4 * KiB), 0);
+	assert_int_equal(dd_store_info_get(s, &info), 0);
+	assert_int_equal(info.format_version, 4);
+	dd_store_close(s);
+	dedup_file_chunker(path, 4, line, sizeof(line));
+	assert_string_equal(line, "");
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(text);
+	free(a);
 	th_rm_store(path);
 }
 
@@ -2050,6 +2095,7 @@ int main(void)
 		cmocka_unit_test(test_cdc_roundtrip),
 		cmocka_unit_test(test_cdc_lifecycle),
 		cmocka_unit_test(test_cdc_options),
+		cmocka_unit_test(test_format2_upgraded_at_put),
 		cmocka_unit_test(test_gc_reclaims_and_compacts),
 		cmocka_unit_test(test_gc_scrub_progress),
 		cmocka_unit_test(test_writer_progress),

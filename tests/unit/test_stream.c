@@ -177,6 +177,50 @@ static void content_digest(const uint8_t *img, uint64_t size, uint32_t bs,
 	dd_sha256_free(c);
 }
 
+/* The same, version 2 (format/store.md §6): each data block's hash and
+ * length, each run of holes once with its bytes, then size, block size
+ * and chunker 0 -- from the format's words, not from dd_digest. */
+static void content_digest_v2(const uint8_t *img, uint64_t size, uint32_t bs,
+			      uint8_t out[32])
+{
+	dd_sha256_ctx *c;
+	uint8_t h[32], t[13], len[8];
+	uint64_t run = 0;
+
+	assert_int_equal(dd_sha256_new(&c), 0);
+	for (uint64_t off = 0; off <= size; off += bs) {
+		size_t n = off == size ? 0
+			   : size - off < bs ? (size_t)(size - off) : bs;
+		bool zero = n > 0;
+
+		for (size_t i = 0; i < n && zero; i++)
+			zero = img[off + i] == 0;
+		if (zero) {
+			run += n;
+			continue;
+		}
+		memset(h, 0, 32);
+		dd_put_le64(len, run);
+		if (run) {   /* the run before this block, or the end */
+			dd_sha256_update(c, h, 32);
+			dd_sha256_update(c, len, 8);
+		}
+		run = 0;
+		if (!n)
+			break;
+		dd_sha256(img + off, n, h);
+		dd_put_le64(len, n);
+		dd_sha256_update(c, h, 32);
+		dd_sha256_update(c, len, 8);
+	}
+	dd_put_le64(t, size);
+	dd_put_le32(t + 8, bs);
+	t[12] = 0;
+	dd_sha256_update(c, t, 13);
+	dd_sha256_final(c, out);
+	dd_sha256_free(c);
+}
+
 static void hdr_init(dd_stream_hdr *h, const char *name, uint64_t size)
 {
 	memset(h, 0, sizeof(*h));
@@ -188,8 +232,9 @@ static void hdr_init(dd_stream_hdr *h, const char *name, uint64_t size)
 	h->sh_size = size;
 }
 
-/* The golden full stream, encoded afresh. */
-static void encode_golden_full(struct mem *out)
+/* The golden full stream, encoded afresh, its content digest of
+ * version dv (2: header flag bit 1). */
+static void encode_golden_full_dv(struct mem *out, int dv)
 {
 	static uint8_t img[G_SIZE];
 	uint8_t h[32], rle[11];
@@ -199,7 +244,12 @@ static void encode_golden_full(struct mem *out)
 
 	golden_image(img);
 	hdr_init(&hdr, "golden", G_SIZE);
-	content_digest(img, G_SIZE, BS, hdr.sh_digest);
+	if (dv == DD_DIGEST_V2) {
+		hdr.sh_flags = DD_SH_DIGEST2;
+		content_digest_v2(img, G_SIZE, BS, hdr.sh_digest);
+	} else {
+		content_digest(img, G_SIZE, BS, hdr.sh_digest);
+	}
 	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	dd_sha256(img, BS, h);
@@ -222,6 +272,16 @@ static void encode_golden_full(struct mem *out)
 	assert_int_equal(dd_senc_end(e, &err), 0);
 	assert_int_equal(dd_senc_bytes(e), out->len);
 	dd_senc_free(e);
+}
+
+static void encode_golden_full(struct mem *out)
+{
+	encode_golden_full_dv(out, DD_DIGEST_V1);
+}
+
+static void encode_golden_digest2(struct mem *out)
+{
+	encode_golden_full_dv(out, DD_DIGEST_V2);
 }
 
 /* The golden incremental stream: 3 blocks against base "monday": a REF to
@@ -505,6 +565,7 @@ static void test_golden(void **state)
 		{DD_GOLDEN_DIR "/stream_v1_full.dds", encode_golden_full},
 		{DD_GOLDEN_DIR "/stream_v1_incr.dds", encode_golden_incr},
 		{DD_GOLDEN_DIR "/stream_v1_cdc.dds", encode_golden_cdc},
+		{DD_GOLDEN_DIR "/stream_v1_digest2.dds", encode_golden_digest2},
 	};
 
 	(void)state;
@@ -548,6 +609,72 @@ static void test_golden_fields(void **state)
 	assert_int_equal(counts[DD_SREC_DATA], 1);
 	assert_int_equal(counts[DD_SREC_ZERO], 1);
 	assert_int_equal(counts[DD_SREC_END], 1);
+	free(gold.p);
+}
+
+/* dd_recv_fd of stream s (from its start) into a temporary file. */
+static int recv_fd_rc(struct mem *s)
+{
+	struct tmpfile out;
+	dd_stream_info info;
+	int rc;
+
+	tmp_open(&out);
+	s->pos = 0;
+	rc = dd_recv_fd(out.fd, NULL, mem_read, s, &info);
+	tmp_close(&out);
+	return rc;
+}
+
+/* The golden stream with a content digest of version 2: flag bit 1 where
+ * §4 puts it, the records as version 1's; a raw receiver rebuilds the
+ * image and checks the digest in the header's version -- the same stream
+ * without the flag (or the version-1 golden one with it) fails at the
+ * end with DD_ECHECKSUM.  The flag lifts the 2^32-block cap (§3.1), and
+ * content-defined blocks do not take it. */
+static void test_golden_digest2(void **state)
+{
+	static uint8_t img[G_SIZE];
+	struct mem gold, v1;
+	dd_stream_hdr h;
+	uint64_t counts[6];
+	uint8_t want[32];
+	dd_senc *e;
+	dd_err err = {0};
+
+	(void)state;
+	golden_image(img);
+	read_file(DD_GOLDEN_DIR "/stream_v1_digest2.dds", &gold);
+	read_file(DD_GOLDEN_DIR "/stream_v1_full.dds", &v1);
+	assert_int_equal(dd_get_le32(gold.p + 16 + 16), DD_SH_DIGEST2);
+	assert_int_equal(decode_all(gold.p, gold.len, 0, &h, counts, &err), 0);
+	assert_int_equal(h.sh_flags, DD_SH_DIGEST2);
+	content_digest_v2(img, G_SIZE, BS, want);
+	assert_memory_equal(h.sh_digest, want, 32);
+	assert_int_equal(recv_fd_rc(&gold), 0);
+	dd_put_le32(gold.p + 16 + 16, 0);
+	fix_record(gold.p, 0);
+	assert_int_equal(recv_fd_rc(&gold), DD_ECHECKSUM);
+	dd_put_le32(v1.p + 16 + 16, DD_SH_DIGEST2);
+	fix_record(v1.p, 0);
+	assert_int_equal(recv_fd_rc(&v1), DD_ECHECKSUM);
+	free(gold.p);
+	free(v1.p);
+	/* 2^62 bytes of 4 KiB blocks: version 2 only */
+	gold = (struct mem){0};
+	hdr_init(&h, "huge", (uint64_t)1 << 62);
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_not_equal(dd_senc_header(e, &err, &h), 0);
+	dd_senc_free(e);
+	h.sh_flags = DD_SH_DIGEST2;
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_equal(dd_senc_header(e, &err, &h), 0);
+	dd_senc_free(e);
+	h.sh_chunker = DD_CHUNKER_FASTCDC;
+	h.sh_size = G_SIZE;
+	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_not_equal(dd_senc_header(e, &err, &h), 0);
+	dd_senc_free(e);
 	free(gold.p);
 }
 
@@ -659,6 +786,8 @@ static void test_cdc_rules(void **state)
 	header_patch_refused_cdc(26, 2, DD_ENOTSUP, "chunker 2");
 	header_patch_refused_cdc(20, 512 * 1024, DD_EFORMAT, "block size");
 	header_patch_refused_cdc(12, 0, DD_EFORMAT, "reserved header bytes");
+	header_patch_refused_cdc(16, DD_SH_DIGEST2, DD_EFORMAT,
+				 "digest version 2");
 	/* the encoder: a gap, a block too long */
 	memset(&s, 0, sizeof(s));
 	hdr_init(&hdr, "x", 100000);
@@ -750,7 +879,7 @@ static void test_version_feature_flags(void **state)
 	header_patch_refused(8, 2, DD_EVERSION, "version 2 is newer");
 	header_patch_refused(8, 0, DD_EFORMAT, "version 0");
 	header_patch_refused(12, 4, DD_ENOTSUP, "feature flags 0x4");
-	header_patch_refused(16, 2, DD_EFORMAT, "header flags");
+	header_patch_refused(16, 4, DD_EFORMAT, "header flags");
 	header_patch_refused(16, DD_SH_INCREMENTAL, DD_EFORMAT,
 			     "without a base");
 	header_patch_refused(20, 8192 + 1, DD_EFORMAT, "block size");
@@ -1117,7 +1246,8 @@ static void test_send_recv_fd_roundtrip(void **state)
 	assert_int_equal(info.zero_blocks, 3);
 	assert_int_equal(info.stream_bytes, s.len);
 	assert_true(info.data_bytes < 3 * RT_BS); /* compressed */
-	content_digest(img, RT_SIZE, RT_BS, want);
+	/* dd_send_fd's digest is of version 2 (holes counted by runs) */
+	content_digest_v2(img, RT_SIZE, RT_BS, want);
 	assert_memory_equal(info.digest, want, 32);
 	/* The zero blocks are holes. */
 	assert_true((uint64_t)st.st_blocks * 512 < RT_SIZE);
@@ -1129,6 +1259,34 @@ static void test_send_recv_fd_roundtrip(void **state)
 	assert_int_equal(info.data_records, 4);
 	assert_int_equal(info.ref_records, 2);
 	assert_int_equal(info.zero_blocks, 3);
+	free(s.p);
+
+	/* asked for version 1 (for an older receiver): flag clear, the
+	 * digest of version 1, the same image back */
+	{
+		dd_send_opts so = DD_SEND_OPTS_INIT;
+		struct tmpfile in;
+
+		so.digest_version = DD_DIGEST_V1;
+		s = (struct mem){0};
+		tmp_open(&in);
+		assert_int_equal(write(in.fd, img, RT_SIZE), (ssize_t)RT_SIZE);
+		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
+					    mem_write, &s), 0);
+		so.digest_version = 3;
+		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
+					    mem_write, &s), DD_EINVAL);
+		tmp_close(&in);
+		assert_int_equal(dd_get_le32(s.p + 16 + 16), 0);
+		tmp_open(&out);
+		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info),
+				 0);
+		content_digest(img, RT_SIZE, RT_BS, want);
+		assert_memory_equal(info.digest, want, 32);
+		assert_int_equal(pread(out.fd, back, RT_SIZE, 0), RT_SIZE);
+		assert_memory_equal(back, img, RT_SIZE);
+		tmp_close(&out);
+	}
 	free(back);
 	free(img);
 	free(s.p);
@@ -1922,6 +2080,7 @@ int main(void)
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_golden_fields),
 		cmocka_unit_test(test_golden_cdc),
+		cmocka_unit_test(test_golden_digest2),
 		cmocka_unit_test(test_cdc_rules),
 		cmocka_unit_test(test_truncation_every_byte),
 		cmocka_unit_test(test_every_byte_flip),
