@@ -12,7 +12,10 @@
 #    store whose DEDUP says format 5 is refused with one line;
 #  - incremental streams across versions: the sender's base of version 1
 #    and the receiver's of version 2, and the other way round, and a
-#    stream of version 1 against a base of version 2.
+#    stream of version 1 against a base of version 2;
+#  - a receive of a snapshot sent as version 1, cut and kept (-s): the
+#    rest sent as version 2 is refused by the sender (the token names the
+#    version-1 digest), sent as version 1 it completes, version 1.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BS=4096
@@ -197,4 +200,33 @@ done
 run sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$F" "$T/a1.dds"
 assert_rc 1 "receive into a store of format 5"
 assert_one_line "receive into a store of format 5"
+
+note "a resumed receive of a snapshot sent as version 1"
+# The kept receive and its token name the digest of the version that was
+# sent (format/store.md §5): the rest must be sent in the same version.
+R="$T/r" R2="$T/r2"
+"$DEDUP" init --block-size 4K "$R"
+"$DEDUP" init --block-size 4K "$R2"
+gen_random "$T/big" $((1024 * 1024)) digest2-resume
+"$DEDUP" put "$R@big" "$T/big" 2>"$T/err" || fail "put big"
+assert_eq 2 "$(features "$(manifest_of "$R" big)")" "a put's snapshot: version 2"
+"$DDSEND" --digest-version 1 "$R@big" >"$T/big1.dds" 2>"$T/err" || fail "ddsend --digest-version 1"
+assert_eq 0 "$(($(stream_flags "$T/big1.dds") & 2))" "the converted stream: version 1"
+total=$(stat -c %s "$T/big1.dds")
+run bash -c "head -c $((total / 2)) '$T/big1.dds' | '$DDRECV' -s '$R2'"
+assert_rc 1 "the stream cut, with -s"
+tok=$(grep -o 'ddr1:[0-9a-f]*:[0-9]*' "$T/err" | head -n 1 || true)
+[ -n "$tok" ] || fail "no resume token printed: $(cat "$T/err")"
+run bash -c "'$DDSEND' -t '$tok' '$R@big' | '$DDRECV' -s '$R2'"
+assert_rc 1 "the rest sent as version 2"
+assert_grep 'resume token is for another snapshot' "$T/err" "the sender refuses the token"
+"$DEDUP" ls "$R2" >"$T/ls" 2>&1 || fail "ls after the refused resume"
+assert_grep "$tok" "$T/ls" "the kept receive is still there"
+run bash -c "'$DDSEND' --digest-version 1 -t '$tok' '$R@big' | '$DDRECV' -s '$R2'"
+assert_rc 0 "the rest sent as version 1"
+"$DEDUP" get "$R2@big" "$T/big.back" 2>"$T/err" || fail "get after the resume"
+assert_same "$T/big" "$T/big.back" "the resumed snapshot"
+assert_eq 0 "$(features "$(manifest_of "$R2" big)")" "the resumed snapshot: version 1"
+run "$DEDUP" scrub "$R2"
+assert_rc 0 "scrub after the resume"
 echo "PASS [$TEST_NAME]"
