@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1141,31 +1142,44 @@ static void test_newer_format_refused(void **state)
 	th_rm_store(path);
 }
 
+/* Rewrites the `format` line of path's DEDUP from `from` to `to` (an older
+ * build's store, or one from the future). */
+static void dedup_file_set_format(const char *path, int from, int to)
+{
+	char f[4200], want[32], *text = calloc(1, 4096), *at;
+	size_t len;
+	FILE *fp;
+
+	assert_non_null(text);
+	snprintf(f, sizeof(f), "%s/DEDUP", path);
+	snprintf(want, sizeof(want), "\nformat %d\n", from);
+	fp = fopen(f, "r");
+	assert_non_null(fp);
+	len = fread(text, 1, 4095, fp);
+	fclose(fp);
+	at = strstr(text, want);
+	assert_non_null(at);
+	at[8] = (char)('0' + to);
+	fp = fopen(f, "w");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(text, 1, len, fp), len);
+	fclose(fp);
+	free(text);
+}
+
 /* A store of fixed blocks of format 2 (an older build's) is read as it
  * is, and becomes format 4 at its first put, before the snapshot -- of
  * content digest version 2 -- is written; its options stay. */
 static void test_format2_upgraded_at_put(void **state)
 {
-	char *path = th_tmp_store(), f[4200], line[256], *text;
+	char *path = th_tmp_store(), line[256];
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	dd_store_info info;
 	uint8_t *a = malloc(64 * KiB);
-	size_t len;
-	FILE *fp;
 
 	(void)state;
 	dd_store_close(s);
-	snprintf(f, sizeof(f), "%s/DEDUP", path);
-	fp = fopen(f, "r");
-	assert_non_null(fp);
-	text = calloc(1, 4096);
-	len = fread(text, 1, 4095, fp);
-	fclose(fp);
-	assert_non_null(strstr(text, "\nformat 4\n"));
-	strstr(text, "\nformat 4\n")[8] = '2';
-	fp = fopen(f, "w");
-	assert_int_equal(fwrite(text, 1, len, fp), len);
-	fclose(fp);
+	dedup_file_set_format(path, 4, 2);
 	assert_int_equal(dd_store_open(&s, path, NULL), 0);
 	assert_int_equal(dd_store_info_get(s, &info), 0);
 	assert_int_equal(info.format_version, 2);
@@ -1180,7 +1194,6 @@ static void test_format2_upgraded_at_put(void **state)
 	assert_int_equal(dd_store_open(&s, path, NULL), 0);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_store_close(s);
-	free(text);
 	free(a);
 	th_rm_store(path);
 }
@@ -1985,6 +1998,85 @@ static void test_fault_walk_put_verify(void **state)
 	th_rm_store(p.path);
 }
 
+/* The upgrade of a format-2 store to format 4 at its first put of digest
+ * version 2 (format/store.md §1), under injected faults of every class.
+ * The template holds "a", of version 1: put while another open file held
+ * STORE/lock shared, so the put could not upgrade and left format 2.
+ * Each step puts "b".  A failure is a clean error that leaves no "b" and
+ * a store of format 2 or 4 that opens, scrubs and reads "a" back exact;
+ * DEDUP is never half written.  The last step's put makes it format 4. */
+typedef struct up_walk {
+	th_tmpl st;               /* first: th_tmpl_walk_reset */
+	th_image imgs[2];
+} up_walk;
+
+static int up_walk_op(void *ctx)
+{
+	up_walk *u = ctx;
+
+	return th_put(u->st.s, "b", u->imgs[1].data, u->imgs[1].size, 50000);
+}
+
+static void up_walk_after(void *ctx, int rc)
+{
+	up_walk *u = ctx;
+	dd_snapshot_info si;
+	dd_store_info info;
+
+	if (rc) {
+		th_check_errmsg(dd_store_errmsg(u->st.s), rc);
+		assert_int_equal(dd_snapshot_stat(u->st.s, "b", &si),
+				 DD_ENOENT);
+	}
+	th_tmpl_check(&u->st, u->imgs, rc ? 1 : 2);
+	assert_int_equal(dd_store_info_get(u->st.s, &info), 0);
+	if (rc)
+		assert_true(info.format_version == 2 ||
+			    info.format_version == 4);
+	else
+		assert_int_equal(info.format_version, 4);
+}
+
+static void test_fault_walk_format2_upgrade(void **state)
+{
+	const size_t n = 96 * KiB;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	char *tmpl = th_tmp_store(), lockf[4200];
+	dd_store *s = create(tmpl, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			     DD_HASH_SHA256);
+	dd_store_info info;
+	up_walk u = {.imgs = {{"a", a, n}, {"b", b, n}}};
+	th_walk w = {.what = "format 2 to 4", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &u, .reset = th_tmpl_walk_reset,
+		     .op = up_walk_op, .after = up_walk_after};
+	int fd;
+
+	(void)state;
+	th_rng_state = 41;
+	fill_random(a, n);
+	memset(a + 16 * KiB, 0, 32 * KiB);   /* a run of holes */
+	memcpy(b, a, n);
+	fill_text(b, n / 3);
+	dd_store_close(s);
+	dedup_file_set_format(tmpl, 4, 2);
+	assert_int_equal(dd_store_open(&s, tmpl, NULL), 0);
+	snprintf(lockf, sizeof(lockf), "%s/lock", tmpl);
+	fd = open(lockf, O_RDWR | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_SH), 0);   /* "another process" */
+	assert_int_equal(th_put(s, "a", a, n, 50000), 0);
+	close(fd);
+	assert_int_equal(dd_store_info_get(s, &info), 0);
+	assert_int_equal(info.format_version, 2);
+	dd_store_close(s);
+	th_tmpl_init(&u.st, tmpl);
+	assert_true(th_fault_walk(&w) > 0);
+	th_tmpl_fini(&u.st);
+	free(a);
+	free(b);
+}
+
 /* ---- get under faults ----------------------------------------------------*/
 
 typedef struct get_walk {
@@ -2106,6 +2198,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk),
 		cmocka_unit_test(test_fault_walk_gc),
 		cmocka_unit_test(test_fault_walk_put_verify),
+		cmocka_unit_test(test_fault_walk_format2_upgrade),
 		cmocka_unit_test(test_fault_walk_get),
 		cmocka_unit_test(test_fault_walk_repair),
 	};
