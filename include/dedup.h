@@ -945,10 +945,10 @@ typedef struct dd_repair_result {
 } dd_repair_result;
 #define DD_REPAIR_RESULT_VERSION 1
 
-/* Rebuilds the catalog of the store at path (format 2; a format-1 store
- * has no manifests and gets DD_ENOTSUP).  Needs the store to itself:
- * DD_EBUSY naming the running writers, or waits (wait_for_lock, until
- * lock_timeout_ms).  Returns 0 when the new catalog is in place -- check
+/* Rebuilds the catalog of the store at path (format 2 or later; a
+ * format-1 store has no manifests and gets DD_ENOTSUP).  Needs the store
+ * to itself: DD_EBUSY naming the running writers, or waits (wait_for_lock,
+ * until lock_timeout_ms).  Returns 0 when the new catalog is in place -- check
  * out->incomplete_snapshots and damaged_manifests: a store can be repaired
  * and still have lost data.  out may be NULL.  Errors (the old catalog
  * stays): DD_ENOENT, DD_EVERSION, DD_ENOTSUP (a test-hash store), DD_EBUSY,
