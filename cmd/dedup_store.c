@@ -363,6 +363,28 @@ static void write_chunk(struct output *out, const char *p, size_t n)
 	}
 }
 
+/* Holes of the snapshot from off on, skipped in a regular output as one
+ * seek (dd_reader_next_data: a seek in the block map, not a read of
+ * zeros); returns where data starts again, or the size. */
+static uint64_t skip_holes(struct output *out, dd_reader *r, uint64_t off)
+{
+	const char *name = out->path ? out->path : "stdout";
+	uint64_t data;
+	int rc;
+
+	if (!out->regular)
+		return off;
+	rc = dd_reader_next_data(r, off, &data);
+	if (rc != 0)
+		get_fail("%s", lib_msg(dd_reader_errmsg(r), rc));
+	if (data > off) {
+		if (lseek(out->fd, (off_t)(data - off), SEEK_CUR) < 0)
+			get_fail("%s: seek: %s", name, strerror(errno));
+		out->sparse = 1;
+	}
+	return data;
+}
+
 static void finish_output(struct output *out, uint64_t size)
 {
 	const char *name = out->path ? out->path : "stdout";
@@ -472,9 +494,14 @@ int cmd_get(int argc, char **argv)
 	get_out = &out;
 	progress_init(&pg, name, size, o.verbose);
 	while (off < size) {
-		size_t want = size - off < GET_CHUNK ? (size_t)(size - off)
-						     : GET_CHUNK;
-		size_t got = 0;
+		size_t want, got = 0;
+
+		off = skip_holes(&out, r, off);
+		progress_update(&pg, off);
+		if (off >= size)
+			break;
+		want = size - off < GET_CHUNK ? (size_t)(size - off)
+					      : GET_CHUNK;
 
 		rc = o.salvage ? dd_reader_pread_salvage(r, buf, want, off,
 							 &got, salvage_note,

@@ -362,6 +362,20 @@ DD_API int dd_reader_pread_salvage(dd_reader *r, void *buf, size_t len,
 				   uint64_t off, size_t *nread,
 				   dd_salvage_cb cb, void *ctx);
 
+/* As lseek's SEEK_DATA: *data_off gets the offset of the first byte at or
+ * after off in a block that holds data, or the image's size when only
+ * holes follow (off past the end: the size).  One seek in the block map,
+ * however long the holes: a restore of a sparse image skips them (dedup
+ * get does) instead of reading zeros.  Like SEEK_DATA it may report a
+ * hole as data (a hole inside a range the reader is already decoding
+ * ahead), never data as a hole.  The holes skipped count as read for the
+ * content-digest check of reads that go forward from the image's start,
+ * which the block map proves them to be.  Errors: DD_EINVAL, DD_ECORRUPT
+ * (a map entry past the snapshot's end, or a map that does not match the
+ * digest when the skip reaches the end), DD_EIO. */
+DD_API int dd_reader_next_data(dd_reader *r, uint64_t off,
+			       uint64_t *data_off);
+
 DD_API void dd_reader_close(dd_reader *r);
 DD_API const char *dd_reader_errmsg(const dd_reader *r);
 

@@ -621,7 +621,8 @@ static int dd_reader_ra_take(dd_reader *r, uint8_t *buf, uint64_t *taken)
 	r->r_ra_off = r->r_ra_end = 0;
 	if (rc)
 		return rc;
-	memcpy(buf, r->r_ra_buf, (size_t)n);
+	if (buf)   /* NULL: a window of holes, skipped (dd_reader_next_data) */
+		memcpy(buf, r->r_ra_buf, (size_t)n);
 	*taken = n;
 	return 0;
 }
@@ -710,6 +711,87 @@ int dd_reader_pread_salvage(dd_reader *r, void *buf, size_t len,
 	r->r_salvage = NULL;
 	r->r_salvage_ctx = NULL;
 	return rc;
+}
+
+/* ---- skipping holes ------------------------------------------------------*/
+
+/* The first byte at or after off (< size) in a block the map names, or
+ * the size: the holes before it are proven by the map. */
+static int dd_reader_find_data(dd_reader *r, uint64_t off, uint64_t *to)
+{
+	uint64_t size = r->r_snap.sr_size, bs = r->r_snap.sr_block_size, pos;
+	dd_ddt_key key;
+	int rc;
+
+	if (r->r_var) {
+		rc = dd_bmap_find(r->r_cur, &r->r_err, off, &pos, &key);
+		/* an entry that ends before off: off is in the hole after it */
+		while (rc == 1 && pos + dd_bmap_len(r->r_cur) <= off)
+			rc = dd_bmap_next(r->r_cur, &r->r_err, &pos, &key);
+	} else {
+		rc = dd_bmap_seek(r->r_cur, &r->r_err, off / bs, &pos, &key);
+		if (rc == 1)
+			pos = pos < r->r_snap.sr_blocks ? pos * bs : size;
+	}
+	if (rc < 0)
+		return rc;
+	if (rc == 1 && pos >= size)
+		return dd_err_set(&r->r_err, DD_ECORRUPT, "a block map entry "
+				  "lies past the snapshot's end (damaged "
+				  "metadata; run scrub)");
+	*to = rc == 0 ? size : pos > off ? pos : off;
+	return 0;
+}
+
+/* The holes of [off, to), proven by the map, into the digest where it
+ * has taken in everything before them (a read of them would have); at
+ * the image's end, its check. */
+static int dd_reader_skip_digest(dd_reader *r, uint64_t off, uint64_t to)
+{
+	uint64_t from = r->r_var ? off : off / r->r_snap.sr_block_size;
+
+	if (r->r_dig_next == DD_DIG_OFF || r->r_dig_next < from)
+		return 0;   /* a gap: the next read stops the check */
+	return dd_reader_digest_to(r, to);
+}
+
+int dd_reader_next_data(dd_reader *r, uint64_t off, uint64_t *data_off)
+{
+	uint64_t size, to = 0, taken;
+	int rc;
+
+	if (!r)
+		return DD_EINVAL;
+	if (!data_off)
+		return dd_err_set(&r->r_err, DD_EINVAL,
+				  "dd_reader_next_data: NULL argument");
+	size = r->r_snap.sr_size;
+	*data_off = off < size ? off : size;
+	if (off >= size)
+		return 0;
+	rc = dd_reader_find_data(r, off, &to);
+	if (rc || to == off)
+		return rc;
+	if (r->r_ra_end > r->r_ra_off) {
+		if (off != r->r_ra_off) {
+			dd_reader_ra_drop(r);   /* as a read elsewhere would */
+		} else if (to < r->r_ra_end) {
+			return 0;   /* data in the window: read from off */
+		} else {
+			/* a window of holes: taken, not copied */
+			rc = dd_reader_ra_take(r, NULL, &taken);
+			if (rc)
+				return rc;
+		}
+	}
+	rc = dd_reader_skip_digest(r, off, to);
+	if (rc)
+		return rc;
+	/* the next read, at to, goes on where this left off */
+	if (r->r_next_off == off)
+		r->r_next_off = to;
+	*data_off = to;
+	return 0;
 }
 
 void dd_reader_close(dd_reader *r)

@@ -145,6 +145,16 @@ fi
 big=$(((1 << 44) - (1 << 20) + 12345))
 python3 "$GEN" --digest-version 2 "$T/v2big.dds" $big 4096 big
 holes_out "$T/v2big.dds" "$T/big.out" $big "nearly 16 TiB of holes"
+# and out of a store: get skips the holes (dd_reader_next_data, one seek
+# in the block map) instead of reading 16 TiB of zeros
+"$DEDUP" init --block-size 4K "$T/s6"
+within_1s sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$T/s6" "$T/v2big.dds"
+assert_rc 0 "receive of nearly 16 TiB of holes"
+within_1s "$DEDUP" get "$T/s6@big" "$T/big.get"
+assert_rc 0 "get of nearly 16 TiB of holes"
+assert_eq $big "$(stat -c %s "$T/big.get")" "size written by get"
+assert_eq 0 "$(stat -c %b "$T/big.get")" "get wrote holes, not zeros"
+rm -f "$T/big.get"
 
 # same_sparse A B: A and B are the same bytes, compared on the data
 # extents of either (SEEK_DATA): outside them both are holes.
@@ -205,6 +215,11 @@ run sh -c "exec \"\$0\" -q \"\$1\" <\"\$2\"" "$DDRECV" "$S3" "$T/sparse.dds"
 assert_rc 0 "receive of the sparse file's stream into a store"
 run "$DEDUP" scrub "$S3"
 assert_rc 0 "scrub after the sparse file"
+within_1s "$DEDUP" get "$S3@sparse.img" "$T/sparse.get"
+assert_rc 0 "get of the sparse file's snapshot"
+same_sparse "$T/sparse.img" "$T/sparse.get" ||
+	fail "get of the sparse file's snapshot differs"
+rm -f "$T/sparse.get"
 note "ddsend -f of a file of 70,000 data extents reads only them"
 # One 4 KiB block in every MiB: more extents than a sender could list at
 # once (it kept 65,536 and read the rest whole, 4.4 GiB of holes a pass).

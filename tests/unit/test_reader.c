@@ -338,16 +338,29 @@ static void test_damage_ahead(void **state)
  * last block of an image ending in zeros): every block reads and checks,
  * so only the content digest can tell -- and it still does, at the read
  * that reaches the end, with read-ahead feeding it. */
+/* Damages f's map of 64 KiB blocks: its last block, a hole, named as
+ * the image's first block. */
+static void fx_map_over_tail(struct fx *f)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_snap_rec rec;
+	dd_err err = {0};
+	dd_txn *txn;
+
+	dd_sha256(f->img, 64 * KiB, key.dk_hash);
+	assert_int_equal(dd_txn_begin(f->s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_snap_get(txn, &err, "a", &rec), 0);
+	assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id,
+					f->n / (64 * KiB) - 1, 0, &key), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+}
+
 static void test_digest_with_read_ahead(void **state)
 {
 	const size_t n = 9 * MiB;
 	char *path = th_tmp_store();
-	dd_ddt_key key = {.dk_variant = 0};
-	dd_snap_rec rec;
-	dd_err err = {0};
 	struct fx f;
 	dd_reader *r;
-	dd_txn *txn;
 	dd_store *s;
 	uint8_t *img, *buf;
 	size_t got;
@@ -359,12 +372,7 @@ static void test_digest_with_read_ahead(void **state)
 	s = f.s;
 	img = f.img;
 	buf = f.buf;
-	dd_sha256(img, 64 * KiB, key.dk_hash);
-	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
-	assert_int_equal(dd_snap_get(txn, &err, "a", &rec), 0);
-	assert_int_equal(dd_bmap_append(txn, &err, rec.sr_id,
-					n / (64 * KiB) - 1, 0, &key), 0);
-	assert_int_equal(dd_txn_commit(txn, &err), 0);
+	fx_map_over_tail(&f);
 	assert_int_equal(dd_reader_open(&r, s, "a"), 0);
 	for (uint64_t off = 0; off + MiB < n; off += MiB) {
 		assert_int_equal(dd_reader_pread(r, buf, MiB, off, &got), 0);
@@ -377,6 +385,102 @@ static void test_digest_with_read_ahead(void **state)
 	fx_fini(&f);
 }
 
+/* Reads the image as dedup get does: a hole skipped with
+ * dd_reader_next_data, then up to step bytes read.  Each skip lands on a
+ * block that holds data (or the end) and passes over zeros only; the
+ * bytes read are the image's.  Returns the first failure's code. */
+static int read_skipping(dd_reader *r, const uint8_t *img, size_t n,
+			 uint8_t *buf, size_t step, uint32_t bs, size_t *skipped)
+{
+	uint64_t off = 0, data;
+	size_t got;
+	int rc;
+
+	*skipped = 0;
+	while (off < n) {
+		rc = dd_reader_next_data(r, off, &data);
+		if (rc)
+			return rc;
+		assert_true(data >= off && data <= n);
+		for (uint64_t i = off; i < data; i++)
+			assert_int_equal(img[i], 0);
+		/* data, or a block boundary before it (never past data) */
+		assert_true(data == n || data == off || data % bs == 0);
+		if (data < n && data > off) {
+			bool any = false;
+
+			for (uint64_t i = data; i < data + bs && i < n; i++)
+				any |= img[i] != 0;
+			assert_true(any);
+		}
+		*skipped += (size_t)(data - off);
+		off = data;
+		if (off >= n)
+			break;
+		rc = dd_reader_pread(r, buf, step, off, &got);
+		if (rc)
+			return rc;
+		assert_memory_equal(buf, img + off, got);
+		off += got;
+	}
+	return 0;
+}
+
+/* dd_reader_next_data: the holes of an image (runs of them in the middle,
+ * and its last MiB) skipped, as a restore does, with and without
+ * read-ahead; past the end and at a data byte it returns where it was.
+ * The skips keep the content-digest check on: a map entry added over the
+ * hole at the end (see test_digest_with_read_ahead) is still caught at
+ * the read of the end, and a skip that reaches the end checks the
+ * digest itself. */
+static void test_next_data(void **state)
+{
+	const size_t n = 9 * MiB;
+	char *path = th_tmp_store();
+	struct fx f;
+	dd_reader *r;
+	uint64_t data;
+	size_t skipped;
+
+	(void)state;
+	fx_init(&f, th_create(path, 64 * KiB, 0, DD_COMPRESS_ZSTD,
+			      DD_HASH_SHA256), path, n, MiB, 8,
+		fill_mixed_zero_tail);
+	for (int ra = -1; ra <= 1; ra += 2) {
+		dd_reader_ra_mode = ra;
+		assert_int_equal(dd_reader_open(&r, f.s, "a"), 0);
+		assert_int_equal(read_skipping(r, f.img, n, f.buf, MiB,
+					       64 * KiB, &skipped), 0);
+		/* the zero tail and the runs of zeros before it */
+		assert_true(skipped >= MiB);
+		assert_int_equal(dd_reader_next_data(r, n + 5, &data), 0);
+		assert_int_equal(data, n);
+		assert_int_equal(dd_reader_next_data(r, 5, &data), 0);
+		assert_int_equal(data, 5);   /* a data byte */
+		assert_int_equal(dd_reader_next_data(r, 0, NULL), DD_EINVAL);
+		dd_reader_close(r);
+	}
+	/* the map names a block where the image has a hole, at the end */
+	fx_map_over_tail(&f);
+	for (int ra = -1; ra <= 1; ra += 2) {
+		uint8_t *want = malloc(n);
+
+		assert_non_null(want);
+		memcpy(want, f.img, n);
+		memcpy(want + n - 64 * KiB, f.img, 64 * KiB);
+		dd_reader_ra_mode = ra;
+		assert_int_equal(dd_reader_open(&r, f.s, "a"), 0);
+		assert_int_equal(read_skipping(r, want, n, f.buf, MiB,
+					       64 * KiB, &skipped),
+				 DD_ECORRUPT);
+		assert_non_null(strstr(dd_reader_errmsg(r), "content digest"));
+		dd_reader_close(r);
+		free(want);
+	}
+	dd_reader_ra_mode = 1;
+	fx_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -386,6 +490,7 @@ int main(void)
 		cmocka_unit_test(test_threads_in_turn),
 		cmocka_unit_test(test_damage_ahead),
 		cmocka_unit_test(test_digest_with_read_ahead),
+		cmocka_unit_test(test_next_data),
 	};
 
 	dd_reader_ra_mode = 1;
