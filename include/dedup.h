@@ -1040,10 +1040,11 @@ DD_API int dd_store_heal_from(dd_store *store, const dd_heal_opts *opts,
  *    tmpdir, unlinked at once) beyond it; the result is exact either way:
  *    equal to dd_store_stat of a new store with that block size holding
  *    the same images (verify off), with the same compressor and level.
- *  - DD_SCAN_SAMPLE: only blocks whose SHA-256 begins with `shift` zero
- *    bits are tracked (1 in 2^shift block contents, every copy of them);
- *    when the table reaches mem_limit, shift grows by one and half the
- *    sample is dropped, so memory stays fixed whatever the data size.
+ *  - DD_SCAN_SAMPLE: only blocks whose key (SHA-256, or XXH3 where
+ *    key_fast) begins with `shift` zero bits are tracked (1 in 2^shift
+ *    block contents, every copy of them); when the table reaches
+ *    mem_limit, shift grows by one and half the sample is dropped, so
+ *    memory stays fixed whatever the data size.
  *    Referenced and zero counts stay exact; unique counts, sizes and the
  *    histogram are estimates scaled by 2^shift, with a relative error bound
  *    at 99% confidence in the result (dedup_error, compress_error).
