@@ -104,6 +104,14 @@ static void dd_pool_stop_threads(dd_pool *pool, unsigned started)
 		pthread_join(pool->dp_threads[i].dpt_thread, NULL);
 }
 
+unsigned dd_pool_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > DD_POOL_MAX_THREADS ? DD_POOL_MAX_THREADS
+						   : (unsigned)n;
+}
+
 int dd_pool_new(dd_pool **out, unsigned threads)
 {
 	sigset_t all, old;
@@ -113,12 +121,8 @@ int dd_pool_new(dd_pool **out, unsigned threads)
 
 	if (!out || threads > DD_POOL_MAX_THREADS)
 		return DD_EINVAL;
-	if (threads == 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-		threads = n < 1 ? 1 : n > DD_POOL_MAX_THREADS ?
-			DD_POOL_MAX_THREADS : (unsigned)n;
-	}
+	if (threads == 0)
+		threads = dd_pool_cpus();
 	pool = dd_calloc(1, sizeof(*pool));
 	if (!pool)
 		return DD_ENOMEM;

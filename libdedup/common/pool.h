@@ -22,9 +22,11 @@ typedef void (*dd_pool_fn)(void *ctx, size_t item, unsigned worker);
 /* More threads than this is a misuse (dd_open_opts.threads), not a wish. */
 #define DD_POOL_MAX_THREADS 1024
 
-/* threads = 0 picks the number of online CPUs (at most
- * DD_POOL_MAX_THREADS).  The pool has `threads` background threads;
- * width is threads + 1 (the caller). */
+/* The online CPUs, 1 to DD_POOL_MAX_THREADS: what threads = 0 means. */
+unsigned dd_pool_cpus(void);
+
+/* threads = 0 picks dd_pool_cpus().  The pool has `threads` background
+ * threads; width is threads + 1 (the caller). */
 int dd_pool_new(dd_pool **out, unsigned threads);
 void dd_pool_free(dd_pool *pool);
 unsigned dd_pool_width(const dd_pool *pool);

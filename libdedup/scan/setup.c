@@ -5,7 +5,6 @@
  */
 #include <stddef.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "pack/pack.h"
@@ -87,16 +86,13 @@ int dd_scan_check_opts(dd_err *err, const dd_scan_opts *o)
  * either (3.48-3.53 s; tests/bench/bench_ab_target.sh's images). */
 static unsigned dd_scan_threads(const dd_scan *s)
 {
-	long n;
+	unsigned n = dd_pool_cpus();
 
 	if (s->s_opts.threads)
 		return s->s_opts.threads;
 	for (size_t i = 0; i < s->s_nbz; i++)
-		if (s->s_bz[i].bz_chunker != DD_CHUNKER_FIXED) {
-			n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
-			return n < 1 ? 1 : n > DD_POOL_MAX_THREADS
-				? DD_POOL_MAX_THREADS : (unsigned)n;
-		}
+		if (s->s_bz[i].bz_chunker != DD_CHUNKER_FIXED)
+			return n > 1 ? n - 1 : 1;
 	return 0;
 }
 
