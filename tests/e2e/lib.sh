@@ -54,6 +54,17 @@ run_in() {
 	set -e
 }
 
+# kept_half STREAM STORE: ddrecv -s of STREAM's first half into STORE
+# fails and keeps what arrived; sets tok to the resume token it printed.
+kept_half() {
+	local total
+	total=$(stat -c %s "$1")
+	run bash -c "head -c $((total / 2)) '$1' | '$DDRECV' -s '$2'"
+	assert_rc 1 "the first half of $1, with -s"
+	tok=$(grep -o 'ddr1:[0-9a-f]*:[0-9]*' "$T/err" | head -n 1 || true)
+	[ -n "$tok" ] || fail "no resume token printed: $(cat "$T/err")"
+}
+
 assert_eq() { # EXPECTED ACTUAL MESSAGE
 	[ "$1" = "$2" ] || fail "$3: expected '$1', got '$2'"
 }
