@@ -203,6 +203,9 @@ const char *dd_ddt_live_table(const dd_txn *txn);
 typedef int (*dd_ddt_walk_fn)(void *ctx, const dd_ddt_key *key,
 			      const dd_ddt_ent *ent);
 int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx);
+/* The number of DDT entries (live and dead) as txn sees it: LMDB's count,
+ * no walk. */
+int dd_ddt_count(dd_txn *txn, dd_err *err, uint64_t *n);
 
 /* Rewrites the live DDT into the other table in key order (full pages) and
  * makes that the live one, dropping entries with refcount 0.  *removed
@@ -246,6 +249,13 @@ int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
  * count reaching 0 recording the transaction, format/ddt.md §1) and
  * deletes its map.  Write transaction. */
 int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id);
+/* The same for a map only part of whose entries count a reference (a
+ * writer that defers its DDT changes, store/defer.h): counted says which;
+ * the others are deleted without touching the DDT. */
+typedef bool (*dd_bmap_counted_fn)(void *ctx, uint64_t pos,
+				   const dd_ddt_key *key);
+int dd_snap_drop_refs_if(dd_txn *txn, dd_err *err, uint64_t id,
+			 dd_bmap_counted_fn counted, void *ctx);
 
 /*
  * A block map entry is found by its position: the block's index in a

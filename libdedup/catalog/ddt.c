@@ -247,6 +247,17 @@ int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key)
 	return dd_table_del(txn, err, dd_ddt_tree(txn, true), &k, "ddt del");
 }
 
+int dd_ddt_count(dd_txn *txn, dd_err *err, uint64_t *n)
+{
+	MDB_stat st;
+	int rc = mdb_stat(txn->tx_mdb, txn->tx_ddt, &st);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb stat");
+	*n = st.ms_entries;
+	return 0;
+}
+
 struct dd_ddt_walk_ctx {
 	dd_ddt_walk_fn dw_fn;
 	void *dw_ctx;

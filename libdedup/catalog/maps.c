@@ -545,13 +545,19 @@ int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
 struct dd_drop_ctx {
 	dd_txn *dc_txn;
 	dd_err *dc_err;
+	dd_bmap_counted_fn dc_counted;
+	void *dc_ctx;
 };
 
 static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 {
 	struct dd_drop_ctx *dc = arg;
 	dd_ddt_ent ent;
-	int rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
+	int rc;
+
+	if (dc->dc_counted && !dc->dc_counted(dc->dc_ctx, idx, key))
+		return 0;    /* its reference was never counted */
+	rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
 
 	if (rc == DD_ENOENT)
 		return dd_err_set(dc->dc_err, DD_ECORRUPT,
@@ -568,11 +574,17 @@ static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
 }
 
-int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
+int dd_snap_drop_refs_if(dd_txn *txn, dd_err *err, uint64_t id,
+			 dd_bmap_counted_fn counted, void *ctx)
 {
-	struct dd_drop_ctx dc = {txn, err};
+	struct dd_drop_ctx dc = {txn, err, counted, ctx};
 
 	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
+}
+
+int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)
+{
+	return dd_snap_drop_refs_if(txn, err, id, NULL, NULL);
 }
 
 /* ---- packs (format/store.md §5) ------------------------------------------*/

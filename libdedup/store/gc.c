@@ -75,6 +75,8 @@ typedef struct dd_gc {
 	uint64_t *gc_end;         /* committed end per pack id (0: none) */
 	uint8_t *gc_fate;         /* per pack id: keep, drop, rewrite */
 	dd_pack **gc_held;        /* per pack id: gc's handle, locked */
+	dd_defer_set gc_defer;    /* pending maps that count part of their
+				     entries (store/defer.h) */
 	dd_gc_keys gc_move;       /* live entries of rewritten packs */
 	dd_gc_keys gc_free;       /* dead entries to delete */
 	dd_pack *gc_new;          /* where moved blocks go */
@@ -140,8 +142,11 @@ static int dd_gc_check_map(void *arg, uint64_t id, uint64_t idx,
 {
 	dd_gc *gc = arg;
 	dd_ddt_ent ent;
-	int rc = dd_ddt_get(gc->gc_txn, gc->gc_err, key, &ent);
+	int rc;
 
+	if (!dd_defer_set_counted(&gc->gc_defer, id, idx, key))
+		return 0;   /* a deferring writer's, not applied yet */
+	rc = dd_ddt_get(gc->gc_txn, gc->gc_err, key, &ent);
 	if (rc == DD_ENOENT || (rc == 0 && ent.de_refcnt == 0))
 		return dd_err_set(gc->gc_err, DD_ECORRUPT, "block %llu of map "
 				  "%llu is in use but its ddt entry counts no "
@@ -348,6 +353,8 @@ static int dd_gc_read_phase(dd_gc *gc, double below, uint64_t **new_off)
 	 * with dd_gc_check_map every block a committed snapshot needs has a
 	 * reference counted */
 	rc = dd_snap_walk(gc->gc_txn, gc->gc_err, dd_gc_check_manifest, gc);
+	if (!rc)
+		rc = dd_defer_set_load(gc->gc_txn, gc->gc_err, &gc->gc_defer);
 	if (!rc)
 		rc = dd_bmap_walk_all(gc->gc_txn, gc->gc_err, dd_gc_check_map,
 				      gc);
@@ -594,6 +601,7 @@ static void dd_gc_free_state(dd_gc *gc, bool committed)
 		dd_gc_drop_new(gc);
 	dd_pack_close(gc->gc_new);
 	dd_free(gc->gc_held);
+	dd_defer_set_free(&gc->gc_defer);
 	dd_free(gc->gc_live);
 	dd_free(gc->gc_end);
 	dd_free(gc->gc_fate);

@@ -31,6 +31,7 @@
 
 #include "common/alloc.h"
 #include "common/io.h"
+#include "store/defer.h"
 #include "store/manifest.h"
 #include "store/store_internal.h"
 
@@ -148,29 +149,39 @@ void dd_store_leave(dd_store *s, int lockfd)
 /* ---- dead writers' pending snapshots ------------------------------------------*/
 
 /* Pending ids to roll back: dead writers', but not a resumable receive's
- * (kept with its state for dd_replica_resume). */
+ * (kept with its state for dd_replica_resume); a deferring put's with its
+ * mark (defer.h). */
 struct dd_pend_ids {
 	dd_store *pi_store;
 	dd_err *pi_err;
 	uint64_t *pi_id;
+	dd_defer_mark *pi_mark;   /* a deferring writer's, or dm_done = all */
 	size_t pi_n, pi_cap;
 };
 
 static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
 {
 	struct dd_pend_ids *pi = arg;
+	dd_defer_mark m = {.dm_done = UINT64_MAX};
 
-	if (rec->pr_state_len || dd_writer_alive(pi->pi_store, id))
+	if ((rec->pr_state_len && !dd_defer_decode(rec, &m)) ||
+	    dd_writer_alive(pi->pi_store, id))
 		return 0;
 	if (pi->pi_n == pi->pi_cap) {
 		size_t n = pi->pi_cap ? pi->pi_cap * 2 : 8;
 		uint64_t *ids = dd_realloc(pi->pi_id, n * sizeof(*ids));
+		dd_defer_mark *marks;
 
 		if (!ids)
 			return dd_err_set(pi->pi_err, DD_ENOMEM, "out of memory");
 		pi->pi_id = ids;
+		marks = dd_realloc(pi->pi_mark, n * sizeof(*marks));
+		if (!marks)
+			return dd_err_set(pi->pi_err, DD_ENOMEM, "out of memory");
+		pi->pi_mark = marks;
 		pi->pi_cap = n;
 	}
+	pi->pi_mark[pi->pi_n] = m;
 	pi->pi_id[pi->pi_n++] = id;
 	return 0;
 }
@@ -182,7 +193,7 @@ static int dd_pend_collect(void *arg, uint64_t id, const dd_pend_rec *rec)
  * is a dead writer's.  A read first: most of the time there is none. */
 static int dd_recover_pending(dd_store *s, dd_err *err)
 {
-	struct dd_pend_ids pi = {s, err, NULL, 0, 0};
+	struct dd_pend_ids pi = {.pi_store = s, .pi_err = err};
 	dd_txn *txn;
 	int rc = dd_txn_begin(s->st_db, err, false, &txn);
 
@@ -192,17 +203,21 @@ static int dd_recover_pending(dd_store *s, dd_err *err)
 	dd_txn_abort(txn);
 	if (rc || pi.pi_n == 0) {
 		dd_free(pi.pi_id);
+		dd_free(pi.pi_mark);
 		return rc;
 	}
 	pi.pi_n = 0;
 	rc = dd_txn_begin(s->st_db, err, true, &txn);
 	if (rc) {
 		dd_free(pi.pi_id);
+		dd_free(pi.pi_mark);
 		return rc;
 	}
 	rc = dd_pend_walk(txn, err, dd_pend_collect, &pi);
 	for (size_t i = 0; !rc && i < pi.pi_n; i++) {
-		rc = dd_snap_drop_refs(txn, err, pi.pi_id[i]);
+		/* a deferring writer's map counts only what its mark says */
+		rc = dd_snap_drop_refs_if(txn, err, pi.pi_id[i],
+					  dd_defer_counted_cb, &pi.pi_mark[i]);
 		if (!rc)
 			rc = dd_pend_del(txn, err, pi.pi_id[i]);
 	}
@@ -211,6 +226,7 @@ static int dd_recover_pending(dd_store *s, dd_err *err)
 	else
 		dd_txn_abort(txn);
 	dd_free(pi.pi_id);
+	dd_free(pi.pi_mark);
 	return rc;
 }
 

@@ -33,6 +33,7 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "common/hmap.h"
+#include "store/defer.h"
 #include "store/store_internal.h"
 
 #define DD_SCRUB_ROUND 256
@@ -74,6 +75,7 @@ typedef struct dd_scrub {
 	size_t sc_nsnap, sc_capsnap;
 	/* pass 4: key -> block-map entries naming it; entries that differ */
 	dd_hmap *sc_refs;
+	dd_defer_set sc_defer;    /* pending maps counting part of theirs */
 	uint64_t sc_nwrong;
 	dd_ddt_key sc_wrong_key;
 	uint64_t sc_wrong_refcnt, sc_wrong_refs;
@@ -608,8 +610,8 @@ static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
 	uint64_t n = 0;
 	int rc;
 
-	(void)id;
-	(void)idx;
+	if (!dd_defer_set_counted(&sc->sc_defer, id, idx, key))
+		return 0;   /* a deferring writer's, not applied yet */
 	dd_ddt_key_flat(key, k);
 	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
 	if (rc && rc != DD_ENOENT)
@@ -645,10 +647,13 @@ static int dd_scrub_refs(dd_scrub *sc)
 			     NULL);
 
 	if (!rc)
+		rc = dd_defer_set_load(sc->sc_txn, sc->sc_err, &sc->sc_defer);
+	if (!rc)
 		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err,
 				      dd_scrub_ref_count, sc);
 	if (!rc)
 		rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ref_check, sc);
+	dd_defer_set_free(&sc->sc_defer);
 	dd_hmap_free(sc->sc_refs);
 	sc->sc_refs = NULL;
 	if (rc || sc->sc_nwrong == 0)

@@ -237,6 +237,12 @@ void dd_scratch_fini(dd_scratch *sc);
 
 /* Logical bytes between a writer's intermediate commits (tests lower it). */
 extern uint64_t dd_writer_commit_bytes;
+/* A deferring writer (store/defer.h) flushes its DDT changes once it holds
+ * max(dd_writer_defer_min, min(DDT entries / 2, dd_writer_defer_max)) ops,
+ * dd_writer_flush_keys distinct keys per write transaction; defer_min 0:
+ * no writer defers.  Tests lower them. */
+extern uint64_t dd_writer_defer_min, dd_writer_defer_max;
+extern uint32_t dd_writer_flush_keys;
 
 /* ---- reader.c ----------------------------------------------------------*/
 

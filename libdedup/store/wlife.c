@@ -54,7 +54,7 @@ static int dd_name_pend_each(void *arg, uint64_t id, const dd_pend_rec *rec)
 		np->np_own = true;
 	else if (dd_writer_alive(np->np_w->w_store, id))
 		np->np_live = id;
-	else if (rec->pr_state_len)
+	else if (dd_pend_is_receive(rec))
 		np->np_kept = id;
 	else
 		np->np_dead = id;
@@ -112,7 +112,7 @@ static int dd_writer_reserve_txn(dd_writer *w, dd_txn *txn)
 	if (!rc)
 		rc = dd_meta_put_u64(txn, &w->w_err, "snap.next", w->w_id + 1);
 	if (!rc)
-		rc = dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
+		rc = dd_writer_pend_put(w, txn, w->w_defer);
 	return rc;
 }
 
@@ -195,6 +195,10 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	w->w_bs = s->st_block_size;
 	w->w_id = resume_id;
 	w->w_receive = receive;
+	/* a receive keeps a resumable state of its own; verify mode may pick
+	 * another variant of a key at the commit, which the block map of an
+	 * earlier interval would then not have */
+	w->w_defer = !receive && !s->st_verify && dd_writer_defer_setup(w);
 	w->w_lockfd = -1;
 	w->w_regfd = -1;
 	snprintf(w->w_name, sizeof(w->w_name), "%s", name);
@@ -290,7 +294,7 @@ static int dd_kept_of_name(void *arg, uint64_t id, const dd_pend_rec *rec)
 {
 	struct dd_name_pend *np = arg;
 
-	if (!np->np_kept && rec->pr_state_len && id < np->np_w->w_id &&
+	if (!np->np_kept && dd_pend_is_receive(rec) && id < np->np_w->w_id &&
 	    !strcmp(rec->pr_name, np->np_w->w_name) &&
 	    !dd_writer_alive(np->np_w->w_store, id))
 		np->np_kept = id;
@@ -350,7 +354,7 @@ int dd_writer_finish(dd_writer *w, const uint8_t *expect_digest)
 	 * from that map -- from here on the snapshot is committed --; then
 	 * the catalog records it.  Should that last commit fail, the
 	 * publication is taken back: a failed commit leaves no snapshot. */
-	rc = dd_writer_sync_commit(w);
+	rc = dd_writer_sync_commit_last(w);
 	w->w_on_commit = NULL; /* done: no state to keep */
 	if (!rc)
 		rc = dd_writer_publish(w, &rec);

@@ -26,6 +26,7 @@
  * writers wait for the LMDB lock only as long as that transaction, a few
  * milliseconds per thousand blocks.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,16 @@
  * small image commit several times (store_internal.h). */
 uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
 #define DD_WRITER_COMMIT_BLOCKS 8192u
+
+/* A deferring writer's flushes (store/defer.h).  Half the DDT's entries
+ * per flush: each leaf page it rewrites then takes a dozen changes or
+ * more, whatever the table's size; at most 512 Ki ops (about 48 MiB of
+ * ops, sort order and key index), which bounds what the writer owns.  A
+ * flush transaction applies 8192 distinct keys, as a commit interval
+ * did, which bounds LMDB's dirty pages in the heap. */
+uint64_t dd_writer_defer_min = 65536;
+uint64_t dd_writer_defer_max = 524288;
+uint32_t dd_writer_flush_keys = 8192;
 
 /* ---- the ops list and its key index -------------------------------------*/
 
@@ -136,6 +147,7 @@ void dd_wops_reset(dd_wops *wo)
 		memset(wo->wo_ix, 0, wo->wo_ixcap * sizeof(*wo->wo_ix));
 	wo->wo_n = 0;
 	wo->wo_nnew = 0;
+	wo->wo_mapped = 0;
 }
 
 void dd_wops_free(dd_wops *wo)
@@ -249,12 +261,10 @@ static int dd_apply_new(dd_writer *w, dd_wop *op, uint64_t refs)
 static int dd_wop_cmp(const void *a, const void *b)
 {
 	const dd_wop *x = *(dd_wop *const *)a, *y = *(dd_wop *const *)b;
-	int c = memcmp(x->op_key.dk_hash, y->op_key.dk_hash, DD_HASH_SIZE);
+	int c = dd_ddt_key_cmp(&x->op_key, &y->op_key);
 
 	if (c)
 		return c;
-	if (x->op_key.dk_variant != y->op_key.dk_variant)
-		return x->op_key.dk_variant < y->op_key.dk_variant ? -1 : 1;
 	return x < y ? -1 : x > y;
 }
 
@@ -295,15 +305,13 @@ static int dd_apply_run(dd_writer *w, dd_wop **run, size_t n)
 	return rc;
 }
 
-/* The interval's DDT changes in key order, one update per key; then its
- * block map in the image's order. */
-static int dd_apply_ops(dd_writer *w)
+/* wo_ord: the ops in the commit's order. */
+static int dd_wops_sort(dd_writer *w)
 {
 	dd_wops *wo = &w->w_ops;
-	int rc = 0;
 
 	if (!wo->wo_n)
-		return 0;                /* holes only */
+		return 0;
 	if (wo->wo_n > wo->wo_ordcap) {
 		dd_wop **ord = dd_realloc(wo->wo_ord, wo->wo_cap * sizeof(*ord));
 
@@ -315,21 +323,51 @@ static int dd_apply_ops(dd_writer *w)
 	for (size_t i = 0; i < wo->wo_n; i++)
 		wo->wo_ord[i] = &wo->wo_op[i];
 	qsort(wo->wo_ord, wo->wo_n, sizeof(*wo->wo_ord), dd_wop_cmp);
-	for (size_t i = 0, j; !rc && i < wo->wo_n; i = j) {
-		for (j = i + 1; j < wo->wo_n &&
-				dd_key_eq(&wo->wo_ord[j]->op_key,
-					  &wo->wo_ord[i]->op_key); j++)
-			;
-		rc = dd_apply_run(w, wo->wo_ord + i, j - i);
-	}
-	for (size_t i = 0; !rc && i < wo->wo_n; i++) {
-		const dd_wop *op = &wo->wo_op[i];
+	return 0;
+}
+
+/* The end of the run of one key's ops that starts at wo_ord[i]. */
+static size_t dd_wops_run_end(const dd_wops *wo, size_t i)
+{
+	size_t j = i + 1;
+
+	while (j < wo->wo_n && dd_key_eq(&wo->wo_ord[j]->op_key,
+					 &wo->wo_ord[i]->op_key))
+		j++;
+	return j;
+}
+
+/* Appends the block map of the ops not in it yet, in the image's order. */
+static int dd_wops_map(dd_writer *w)
+{
+	dd_wops *wo = &w->w_ops;
+	int rc = 0;
+
+	for (; !rc && wo->wo_mapped < wo->wo_n; wo->wo_mapped++) {
+		const dd_wop *op = &wo->wo_op[wo->wo_mapped];
 
 		rc = dd_bmap_append_block(w->w_txn, &w->w_err, w->w_id,
 					  op->op_idx, op->op_ioff,
 					  op->op_lsize, &op->op_key);
 	}
 	return rc;
+}
+
+/* The interval's DDT changes in key order, one update per key; then its
+ * block map in the image's order. */
+static int dd_apply_ops(dd_writer *w)
+{
+	dd_wops *wo = &w->w_ops;
+	int rc;
+
+	if (!wo->wo_n)
+		return 0;                /* holes only */
+	rc = dd_wops_sort(w);
+	for (size_t i = 0, j; !rc && i < wo->wo_n; i = j) {
+		j = dd_wops_run_end(wo, i);
+		rc = dd_apply_run(w, wo->wo_ord + i, j - i);
+	}
+	return rc ? rc : dd_wops_map(w);
 }
 
 bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks)
@@ -346,34 +384,184 @@ static void dd_writer_probe_park(dd_writer *w)
 		dd_txn_reset(w->w_probe[i]);
 }
 
-int dd_writer_sync_commit(dd_writer *w)
+/* Commits w_txn, or aborts it when rc says a step failed. */
+static int dd_writer_txn_end(dd_writer *w, int rc)
 {
+	if (rc)
+		dd_txn_abort(w->w_txn);
+	else
+		rc = dd_txn_commit(w->w_txn, &w->w_err);
+	w->w_txn = NULL;
+	return rc;
+}
+
+/* ---- deferring writers (store/defer.h) -----------------------------------*/
+
+static int dd_writer_pend_mark(dd_writer *w, dd_txn *txn,
+			       const dd_defer_mark *m)
+{
+	uint8_t state[DD_DEFER_STATE_SIZE];
+
+	dd_defer_encode(m, state);
+	return dd_pend_put_state(txn, &w->w_err, w->w_id, w->w_name, state,
+				 sizeof(state));
+}
+
+int dd_writer_pend_put(dd_writer *w, dd_txn *txn, bool deferring)
+{
+	if (!deferring)
+		return dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
+	memset(&w->w_mark, 0, sizeof(w->w_mark));
+	return dd_writer_pend_mark(w, txn, &w->w_mark);
+}
+
+/* An op's block-map key, as dd_bmap_append_block chooses it: a block
+ * index, or a content-defined block's offset (format/store.md §4.2). */
+static uint64_t dd_wop_pos(const dd_writer *w, const dd_wop *op)
+{
+	return dd_db_varblock(w->w_store->st_db) ? op->op_ioff : op->op_idx;
+}
+
+bool dd_writer_defer_setup(dd_writer *w)
+{
+	const char *v = getenv("DEDUP_DEFER_OPS");
+	char *end;
+	unsigned long long n;
+
+	w->w_defer_min = dd_writer_defer_min;
+	w->w_defer_max = dd_writer_defer_max;
+	if (v && *v && *v != '-') {
+		errno = 0;
+		n = strtoull(v, &end, 10);
+		if (!errno && !*end)
+			w->w_defer_min = w->w_defer_max = n;
+	}
+	return w->w_defer_min != 0;
+}
+
+/* Ops to gather before a flush, for a DDT of `entries`. */
+static uint64_t dd_writer_defer_due(const dd_writer *w, uint64_t entries)
+{
+	uint64_t due = entries / 2;
+
+	if (due > w->w_defer_max)
+		due = w->w_defer_max;
+	return due < w->w_defer_min ? w->w_defer_min : due;
+}
+
+/* A deferring writer's interval: its block map appended (not counted:
+ * the mark is beyond it) and its packs' ends recorded.  *flush is set
+ * when the ops gathered call for a flush. */
+static int dd_writer_commit_interval(dd_writer *w, bool *flush)
+{
+	uint64_t entries = 0;
+	int rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
+
+	if (rc)
+		return rc;
+	rc = dd_wops_map(w);
+	if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
+		rc = w->w_on_commit(w->w_on_commit_ctx);
+	if (!rc)
+		rc = dd_writer_record_packs(w);
+	if (!rc && !*flush)
+		rc = dd_ddt_count(w->w_txn, &w->w_err, &entries);
+	rc = dd_writer_txn_end(w, rc);
+	if (!rc && !*flush)
+		*flush = w->w_ops.wo_n >= dd_writer_defer_due(w, entries);
+	return rc;
+}
+
+/* Applies every op held, in key order, dd_writer_flush_keys keys per write
+ * transaction; each moves the mark past the keys it applied, so that a
+ * crash between them leaves a map whose counted entries are exactly the
+ * DDT's (recovery rolls it back by the mark).  The last takes the mark
+ * out of the `pend` value when the snapshot is about to be published. */
+static int dd_writer_flush(dd_writer *w, bool last)
+{
+	dd_wops *wo = &w->w_ops;
+	dd_defer_mark m = w->w_mark;
+	size_t i = 0;
+	int rc = dd_wops_sort(w);
+
+	if (wo->wo_n)
+		m.dm_end = dd_wop_pos(w, &wo->wo_op[wo->wo_n - 1]) + 1;
+	for (bool done = false; !rc && !done;) {
+		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true,
+				  &w->w_txn);
+		if (rc)
+			break;
+		for (uint32_t keys = 0; !rc && i < wo->wo_n &&
+					keys < dd_writer_flush_keys; keys++) {
+			size_t j = dd_wops_run_end(wo, i);
+
+			rc = dd_apply_run(w, wo->wo_ord + i, j - i);
+			i = j;
+		}
+		done = i == wo->wo_n;
+		if (done) {
+			m.dm_done = m.dm_end;
+			memset(&m.dm_key, 0, sizeof(m.dm_key));
+		} else {
+			m.dm_key = wo->wo_ord[i]->op_key;
+		}
+		if (!rc)
+			rc = done && last ? dd_pend_put(w->w_txn, &w->w_err,
+							w->w_id, w->w_name)
+					  : dd_writer_pend_mark(w, w->w_txn,
+								&m);
+		rc = dd_writer_txn_end(w, rc);
+		if (!rc)
+			w->w_mark = m;
+	}
+	return rc;
+}
+
+static int dd_writer_sync_commit_as(dd_writer *w, bool last)
+{
+	bool flush = last || !w->w_defer;
 	int rc;
 
 	dd_writer_probe_park(w);
 	dd_txn_reset(w->w_rtxn);
 	/* data before the metadata that names it (invariant 1) */
 	rc = dd_writer_sync_packs(w);
-	if (!rc)
-		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
 	if (rc)
 		return rc;
-	rc = dd_apply_ops(w);
-	if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
-		rc = w->w_on_commit(w->w_on_commit_ctx);
-	if (!rc)
-		rc = dd_writer_record_packs(w);
-	if (rc)
-		dd_txn_abort(w->w_txn);
-	else
-		rc = dd_txn_commit(w->w_txn, &w->w_err);
-	w->w_txn = NULL;
+	if (w->w_defer) {
+		rc = dd_writer_commit_interval(w, &flush);
+		if (!rc && flush)
+			rc = dd_writer_flush(w, last);
+	} else {
+		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true,
+				  &w->w_txn);
+		if (rc)
+			return rc;
+		rc = dd_apply_ops(w);
+		if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
+			rc = w->w_on_commit(w->w_on_commit_ctx);
+		if (!rc)
+			rc = dd_writer_record_packs(w);
+		rc = dd_writer_txn_end(w, rc);
+	}
 	if (rc)
 		return rc;
+	w->w_uncommitted = 0;
+	w->w_uncommitted_blocks = 0;
+	if (!flush)
+		return 0;   /* the ops stay, and the packs they name locked */
 	dd_writer_close_full(w);
 	dd_wops_reset(&w->w_ops);
 	w->w_ncommit++;
-	w->w_uncommitted = 0;
-	w->w_uncommitted_blocks = 0;
 	return 0;
+}
+
+int dd_writer_sync_commit(dd_writer *w)
+{
+	return dd_writer_sync_commit_as(w, false);
+}
+
+int dd_writer_sync_commit_last(dd_writer *w)
+{
+	return dd_writer_sync_commit_as(w, true);
 }

@@ -16,6 +16,7 @@
 #define DD_STORE_WRITER_INTERNAL_H
 
 #include "chunk/pipeline.h"
+#include "store/defer.h"
 #include "store/store_internal.h"
 
 #define DD_WRITER_BATCH_BYTES ((size_t)4 << 20)
@@ -66,6 +67,8 @@ typedef struct dd_wops {
 	size_t wo_nnew;
 	dd_wop **wo_ord;          /* the commit's order (wops.c) */
 	size_t wo_ordcap;
+	size_t wo_mapped;         /* ops whose block-map entries are in the
+				     catalog (a deferring writer's, below) */
 } dd_wops;
 
 void dd_wops_free(dd_wops *wo);
@@ -94,7 +97,13 @@ struct dd_writer {
 	dd_txn *w_rtxn;           /* lookups: renewed per batch, parked
 				     between */
 	dd_txn *w_txn;            /* a commit's write txn, while it runs */
-	dd_wops w_ops;            /* this commit interval's decisions */
+	dd_wops w_ops;            /* this commit interval's decisions; a
+				     deferring writer's, every interval's
+				     since its last flush */
+	bool w_defer;             /* DDT changes deferred across intervals
+				     (store/defer.h): a put without verify */
+	dd_defer_mark w_mark;     /* its mark, as its `pend` value has it */
+	uint64_t w_defer_min, w_defer_max; /* ops before a flush (wops.c) */
 	dd_pack *w_pack;          /* active pack, writable and locked; NULL
 				     until the first new block */
 	dd_pack **w_full;         /* packs filled this interval: synced and
@@ -108,8 +117,10 @@ struct dd_writer {
 	 * every commit, and the store's codec contexts, for the pipeline */
 	unsigned w_nworkers;
 	dd_txn **w_probe;
-	uint64_t w_ncommit;       /* commits so far: a probe's answer of no
-				     holds only until the next (writer.c) */
+	uint64_t w_ncommit;       /* commits that applied DDT changes so far
+				     (a deferring writer's flushes): a
+				     probe's answer of no holds only until
+				     the next (writer.c) */
 	dd_codec_ctx **w_zctx;
 	dd_digest *w_digest;
 	int w_dv;                 /* the snapshot's content digest version
@@ -193,6 +204,17 @@ bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks);
  * appended), runs the commit hook, records the packs' ends.  Every NEW op
  * must be placed. */
 int dd_writer_sync_commit(dd_writer *w);
+/* The same for the last interval: a deferring writer applies every DDT
+ * change it holds, and its `pend` value loses its mark (every block-map
+ * entry counts now), before the manifest is published. */
+int dd_writer_sync_commit_last(dd_writer *w);
+/* The pending record a writer begins with: a deferring writer's holds its
+ * mark (nothing counted yet). */
+int dd_writer_pend_put(dd_writer *w, dd_txn *txn, bool deferring);
+/* Does a new put defer (store/defer.h)?  Sets its flush thresholds:
+ * dd_writer_defer_min/_max, or both DEDUP_DEFER_OPS from the environment
+ * (decimal; 0: no deferring). */
+bool dd_writer_defer_setup(dd_writer *w);
 
 /* Adds the snapshot record (w_size, w_blocks, w_zero, the digest) and
  * commits: the snapshot becomes visible.  When expect_digest is not NULL

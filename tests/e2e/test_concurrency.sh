@@ -117,7 +117,9 @@ pending_refs() {
 }
 gen_random "$T/victim" $((48 * MIB)) conc-victim
 mkfifo "$T/fifo"
-"$DEDUP" put "$S@victim" - <"$T/fifo" 2>"$T/victim.err" &
+# it flushes its deferred DDT changes every 8192 ops (format/store.md
+# §7.2), so that they count while it runs
+DEDUP_DEFER_OPS=8192 "$DEDUP" put "$S@victim" - <"$T/fifo" 2>"$T/victim.err" &
 vpid=$!
 PIDS+=("$vpid")
 exec 8>"$T/fifo"
