@@ -26,6 +26,7 @@
 #include "helpers.h"
 #include "common/faults.h"
 #include "hash/hash.h"
+#include "store/defer.h"
 #include "store/store_internal.h"
 
 #define KiB 1024u
@@ -2032,6 +2033,63 @@ static void test_fault_walk_put_defer(void **state)
 	dd_writer_flush_keys = 8192;
 }
 
+/* A deferring writer's mark in its pend value (format/store.md §7.2):
+ * tests/golden/pend_mark_v2.bin, written from the spec's table by hand
+ * (done 2^32 + 2, end 2^32 + 0x2345, hash a0..bf, variant 1), decodes to
+ * those fields and is what the encoder writes; which entries it counts;
+ * a receive's state is not a mark. */
+static void test_defer_mark_golden(void **state)
+{
+	dd_pend_rec rec = {.pr_name = "x"};
+	dd_defer_mark m, want = {.dm_done = ((uint64_t)1 << 32) + 2,
+				 .dm_end = ((uint64_t)1 << 32) + 0x2345};
+	uint8_t enc[DD_DEFER_STATE_SIZE];
+	dd_ddt_key k;
+	FILE *f = fopen(DD_GOLDEN_DIR "/pend_mark_v2.bin", "rb");
+
+	(void)state;
+	assert_non_null(f);
+	rec.pr_state_len = fread(rec.pr_state, 1, sizeof(rec.pr_state), f);
+	fclose(f);
+	assert_int_equal(rec.pr_state_len, DD_DEFER_STATE_SIZE);
+	for (int i = 0; i < DD_HASH_SIZE; i++)
+		want.dm_key.dk_hash[i] = (uint8_t)(0xa0 + i);
+	want.dm_key.dk_variant = 1;
+	assert_true(dd_defer_decode(&rec, &m));
+	assert_false(dd_pend_is_receive(&rec));
+	assert_true(m.dm_done == want.dm_done && m.dm_end == want.dm_end);
+	assert_memory_equal(&m.dm_key, &want.dm_key, sizeof(m.dm_key));
+	dd_defer_encode(&want, enc);
+	assert_memory_equal(enc, rec.pr_state, sizeof(enc));
+
+	/* below done: counted whatever the key; in [done, end): only keys
+	 * below the mark's, hash first, then variant; at end and beyond: no */
+	k = want.dm_key;
+	assert_true(dd_defer_counted(&m, want.dm_done - 1, &k));
+	assert_false(dd_defer_counted(&m, want.dm_done, &k));
+	k.dk_variant = 0;
+	assert_true(dd_defer_counted(&m, want.dm_done, &k));
+	assert_false(dd_defer_counted(&m, want.dm_end, &k));
+	k = want.dm_key;
+	k.dk_hash[31]--;
+	k.dk_variant = 9;
+	assert_true(dd_defer_counted(&m, want.dm_end - 1, &k));
+	k.dk_hash[0]++;
+	k.dk_variant = 0;
+	assert_false(dd_defer_counted(&m, want.dm_done, &k));
+
+	/* a receive's state (version 1, 69 bytes), or a mark's bytes of
+	 * another version or length, is not a mark */
+	rec.pr_state[0] = 1;
+	assert_false(dd_defer_decode(&rec, &m));
+	assert_true(dd_pend_is_receive(&rec));
+	rec.pr_state[0] = DD_DEFER_STATE_VERSION;
+	rec.pr_state_len = 69;
+	assert_false(dd_defer_decode(&rec, &m));
+	rec.pr_state_len = 0;
+	assert_false(dd_pend_is_receive(&rec));
+}
+
 /* The upgrade of a format-2 store to format 4 at its first put of digest
  * version 2 (format/store.md §1), under injected faults of every class.
  * The template holds "a", of version 1: put while another open file held
@@ -2233,6 +2291,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_gc),
 		cmocka_unit_test(test_fault_walk_put_verify),
 		cmocka_unit_test(test_fault_walk_put_defer),
+		cmocka_unit_test(test_defer_mark_golden),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
 		cmocka_unit_test(test_fault_walk_get),
 		cmocka_unit_test(test_fault_walk_repair),
