@@ -174,8 +174,10 @@ static void put_summary(const dd_writer *w, const char *name, uint64_t bytes,
 		if (have)
 			printf(", \"blocks\": %" PRIu64 ", \"zero_blocks\": %"
 			       PRIu64 ", \"new_blocks\": %" PRIu64
-			       ", \"new_bytes\": %" PRIu64, ws.blocks,
-			       ws.zero_blocks, ws.new_blocks, ws.new_bytes);
+			       ", \"new_bytes\": %" PRIu64
+			       ", \"map_blocks\": %" PRIu64, ws.blocks,
+			       ws.zero_blocks, ws.new_blocks, ws.new_bytes,
+			       ws.map_blocks);
 		printf(", \"seconds\": %.3f}\n", secs);
 		return;
 	}

@@ -313,8 +313,14 @@ typedef struct dd_writer_stats {
 	uint64_t new_bytes;        /* their bytes in the packs: compressed
 				      payload + record header
 				      (format/pack.md) */
+	/* version 2: */
+	uint64_t map_blocks;       /* blocks a re-put found in the block map
+				      of the snapshot it repeats, at the same
+				      index, without a dedup-table lookup
+				      (fixed blocks read from a file, store
+				      without verify) */
 } dd_writer_stats;
-#define DD_WRITER_STATS_VERSION 1
+#define DD_WRITER_STATS_VERSION 2
 
 /* Errors: DD_EINVAL (NULL, or a version this build does not know). */
 DD_API int dd_writer_stats_get(const dd_writer *w, dd_writer_stats *out);

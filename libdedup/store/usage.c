@@ -17,6 +17,7 @@
  * each record's payload and header (format/pack.md).  Lost blocks
  * (DD_DDE_MISSING) hold none.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "common/hmap.h"
@@ -134,7 +135,7 @@ int dd_writer_stats_get(const dd_writer *w, dd_writer_stats *out)
 		return DD_EINVAL;
 	if (out->version == 0 || out->version > DD_WRITER_STATS_VERSION)
 		return DD_EINVAL;
-	*out = (dd_writer_stats){
+	dd_writer_stats st = {
 		.version = out->version,
 		.bytes = w->w_size,
 		.blocks = w->w_blocks,
@@ -142,6 +143,12 @@ int dd_writer_stats_get(const dd_writer *w, dd_writer_stats *out)
 		.new_blocks = w->w_new_blocks,
 		.new_lsize = w->w_new_lsize,
 		.new_bytes = w->w_new_bytes,
+		.map_blocks = w->w_map_blocks,
 	};
+
+	/* a caller of version 1 has the smaller struct */
+	memcpy(out, &st, out->version == 1 ? offsetof(dd_writer_stats,
+						      map_blocks)
+					   : sizeof(st));
 	return 0;
 }

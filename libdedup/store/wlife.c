@@ -242,6 +242,7 @@ void dd_writer_release(dd_writer *w, bool recover)
 {
 	dd_store *s = w->w_store;
 
+	dd_wloc_free(w);   /* its cursors before their txns */
 	dd_writer_txns_end(w);
 	dd_writer_close_packs(w);
 	dd_writer_unregister(s, w->w_id, w->w_regfd);

@@ -83,21 +83,31 @@ int dd_writer_renew(dd_writer *w)
  * moved to the newest commit only after each commit parks it (a
  * transaction per probe would cost the guard's page checks afresh every
  * time). */
+static dd_txn *dd_writer_probe_txn(dd_writer *w, unsigned worker)
+{
+	dd_txn **t = &w->w_probe[worker];
+	dd_err err;
+
+	if (!*t && dd_txn_begin(w->w_store->st_db, &err, false, t)) {
+		*t = NULL;
+		return NULL;
+	}
+	if (dd_txn_renew(*t, &err))   /* nothing unless parked */
+		return NULL;
+	return *t;
+}
+
 static int dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
 			   unsigned worker)
 {
-	dd_txn **t = &w->w_probe[worker];
+	dd_txn *t = dd_writer_probe_txn(w, worker);
 	dd_ddt_ent ent;
 	dd_err err;
 	int rc;
 
-	if (!*t && dd_txn_begin(w->w_store->st_db, &err, false, t)) {
-		*t = NULL;
+	if (!t)
 		return -1;
-	}
-	if (dd_txn_renew(*t, &err))   /* nothing unless parked */
-		return -1;
-	rc = dd_ddt_get(*t, &err, key, &ent);
+	rc = dd_ddt_get(t, &err, key, &ent);
 	if (rc == DD_ENOENT)
 		return 0;
 	if (rc)
@@ -116,6 +126,8 @@ static int dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
  * block at once (wops.c).  The pool never runs during a commit
  * (po_store_late), so w_ncommit is read here and written there in turn. */
 #define DD_AUX_PROBED_NEW ((uint64_t)1 << 63)
+/* bk_aux of a block found in the locality source's map (wloc.c): LREF */
+#define DD_AUX_LOCAL ((uint64_t)1 << 62)
 
 static bool dd_writer_probed_new(const dd_writer *w, uint64_t aux)
 {
@@ -136,9 +148,19 @@ static bool dd_writer_keep(void *ctx, const dd_pbatch *b, size_t i,
 
 	if (w->w_store->st_verify)
 		return true;
+	if (w->w_loc) {
+		dd_txn *t = dd_writer_probe_txn(w, worker);
+
+		if (t && dd_wloc_match(w, worker, t, bk)) {
+			bk->bk_aux = DD_AUX_LOCAL;
+			return false;
+		}
+	}
 	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
 	switch (dd_writer_probe(w, &key, worker)) {
 	case 1:
+		if (w->w_loc)
+			dd_wloc_adopt(w, worker, w->w_probe[worker], bk);
 		return false;
 	case 0:
 		bk->bk_aux = DD_AUX_PROBED_NEW |
@@ -208,7 +230,7 @@ int dd_writer_same_op(dd_writer *w, const dd_wop *op, const uint8_t *data,
  * byte by byte; a mismatch tries the next variant of the key
  * (format/ddt.md §2). */
 static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i,
-			 bool probed_new)
+			 bool probed_new, bool local)
 {
 	dd_blk *bk = &b->pb_blk[i];
 	const uint8_t *data = b->pb_data + bk->bk_off;
@@ -242,8 +264,10 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i,
 		if (bk->bk_nodata) {
 			/* dd_writer_probe found the entry usable, and gc keeps
 			 * it so for this writer: no second descent (a commit
-			 * that no longer finds it fails, dd_apply_ref) */
-			op.op_kind = DD_OP_REF;
+			 * that no longer finds it fails, dd_apply_ref); or a
+			 * committed snapshot's map holds it (wloc.c) */
+			op.op_kind = local ? DD_OP_LREF : DD_OP_REF;
+			w->w_map_blocks += local;
 			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
 		}
 		if (probed_new) {
@@ -294,6 +318,7 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 	for (size_t i = 0; !rc && i < b->pb_nblk; i++) {
 		dd_blk *bk = &b->pb_blk[i];
 		bool probed_new = dd_writer_probed_new(w, bk->bk_aux);
+		bool local = bk->bk_aux == DD_AUX_LOCAL;
 
 		bk->bk_aux = 0;
 		if (bk->bk_kind == DD_BLK_ZERO) {
@@ -301,7 +326,7 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 			dd_digest_block(w->w_digest, NULL, bk->bk_len);
 			continue;
 		}
-		rc = dd_lookup_blk(w, b, i, probed_new);
+		rc = dd_lookup_blk(w, b, i, probed_new, local);
 		if (!rc)
 			dd_digest_block(w->w_digest, bk->bk_hash, bk->bk_len);
 	}
@@ -382,6 +407,7 @@ static int dd_writer_pipe(dd_writer *w)
 {
 	dd_store *s = w->w_store;
 	dd_cutter cut;
+	int rc;
 	dd_pipe_cfg cfg = {
 		.pc_pool = s->st_pool,
 		.pc_pool_lock = &s->st_pool_lock,
@@ -410,7 +436,10 @@ static int dd_writer_pipe(dd_writer *w)
 	cfg.pc_zctx = w->w_zctx;
 	cfg.pc_zctx_solo = w->w_sc.sc_codec;
 	dd_cutter_init(&cut, s->st_chunker, w->w_bs);
-	return dd_pipe_new(&w->w_pipe, &cfg);
+	rc = dd_pipe_new(&w->w_pipe, &cfg);
+	if (!rc)
+		dd_wloc_open(w);
+	return rc;
 }
 
 int dd_writer_begin(dd_writer **out, dd_store *s, const char *name)
@@ -477,6 +506,7 @@ int dd_writer_produce(dd_writer *w, size_t n)
 				"dd_writer_produce: %zu bytes is more than the "
 				"buffer given", n));
 	rc = dd_pipe_produce(w->w_pipe, n);
+	w->w_fed += n;
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -493,6 +523,7 @@ int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 	if (rc)
 		return rc;
 	rc = dd_pipe_write(w->w_pipe, buf, len);
+	w->w_fed += len;
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -508,7 +539,10 @@ int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 	if (fd < 0 || off > INT64_MAX || len > INT64_MAX - off)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"dd_writer_write_file: bad descriptor or range"));
-	rc = dd_pipe_file(w->w_pipe, fd, off, len, "the input");
+	rc = dd_wloc_range(w, fd, off, len);
+	if (!rc)
+		rc = dd_pipe_file(w->w_pipe, fd, off, len, "the input");
+	w->w_fed += len;
 	return rc ? dd_writer_fail(w, rc) : 0;
 }
 
@@ -544,6 +578,7 @@ void dd_writer_free(dd_writer *w)
 	dd_pipe_free(w->w_pipe);
 	if (w->w_lockfd >= 0 || w->w_regfd >= 0)
 		dd_writer_release(w, false);
+	dd_wloc_free(w);
 	dd_free(w->w_probe);
 	dd_free(w->w_zctx);
 	dd_wops_free(&w->w_ops);

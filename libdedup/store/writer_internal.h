@@ -39,7 +39,10 @@ typedef int (*dd_writer_hook)(void *ctx);
 enum {
 	DD_OP_REF,   /* a reference to a DDT entry found usable */
 	DD_OP_NEW,   /* a block this writer appended (or will) to its pack */
-	DD_OP_PREF   /* a reference to a NEW op of this interval */
+	DD_OP_PREF,  /* a reference to a NEW op of this interval */
+	DD_OP_LREF   /* a REF found in the block map of the snapshot a re-put
+			repeats (wloc.c): its entry's flags are checked, and
+			a damaged one healed from the input, at the flush */
 };
 
 /* One non-hole block of the image. */
@@ -104,6 +107,8 @@ struct dd_writer {
 				     (store/defer.h): a put without verify */
 	dd_defer_mark w_mark;     /* its mark, as its `pend` value has it */
 	uint64_t w_defer_min, w_defer_max; /* ops before a flush (wops.c) */
+	struct dd_wloc *w_loc;    /* a re-put's locality (wloc.c), or NULL */
+	uint64_t w_fed;           /* image bytes given to the pipeline */
 	dd_pack *w_pack;          /* active pack, writable and locked; NULL
 				     until the first new block */
 	dd_pack **w_full;         /* packs filled this interval: synced and
@@ -131,6 +136,7 @@ struct dd_writer {
 	uint64_t w_new_blocks;    /* records appended (dd_writer_stats_get) */
 	uint64_t w_new_lsize;
 	uint64_t w_new_bytes;     /* their headers and payloads */
+	uint64_t w_map_blocks;    /* LREF ops (dd_writer_stats_get) */
 	uint64_t w_uncommitted;   /* logical bytes since the last commit */
 	uint64_t w_uncommitted_blocks; /* blocks since the last commit */
 	dd_writer_hook w_on_commit;
@@ -138,6 +144,48 @@ struct dd_writer {
 };
 
 int dd_writer_fail(dd_writer *w, int rc);
+
+/* ---- wloc.c: a re-put's locality -----------------------------------------*/
+
+/*
+ * A put of an image the store holds already finds most blocks in the
+ * block map of that snapshot, at the same index, in the order of the
+ * image: a sequential read where the DDT would take a random one per
+ * block (a disk read each once the DDT outgrows memory).  A deferring
+ * writer of fixed blocks fed from files adopts as its source the first
+ * of the newest committed snapshots whose map holds, at the index of a
+ * block the DDT probe found, the same key; then each worker's cursor in
+ * that map answers before the probe.  Such a block is an LREF op: a
+ * committed snapshot counts its entry, so it is alive (or dead since this
+ * writer began, which gc keeps); its flags are checked at the flush,
+ * which heals a lost or damaged entry with the block read again from the
+ * input -- the bytes a probe's NEW would have stored.
+ */
+/* Sets w_loc up when w may use it; failures only leave it off. */
+void dd_wloc_open(dd_writer *w);
+void dd_wloc_free(dd_writer *w);
+/* Pool worker: does the source map hold block bk's key at its index? */
+bool dd_wloc_match(dd_writer *w, unsigned worker, dd_txn *txn,
+		   const dd_blk *bk);
+/* Pool worker: the probe found bk's entry usable; maybe adopt a source. */
+void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
+		   const dd_blk *bk);
+/* Closes the workers' cursors before their txns are parked. */
+void dd_wloc_park(dd_writer *w);
+/* dd_writer_write_file's range [off, off + len) of fd is the image from
+ * w_fed on: kept (a dup of fd) for healing until no op names it. */
+int dd_wloc_range(dd_writer *w, int fd, uint64_t off, uint64_t len);
+/* After a flush: ranges before image offset `from` are let go. */
+void dd_wloc_flushed(dd_writer *w, uint64_t from);
+/* In a flush's transaction: op, an LREF of key, found ent flagged
+ * MISSING or DAMAGED: read the block again from the input, check it,
+ * append it, sync, and point the entry at it with refs references. */
+int dd_wloc_heal(dd_writer *w, const dd_wop *op, const dd_ddt_key *key,
+		 uint64_t refs);
+/* In w_txn: key's entry takes the record ours names as its own (flags
+ * cleared), its references kept and refs added (wops.c). */
+int dd_writer_takeover(dd_writer *w, const dd_ddt_key *key,
+		       const dd_ddt_ent *ours, uint64_t refs);
 
 /* Enters the store (shared lock, recovery), reserves the snapshot id and
  * name (pending) -- or continues pending resume_id when not 0 --, and

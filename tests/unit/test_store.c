@@ -2033,6 +2033,139 @@ static void test_fault_walk_put_defer(void **state)
 	dd_writer_flush_keys = 8192;
 }
 
+/* put_file, and the writer's stats before it is freed. */
+static int put_file_stats(dd_store *s, const char *name, int fd, size_t n,
+			  dd_writer_stats *ws)
+{
+	dd_writer *w;
+	int rc = dd_writer_begin(&w, s, name);
+
+	if (rc)
+		return rc;
+	rc = dd_writer_write_file(w, fd, 0, n);
+	if (!rc)
+		rc = dd_writer_commit(w);
+	ws->version = DD_WRITER_STATS_VERSION;
+	assert_int_equal(dd_writer_stats_get(w, ws), 0);
+	dd_writer_free(w);
+	return rc;
+}
+
+/* Sets the flags of the entry of data's block (4 KiB). */
+static void set_flags(dd_store *s, const uint8_t *data, uint16_t flags)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent e = block_ent(s, data);
+	dd_txn *txn;
+	dd_err err;
+
+	e.de_flags = flags;
+	if (flags & DD_DDE_MISSING)     /* no record: as repair leaves it */
+		e.de_pack = 0, e.de_offset = 0, e.de_psize = 0, e.de_codec = 0;
+	dd_sha256(data, 4096, key.dk_hash);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_ddt_put(txn, &err, &key, &e), 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+}
+
+/* A re-put of a file finds its blocks in the block map of the snapshot
+ * it repeats (wloc.c: dd_writer_stats.map_blocks), and makes the same
+ * snapshot with the same counts as probing the DDT would.  A block
+ * scrub found damaged, or one lost (MISSING), is healed from the input at
+ * the flush, as a probe's NEW would; a block changed in the input after
+ * it was read (against dd_writer_write_file's contract) fails the commit
+ * with DD_ECHECKSUM and leaves no snapshot, and a later re-put heals. */
+static void test_reput_map(void **state)
+{
+	const size_t n = 32 * MiB, nblk = n / 4096;
+	char *path = th_tmp_store();
+	uint8_t *a = malloc(n);
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	dd_writer_stats ws;
+	dd_snapshot_info info;
+	dd_ddt_ent e, e2;
+	dd_writer *w;
+	uint8_t x;
+	int fd;
+
+	(void)state;
+	th_rng_state = 41;
+	fill_random(a, n);
+	fd = temp_file(path, a, n);
+	assert_int_equal(put_file_stats(s, "a", fd, n, &ws), 0);
+	assert_int_equal(ws.map_blocks, 0);        /* nothing to repeat */
+	assert_int_equal(put_file_stats(s, "b", fd, n, &ws), 0);
+	assert_true(ws.map_blocks > nblk * 9 / 10);
+	assert_int_equal(ws.new_blocks, 0);
+	th_check_image(s, "b", a, n);
+	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 2);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* block 2005 damaged on disk and flagged by scrub; block 2009 lost
+	 * (blocks well after the first, which the probe finds before the
+	 * source is adopted) */
+	dd_store_close(s);
+	flip_block(path, 1, 2005);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECHECKSUM);
+	e = block_ent(s, a + 2005 * 4096);
+	assert_int_equal(e.de_flags, DD_DDE_DAMAGED);
+	set_flags(s, a + 2009 * 4096, DD_DDE_MISSING);
+	assert_int_equal(put_file_stats(s, "c", fd, n, &ws), 0);
+	assert_true(ws.map_blocks > nblk * 9 / 10);
+	assert_int_equal(ws.new_blocks, 2);  /* the two, stored again */
+	e2 = block_ent(s, a + 2005 * 4096);
+	assert_int_equal(e2.de_flags, 0);
+	assert_int_equal(e2.de_refcnt, 3);
+	assert_true(e2.de_pack != e.de_pack || e2.de_offset != e.de_offset);
+	e2 = block_ent(s, a + 2009 * 4096);
+	assert_int_equal(e2.de_flags, 0);
+	assert_int_equal(e2.de_refcnt, 3);
+	th_check_image(s, "a", a, n);
+	th_check_image(s, "b", a, n);
+	th_check_image(s, "c", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* block 2007 flagged, then changed in the file after the put read
+	 * it (all but the last batches are read when dd_writer_write_file
+	 * returns) */
+	set_flags(s, a + 2007 * 4096, DD_DDE_DAMAGED);
+	assert_int_equal(dd_writer_begin(&w, s, "d"), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 0, n), 0);
+	x = a[2007 * 4096] ^ 1;
+	assert_int_equal(pwrite(fd, &x, 1, 2007 * 4096), 1);
+	assert_int_equal(dd_writer_commit(w), DD_ECHECKSUM);
+	assert_non_null(strstr(dd_writer_errmsg(w), "block 2007 of the input "
+					       "changed"));
+	dd_writer_free(w);
+	assert_int_equal(dd_snapshot_stat(s, "d", &info), DD_ENOENT);
+	assert_int_equal(pwrite(fd, &a[2007 * 4096], 1, 2007 * 4096), 1);
+	assert_int_equal(put_file_stats(s, "e", fd, n, &ws), 0);
+	assert_int_equal(block_ent(s, a + 2007 * 4096).de_flags, 0);
+	assert_int_equal(block_ent(s, a + 2007 * 4096).de_refcnt, 4);
+	th_check_image(s, "e", a, n);
+
+	/* fed in 128 ranges: the writer keeps 64 for heals, and takes no
+	 * block of the others from the map */
+	assert_int_equal(dd_writer_begin(&w, s, "f"), 0);
+	for (size_t i = 0; i < 128; i++)
+		assert_int_equal(dd_writer_write_file(w, fd, i * (n / 128),
+						      n / 128), 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	ws.version = DD_WRITER_STATS_VERSION;
+	assert_int_equal(dd_writer_stats_get(w, &ws), 0);
+	dd_writer_free(w);
+	assert_true(ws.map_blocks > 0 && ws.map_blocks <= nblk / 2);
+	th_check_image(s, "f", a, n);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	close(fd);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
 /* A deferring writer's mark in its pend value (format/store.md §7.2):
  * tests/golden/pend_mark_v2.bin, written from the spec's table by hand
  * (done 2^32 + 2, end 2^32 + 0x2345, hash a0..bf, variant 1), decodes to
@@ -2292,6 +2425,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_put_verify),
 		cmocka_unit_test(test_fault_walk_put_defer),
 		cmocka_unit_test(test_defer_mark_golden),
+		cmocka_unit_test(test_reput_map),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
 		cmocka_unit_test(test_fault_walk_get),
 		cmocka_unit_test(test_fault_walk_repair),
