@@ -21,7 +21,7 @@
 #include "common/io.h"
 #include "store/writer_internal.h"
 
-#define DD_WLOC_CANDS 4          /* the newest committed snapshots tried */
+#define DD_WLOC_CANDS 8          /* committed snapshots tried as sources */
 #define DD_WLOC_TRY_EVERY 64     /* probe hits between two tries */
 #define DD_WLOC_GIVE_UP 1024     /* misses in a row that drop the source */
 #define DD_WLOC_SEEK_AFTER 64    /* steps forward before a seek instead */
@@ -43,6 +43,8 @@ struct dd_wloc_range {
 };
 
 struct dd_wloc {
+	const char *lc_name;      /* the writer's snapshot name, while open */
+	unsigned lc_score[DD_WLOC_CANDS];
 	_Atomic uint64_t lc_src;  /* the adopted snapshot id, 0: none */
 	atomic_bool lc_off;       /* too many input ranges to keep: no LREF
 				     from the first one not kept on */
@@ -54,21 +56,36 @@ struct dd_wloc {
 	uint8_t *lc_cbuf;         /* a heal's compressed block */
 };
 
-/* The newest committed snapshots: ids only grow. */
+/* Candidates first by the length of the prefix their name shares with
+ * the writer's ("vm7-2026-12-02" finds "vm7-2026-12-01" among a night's
+ * other images), then newest first (ids only grow). */
+static bool dd_wloc_before(unsigned sa, uint64_t ida, unsigned sb,
+			   uint64_t idb)
+{
+	return sa != sb ? sa > sb : ida > idb;
+}
+
 static int dd_wloc_cand(void *arg, const char *name, const dd_snap_rec *rec)
 {
 	struct dd_wloc *lc = arg;
-	unsigned i;
+	unsigned score = 0, i;
 
-	(void)name;
+	while (name[score] && name[score] == lc->lc_name[score])
+		score++;
 	if (lc->lc_ncand < DD_WLOC_CANDS)
 		lc->lc_ncand++;
-	else if (rec->sr_id < lc->lc_cand[DD_WLOC_CANDS - 1])
+	else if (!dd_wloc_before(score, rec->sr_id,
+				 lc->lc_score[DD_WLOC_CANDS - 1],
+				 lc->lc_cand[DD_WLOC_CANDS - 1]))
 		return 0;
-	for (i = lc->lc_ncand - 1; i > 0 && lc->lc_cand[i - 1] < rec->sr_id;
-	     i--)
+	for (i = lc->lc_ncand - 1;
+	     i > 0 && dd_wloc_before(score, rec->sr_id, lc->lc_score[i - 1],
+				     lc->lc_cand[i - 1]); i--) {
 		lc->lc_cand[i] = lc->lc_cand[i - 1];
+		lc->lc_score[i] = lc->lc_score[i - 1];
+	}
 	lc->lc_cand[i] = rec->sr_id;
+	lc->lc_score[i] = score;
 	return 0;
 }
 
@@ -89,8 +106,10 @@ void dd_wloc_open(dd_writer *w)
 		dd_free(lc);
 		return;
 	}
+	lc->lc_name = w->w_name;
 	if (dd_snap_walk(txn, &err, dd_wloc_cand, lc) < 0)
 		lc->lc_ncand = 0;
+	lc->lc_name = NULL;
 	dd_txn_abort(txn);
 	if (!lc->lc_ncand) {
 		dd_free(lc->lc_w);

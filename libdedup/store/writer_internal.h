@@ -153,7 +153,8 @@ int dd_writer_fail(dd_writer *w, int rc);
  * image: a sequential read where the DDT would take a random one per
  * block (a disk read each once the DDT outgrows memory).  A deferring
  * writer of fixed blocks fed from files adopts as its source the first
- * of the newest committed snapshots whose map holds, at the index of a
+ * of eight committed snapshots -- those whose names share the longest
+ * prefix with its own, newest first -- whose map holds, at the index of a
  * block the DDT probe found, the same key; then each worker's cursor in
  * that map answers before the probe.  Such a block is an LREF op: a
  * committed snapshot counts its entry, so it is alive (or dead since this

@@ -7,7 +7,10 @@
 # re-put and a put of new data inside a memory cgroup (v1) whose limit is
 # the largest RssAnon of the puts before plus a tenth of the DDT's size, with the page
 # cache dropped first; the lookups served without a disk read are
-# 1 - major faults / blocks.
+# 1 - major faults / blocks -- an upper bound: LMDB's faults, not the
+# guard's pread of the same pages (catalog/guard.c), so the blocks the
+# re-put finds in the map of the snapshot it repeats (put --json's
+# map_blocks) and the bytes read from disk (ru_inblock) are shown too.
 #
 #   tests/bench/bench_small.sh [--quick] [--rounds N] [--no-cgroup]
 #
@@ -65,13 +68,16 @@ measure() {
 	shift
 	local tf=$BENCH_RUN/$key.time t0 t1 pid peak
 	t0=$(date +%s%N)
-	/usr/bin/time -f '%F' -o "$tf" "$@" >"$BENCH_RUN/$key.out" 2>"$BENCH_RUN/$key.err" &
+	/usr/bin/time -f '%F %I' -o "$tf" "$@" >"$BENCH_RUN/$key.out" 2>"$BENCH_RUN/$key.err" &
 	pid=$!
 	bench_wait_anon "$pid" peak || bench_die "$key: '$*' failed; stderr in $BENCH_RUN/$key.err"
 	t1=$(date +%s%N)
 	bench_record "${key}_seconds" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')"
 	bench_record "${key}_anon_kib" "$peak"
-	bench_record "${key}_majflt" "$(tail -n 1 "$tf")"
+	bench_record "${key}_majflt" "$(tail -n 1 "$tf" | cut -d' ' -f1)"
+	# blocks read from the disk (rusage ru_inblock, 512 bytes each): the
+	# guard's pread of catalog pages as well as LMDB's faults and the input
+	bench_record "${key}_read_kib" "$(($(tail -n 1 "$tf" | cut -d' ' -f2) / 2))"
 }
 get() { awk -F'\t' -v k="$1" '$1 == k { v = $2 } END { print v }' "$BENCH_RAW"; }
 mbps() { awk -v b="$SIZE" -v s="$(get "$1_seconds")" 'BEGIN { printf "%.0f", b / s / 1e6 }'; }
@@ -81,21 +87,37 @@ REF1=$(bench_openssl_sha256 4096 2)
 S=$BENCH_RUN/s
 "$DD" init --block-size 4K --compress none "$S" >/dev/null
 
-# Each new round, the same bytes written to a new file too, kept like
-# the packs: a fresh file's page cache is the floor of a put of new data
-# (on a VM whose guest memory is first touched, 2-3 s a GiB here).
+# Guest memory of a VM costs at its first touch (here 2-3 s a GiB: the
+# host backs the page then), and page cache for new packs is such memory
+# unless something freed it just before: which round is fast would then
+# depend on what ran before it.  So before each timed command 3 GiB of
+# anonymous memory is touched and freed, and the page cache the command
+# fills comes from backed pages, for the put and its reference alike.
+prefault() {
+	python3 -c 'import mmap
+m = mmap.mmap(-1, 3 << 30)
+for o in range(0, 3 << 30, 4096): m[o] = 1'
+}
+# Each new round, the same bytes written to a new file too (dd conv=
+# fdatasync: the put syncs its packs), measured the same way: what writing
+# them costs on this machine.
 for ((i = 1; i <= ROUNDS; i++)); do
 	f=$(data_file "$i")
 	bench_warm "$f"
-	measure "new$i" "$DD" put "$S@new$i" "$f"
+	prefault
+	measure "new$i" "$DD" put "$S@img$i-new" "$f"
 	sync
-	measure "copy$i" dd if="$f" of="$BENCH_RUN/copy$i" bs=1M conv=fdatasync
+	prefault
+	measure "copy$i" dd if="$f" of="$BENCH_RUN/copy" bs=1M conv=fdatasync
+	rm -f "$BENCH_RUN/copy"
 done
-rm -f "$BENCH_RUN"/copy*
+# snapshots named by their image, as backups are ("vm7-2026-12-02"): a
+# re-put finds the snapshot it repeats by its name (wloc.c)
 for ((i = 1; i <= ROUNDS; i++)); do
 	f=$(data_file "$i")
 	bench_warm "$f"
-	measure "dup$i" "$DD" put "$S@dup$i" "$f"
+	prefault
+	measure "dup$i" "$DD" put "$S@img$i-dup" "$f"
 done
 REF2=$(bench_openssl_sha256 4096 2)
 REF=$((REF1 > REF2 ? REF1 : REF2))
@@ -138,10 +160,10 @@ if ((CGROUP)) && [[ -w /sys/fs/cgroup/memory ]]; then
 	INCG=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG")
 	f=$(data_file 1)
 	sync && echo 3 >/proc/sys/vm/drop_caches
-	measure memdup "${INCG[@]}" "$DD" put --json "$S@memdup" "$f"
+	measure memdup "${INCG[@]}" "$DD" put --json "$S@img1-mem" "$f"
 	f=$(data_file $((ROUNDS + 1)))
 	sync && echo 3 >/proc/sys/vm/drop_caches
-	measure memnew "${INCG[@]}" "$DD" put "$S@memnew" "$f"
+	measure memnew "${INCG[@]}" "$DD" put "$S@img$((ROUNDS + 1))-new" "$f"
 	row memdup "re-put, DDT = 10x budget"
 	row memnew "new, DDT = 10x budget"
 	# every major fault of the re-put counted as a lookup's disk read --
@@ -171,5 +193,5 @@ done
 echo "duplicate data, best round: $(ratio "$best_dup") x (target >= 0.6: $(verdict "$(ratio "$best_dup")" 0.6))"
 echo "flat: last round / first = $FLAT, 0 to $ENTRIES entries (target >= 0.8: $(verdict "$FLAT" 0.8)); catalog $((DDT >> 20)) MiB"
 [[ -n $(get memdup_lookups_without_disk_pct) ]] &&
-	echo "DDT at 10x budget ($(($(get cgroup_limit_bytes) >> 20)) MiB cgroup): re-put lookups without a disk read $(get memdup_lookups_without_disk_pct) % (every major fault counted as one; target >= 95), $(get memdup_map_blocks) of $BLOCKS blocks found in the map of the snapshot it repeats"
+	echo "DDT at 10x budget ($(($(get cgroup_limit_bytes) >> 20)) MiB cgroup): re-put lookups without a disk read $(get memdup_lookups_without_disk_pct) % (every major fault counted as one; target >= 95), $(get memdup_map_blocks) of $BLOCKS blocks found in the map of the snapshot it repeats, $(($(get memdup_read_kib) >> 10)) MiB read from disk in all (the input, the map, the flush's DDT pages); new put: $(($(get memnew_read_kib) >> 10)) MiB"
 exit 0

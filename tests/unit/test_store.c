@@ -2158,6 +2158,20 @@ static void test_reput_map(void **state)
 	dd_writer_free(w);
 	assert_true(ws.map_blocks > 0 && ws.map_blocks <= nblk / 2);
 	th_check_image(s, "f", a, n);
+
+	/* the source found by its name among more snapshots than the
+	 * writer tries: "img-2" repeats "img-1", nine snapshots later */
+	assert_int_equal(put_file_stats(s, "img-1", fd, n, &ws), 0);
+	for (int i = 0; i < 9; i++) {
+		char nm[8];
+
+		snprintf(nm, sizeof(nm), "zz%d", i);
+		assert_int_equal(th_put(s, nm, a + (size_t)i * 4096, 4096,
+					4096), 0);
+	}
+	assert_int_equal(put_file_stats(s, "img-2", fd, n, &ws), 0);
+	assert_true(ws.map_blocks > nblk * 9 / 10);
+	th_check_image(s, "img-2", a, n);
 	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	close(fd);
