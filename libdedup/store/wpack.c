@@ -39,16 +39,16 @@ static int dd_pack_remove_orphan(dd_store *s, dd_err *err, uint32_t id)
 	return rc;
 }
 
-int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
+/* dd_store_new_pack in the caller's write transaction txn: the file is
+ * created and locked, and its id taken, in txn (an abort of txn leaves a
+ * file nobody recorded, which recovery removes once nobody holds it). */
+static int dd_store_new_pack_in(dd_store *s, dd_err *err, dd_txn *txn,
+				bool record, dd_pack **out)
 {
 	dd_pack *p = NULL;
 	uint64_t next;
-	dd_txn *txn;
-	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+	int rc = dd_meta_get_u64(txn, err, "pack.next", &next);
 
-	if (rc)
-		return rc;
-	rc = dd_meta_get_u64(txn, err, "pack.next", &next);
 	if (rc == DD_ENOENT)
 		rc = dd_err_set(err, DD_ECORRUPT, "store metadata is "
 				"incomplete: no pack.next");
@@ -79,17 +79,38 @@ int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
 	if (!rc)
 		rc = dd_meta_put_u64(txn, err, "pack.next", next + 1);
 	if (!rc)
-		rc = dd_txn_commit(txn, err);
-	else
-		dd_txn_abort(txn);
-	if (rc && p) {
-		char name[16];
+		*out = p;
+	else if (p)
+		dd_store_drop_new_pack(s, p);
+	return rc;
+}
 
-		dd_pack_name(name, sizeof(name), dd_pack_id(p));
-		dd_pack_close(p);
-		(void)dd_vdir_unlink(s->st_packdir, NULL, name);
+void dd_store_drop_new_pack(dd_store *s, dd_pack *p)
+{
+	char name[16];
+
+	dd_pack_name(name, sizeof(name), dd_pack_id(p));
+	dd_pack_close(p);
+	(void)dd_vdir_unlink(s->st_packdir, NULL, name);
+}
+
+int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out)
+{
+	dd_pack *p = NULL;
+	dd_txn *txn;
+	int rc = dd_txn_begin(s->st_db, err, true, &txn);
+
+	if (rc)
+		return rc;
+	rc = dd_store_new_pack_in(s, err, txn, record, &p);
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
 	}
-	if (!rc)
+	rc = dd_txn_commit(txn, err);
+	if (rc)
+		dd_store_drop_new_pack(s, p);
+	else
 		*out = p;
 	return rc;
 }
@@ -184,14 +205,19 @@ int dd_writer_append(dd_writer *w, const dd_pack_rec *rec, const void *payload,
 		w->w_full[w->w_nfull++] = w->w_pack;
 		w->w_pack = NULL;
 	}
-	if (!w->w_pack && w->w_nfull == 0) {
+	/* in a commit's write transaction (a heal at a flush, wloc.c) the
+	 * pack is made in it: LMDB has one writer, and this thread is it */
+	if (!w->w_pack && w->w_nfull == 0 && !w->w_txn) {
 		rc = dd_writer_reuse_pack(w, &w->w_pack);
 		if (rc)
 			return rc;
 	}
 	if (!w->w_pack) {
-		rc = dd_store_new_pack(w->w_store, &w->w_err, true,
-				       &w->w_pack);
+		rc = w->w_txn ? dd_store_new_pack_in(w->w_store, &w->w_err,
+						     w->w_txn, true,
+						     &w->w_pack)
+			      : dd_store_new_pack(w->w_store, &w->w_err, true,
+						  &w->w_pack);
 		if (rc)
 			return rc;
 	}

@@ -240,6 +240,9 @@ void dd_writer_close_packs(dd_writer *w);
  * when it commits, and removes it if it fails (a crash leaves it to
  * recovery, which removes unrecorded packs nobody holds). */
 int dd_store_new_pack(dd_store *s, dd_err *err, bool record, dd_pack **out);
+/* Closes a pack made by dd_store_new_pack that no commit recorded, and
+ * removes its file. */
+void dd_store_drop_new_pack(dd_store *s, dd_pack *p);
 
 /* ---- committing (wops.c) -----------------------------------------------*/
 

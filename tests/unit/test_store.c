@@ -2180,6 +2180,72 @@ static void test_reput_map(void **state)
 	th_rm_store(path);
 }
 
+/* The heal through the map (dd_wloc_heal: a pack made, a record appended,
+ * synced and recorded inside a flush's transaction) under injected faults
+ * of every class.  The template holds "a", put from a file; before each
+ * step the entry of block 60 is flagged DAMAGED, and "b" is put from the
+ * same file -- with one pool thread, block 0's probe adopts "a" as the
+ * source and blocks 1-63 come from its map.  A failure leaves no "b" and
+ * a store that scrubs and reads "a" back exact. */
+typedef struct reput_walk {
+	put_walk pw;              /* first: put_walk_reset/_after take it */
+	int fd;
+} reput_walk;
+
+static void reput_walk_reset(void *ctx)
+{
+	reput_walk *r = ctx;
+	dd_open_opts o = DD_OPEN_OPTS_INIT;
+
+	put_walk_reset(ctx);
+	dd_store_close(r->pw.s);
+	o.threads = 1;
+	assert_int_equal(dd_store_open(&r->pw.s, r->pw.path, &o), 0);
+	set_flags(r->pw.s, r->pw.imgs[0].data + 60 * 4096, DD_DDE_DAMAGED);
+}
+
+static int reput_walk_op(void *ctx)
+{
+	reput_walk *r = ctx;
+	dd_writer_stats ws;
+
+	return put_file_stats(r->pw.s, "b", r->fd, r->pw.imgs[0].size, &ws);
+}
+
+static void test_fault_walk_reput_heal(void **state)
+{
+	const size_t n = 256 * KiB;
+	uint8_t *a = malloc(n);
+	reput_walk r = {.pw.path = th_tmp_store()};
+	th_walk w = {.what = "re-put heal", .classes = all_faults,
+		     .nclasses = sizeof(all_faults) / sizeof(all_faults[0]),
+		     .max_steps = 5000, .ctx = &r, .reset = reput_walk_reset,
+		     .reset_every_step = true, .op = reput_walk_op,
+		     .after = put_walk_after};
+	dd_writer_stats ws;
+
+	(void)state;
+	r.pw.s = create(r.pw.path, 4 * KiB, 0, DD_COMPRESS_ZSTD,
+			DD_HASH_SHA256);
+	th_rng_state = 43;
+	fill_random(a, n);
+	r.fd = temp_file(r.pw.path, a, n);
+	assert_int_equal(put_file_stats(r.pw.s, "a", r.fd, n, &ws), 0);
+	r.pw.imgs[0] = (th_image){"a", a, n};
+	r.pw.imgs[1] = (th_image){"b", a, n};
+	/* the fault-free run heals block 60 through the map */
+	reput_walk_reset(&r);
+	assert_int_equal(put_file_stats(r.pw.s, "b", r.fd, n, &ws), 0);
+	assert_int_equal(ws.map_blocks, n / 4096 - 1);
+	assert_int_equal(ws.new_blocks, 1);
+	assert_int_equal(block_ent(r.pw.s, a + 60 * 4096).de_flags, 0);
+	assert_true(th_fault_walk(&w) > 0);
+	dd_store_close(r.pw.s);
+	close(r.fd);
+	free(a);
+	th_rm_store(r.pw.path);
+}
+
 /* A deferring writer's mark in its pend value (format/store.md §7.2):
  * tests/golden/pend_mark_v2.bin, written from the spec's table by hand
  * (done 2^32 + 2, end 2^32 + 0x2345, hash a0..bf, variant 1), decodes to
@@ -2440,6 +2506,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_put_defer),
 		cmocka_unit_test(test_defer_mark_golden),
 		cmocka_unit_test(test_reput_map),
+		cmocka_unit_test(test_fault_walk_reput_heal),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
 		cmocka_unit_test(test_fault_walk_get),
 		cmocka_unit_test(test_fault_walk_repair),
