@@ -112,7 +112,7 @@ static int dd_writer_reserve_txn(dd_writer *w, dd_txn *txn)
 	if (!rc)
 		rc = dd_meta_put_u64(txn, &w->w_err, "snap.next", w->w_id + 1);
 	if (!rc)
-		rc = dd_writer_pend_put(w, txn, w->w_defer);
+		rc = dd_writer_pend_put(w, txn);
 	return rc;
 }
 

@@ -33,8 +33,9 @@ struct dd_wloc_worker {
 	bool lw_have;             /* lw_pos/lw_key: the cursor's entry */
 	uint64_t lw_pos;
 	dd_ddt_key lw_key;
-	uint64_t lw_hits_since_try;
-	uint64_t lw_misses;
+	uint64_t lw_hits;         /* probe hits with no source: every
+				     DD_WLOC_TRY_EVERY-th tries the candidates */
+	uint64_t lw_misses;       /* in a row, with a source */
 };
 
 struct dd_wloc_range {
@@ -43,13 +44,15 @@ struct dd_wloc_range {
 };
 
 struct dd_wloc {
-	const char *lc_name;      /* the writer's snapshot name, while open */
-	unsigned lc_score[DD_WLOC_CANDS];
 	_Atomic uint64_t lc_src;  /* the adopted snapshot id, 0: none */
 	atomic_bool lc_off;       /* too many input ranges to keep: no LREF
 				     from the first one not kept on */
+	/* candidates, best first, with their names' shared prefix lengths
+	 * with lc_name (the writer's, while dd_wloc_open walks) */
 	uint64_t lc_cand[DD_WLOC_CANDS];
+	unsigned lc_score[DD_WLOC_CANDS];
 	unsigned lc_ncand;
+	const char *lc_name;
 	struct dd_wloc_worker *lc_w;
 	struct dd_wloc_range *lc_r;
 	size_t lc_nr, lc_capr;
@@ -214,7 +217,7 @@ void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 	struct dd_wloc_worker *lw = &lc->lc_w[worker];
 
 	if (atomic_load(&lc->lc_src) ||
-	    lw->lw_hits_since_try++ % DD_WLOC_TRY_EVERY)
+	    lw->lw_hits++ % DD_WLOC_TRY_EVERY)
 		return;
 	for (unsigned i = 0; i < lc->lc_ncand; i++) {
 		uint64_t none = 0;
@@ -280,7 +283,7 @@ void dd_wloc_flushed(dd_writer *w, uint64_t from)
 }
 
 int dd_wloc_heal(dd_writer *w, const dd_wop *op, const dd_ddt_key *key,
-		 uint64_t refs)
+		 const dd_ddt_ent *old, uint64_t refs)
 {
 	struct dd_wloc *lc = w->w_loc;
 	const struct dd_wloc_range *r = NULL;
@@ -330,5 +333,6 @@ int dd_wloc_heal(dd_writer *w, const dd_wop *op, const dd_ddt_key *key,
 	ent.de_codec = rec.pr_codec;
 	ent.de_psize = rec.pr_psize;
 	ent.de_lsize = op->op_lsize;
-	return dd_writer_takeover(w, key, &ent, refs);
+	ent.de_refcnt = refs;
+	return dd_writer_takeover(w, key, old, &ent);
 }

@@ -10,7 +10,9 @@
  *         started, which gc keeps for it;
  *   NEW   nothing usable holds it: the writer appends it to its own pack;
  *   PREF  a NEW block of this same interval holds it (the key index
- *         below finds those).
+ *         below finds those);
+ *   LREF  a REF found in the block map of the snapshot a re-put repeats
+ *         (wloc.c), its entry's flags checked at the flush.
  *
  * The commit syncs the writer's packs, then applies the ops in one write
  * transaction: each REF and PREF counts a reference; each NEW adds its
@@ -25,6 +27,12 @@
  * reference were, its upper pages shared with the key before.  Other
  * writers wait for the LMDB lock only as long as that transaction, a few
  * milliseconds per thousand blocks.
+ *
+ * A deferring writer (store/defer.h: a put without verify) keeps its ops
+ * -- and the key index, so PREF spans them -- from one flush to the
+ * next: its interval commits, every 65,536 blocks, only append their
+ * block map and record the packs' ends; a flush applies the DDT changes
+ * as above, dd_writer_flush_keys keys a transaction, moving its mark.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -183,28 +191,20 @@ static int dd_apply_ref(dd_writer *w, const dd_ddt_key *key, uint64_t n,
  * key).  Readers of older catalogs still see the old record, which gc
  * reclaims like any garbage; gc's repointing skips an entry that moved
  * since it read it (gc.c), so this copy is never undone. */
-static int dd_apply_takeover(dd_writer *w, dd_wop *op, const dd_ddt_key *key,
-			     const dd_ddt_ent *old, const dd_ddt_ent *ours)
+int dd_writer_takeover(dd_writer *w, const dd_ddt_key *key,
+		       const dd_ddt_ent *old, const dd_ddt_ent *ours)
 {
 	dd_ddt_ent ent = *ours;
 
 	ent.de_refcnt = old->de_refcnt + ours->de_refcnt;
-	op->op_key = *key;
 	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
 }
 
-int dd_writer_takeover(dd_writer *w, const dd_ddt_key *key,
-		       const dd_ddt_ent *ours, uint64_t refs)
+static int dd_apply_takeover(dd_writer *w, dd_wop *op, const dd_ddt_key *key,
+			     const dd_ddt_ent *old, const dd_ddt_ent *ours)
 {
-	dd_ddt_ent old, ent = *ours;
-	int rc = dd_ddt_get(w->w_txn, &w->w_err, key, &old);
-
-	if (rc)
-		return rc;
-	ent.de_flags = 0;
-	ent.de_refcnt = old.de_refcnt + refs;
-	ent.de_dead_since = 0;
-	return dd_ddt_put(w->w_txn, &w->w_err, key, &ent);
+	op->op_key = *key;
+	return dd_writer_takeover(w, key, old, ours);
 }
 
 /* n references found through a snapshot's block map (LREF, wloc.c),
@@ -216,15 +216,15 @@ static int dd_apply_lref(dd_writer *w, const dd_wop *lref,
 	dd_ddt_ent ent;
 	int rc = dd_ddt_add_refs(w->w_txn, &w->w_err, key, n, &ent);
 
-	if (rc == 0)
+	if (rc == 0)   /* counted already: the heal adds none */
 		return ent.de_flags & DD_DDE_DAMAGED
-			       ? dd_wloc_heal(w, lref, key, 0) : 0;
+			       ? dd_wloc_heal(w, lref, key, &ent, 0) : 0;
 	if (rc != DD_ENOENT)
 		return rc;
 	/* absent, or MISSING (no bytes: dd_ddt_add_refs counts none) */
 	rc = dd_ddt_get(w->w_txn, &w->w_err, key, &ent);
 	if (rc == 0 && (ent.de_flags & DD_DDE_MISSING))
-		return dd_wloc_heal(w, lref, key, n);
+		return dd_wloc_heal(w, lref, key, &ent, n);
 	return rc && rc != DD_ENOENT ? rc : dd_apply_ref(w, key, n,
 							 lref->op_idx);
 }
@@ -461,9 +461,9 @@ static int dd_writer_pend_mark(dd_writer *w, dd_txn *txn,
 				 sizeof(state));
 }
 
-int dd_writer_pend_put(dd_writer *w, dd_txn *txn, bool deferring)
+int dd_writer_pend_put(dd_writer *w, dd_txn *txn)
 {
-	if (!deferring)
+	if (!w->w_defer)
 		return dd_pend_put(txn, &w->w_err, w->w_id, w->w_name);
 	memset(&w->w_mark, 0, sizeof(w->w_mark));
 	return dd_writer_pend_mark(w, txn, &w->w_mark);
@@ -503,27 +503,24 @@ static uint64_t dd_writer_defer_due(const dd_writer *w, uint64_t entries)
 	return due < w->w_defer_min ? w->w_defer_min : due;
 }
 
-/* A deferring writer's interval: its block map appended (not counted:
- * the mark is beyond it) and its packs' ends recorded.  *flush is set
- * when the ops gathered call for a flush. */
-static int dd_writer_commit_interval(dd_writer *w, bool *flush)
+/* An interval's write transaction: its ops applied -- a deferring
+ * writer's only appended to the block map, not counted (the mark is
+ * before them) --, the commit hook run, the packs' ends recorded.  With
+ * entries, the DDT's size as it leaves it. */
+static int dd_writer_commit_txn(dd_writer *w, uint64_t *entries)
 {
-	uint64_t entries = 0;
 	int rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true, &w->w_txn);
 
 	if (rc)
 		return rc;
-	rc = dd_wops_map(w);
+	rc = w->w_defer ? dd_wops_map(w) : dd_apply_ops(w);
 	if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
 		rc = w->w_on_commit(w->w_on_commit_ctx);
 	if (!rc)
 		rc = dd_writer_record_packs(w);
-	if (!rc && !*flush)
-		rc = dd_ddt_count(w->w_txn, &w->w_err, &entries);
-	rc = dd_writer_txn_end(w, rc);
-	if (!rc && !*flush)
-		*flush = w->w_ops.wo_n >= dd_writer_defer_due(w, entries);
-	return rc;
+	if (!rc && entries)
+		rc = dd_ddt_count(w->w_txn, &w->w_err, entries);
+	return dd_writer_txn_end(w, rc);
 }
 
 /* Applies every op held, in key order, dd_writer_flush_keys keys per write
@@ -574,30 +571,19 @@ static int dd_writer_flush(dd_writer *w, bool last)
 static int dd_writer_sync_commit_as(dd_writer *w, bool last)
 {
 	bool flush = last || !w->w_defer;
+	uint64_t entries = 0;
 	int rc;
 
 	dd_writer_probe_park(w);
 	dd_txn_reset(w->w_rtxn);
 	/* data before the metadata that names it (invariant 1) */
 	rc = dd_writer_sync_packs(w);
-	if (rc)
-		return rc;
-	if (w->w_defer) {
-		rc = dd_writer_commit_interval(w, &flush);
-		if (!rc && flush)
-			rc = dd_writer_flush(w, last);
-	} else {
-		rc = dd_txn_begin(w->w_store->st_db, &w->w_err, true,
-				  &w->w_txn);
-		if (rc)
-			return rc;
-		rc = dd_apply_ops(w);
-		if (!rc && w->w_on_commit && w->w_state == DD_W_OPEN)
-			rc = w->w_on_commit(w->w_on_commit_ctx);
-		if (!rc)
-			rc = dd_writer_record_packs(w);
-		rc = dd_writer_txn_end(w, rc);
-	}
+	if (!rc)
+		rc = dd_writer_commit_txn(w, flush ? NULL : &entries);
+	if (!rc && !flush)
+		flush = w->w_ops.wo_n >= dd_writer_defer_due(w, entries);
+	if (!rc && flush && w->w_defer)
+		rc = dd_writer_flush(w, last);
 	if (rc)
 		return rc;
 	w->w_uncommitted = 0;

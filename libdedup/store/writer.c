@@ -14,7 +14,9 @@
  *               commit interval), or new -- an op of the interval each
  *               (wops.c).  A block read from a file was asked about
  *               already by the hash stage's probe, and its answer stands
- *               (dd_writer_keep).  In verify mode a hash match is compared
+ *               (dd_writer_keep) -- or, in a re-put, found in the block map
+ *               of the snapshot it repeats (wloc.c).  In verify mode a
+ *               hash match is compared
  *               byte by byte (the batch's own bytes for a block not yet
  *               stored, a checked read otherwise); a mismatch tries the
  *               next variant of the key (format/ddt.md §2);
@@ -34,7 +36,9 @@
  *
  * Commits (wops.c): every dd_writer_commit_bytes (512 MiB) or 8192
  * blocks the packs are synced and one short write transaction applies
- * the interval's ops; the snapshot is still invisible (only a `pend`
+ * the interval's ops (a put without verify defers its DDT changes to
+ * flushes, and commits every 65,536 blocks: store/defer.h); the
+ * snapshot is still invisible (only a `pend`
  * entry names it, so a crash is rolled back by recovery).  The writer
  * holds no catalog lock in between: other writers, rm and gc go on
  * (wlife.c).  A writer fed with blocks instead of bytes (receive.c) has
@@ -74,15 +78,10 @@ int dd_writer_renew(dd_writer *w)
 
 /* ---- stage 1: hash (chunk/pipeline.c) ----------------------------------*/
 
-/* Does the DDT hold this key, usable?  1: yes, so the block is a
- * reference and its bytes are never needed: the lookup stage takes this
- * answer without a descent of its own (bk_nodata), as gc keeps the entry
- * usable for this writer.  0: no.  -1: no answer (a failure), which only
- * costs a copy and the lookup stage's own descent.  Each pool worker
- * asks its own read transaction, begun after the writer's start and
- * moved to the newest commit only after each commit parks it (a
- * transaction per probe would cost the guard's page checks afresh every
- * time). */
+/* Pool worker `worker`'s own read transaction, begun after the writer's
+ * start and moved to the newest commit only after each commit parks it
+ * (a transaction per probe would cost the guard's page checks afresh
+ * every time); NULL when it cannot be had. */
 static dd_txn *dd_writer_probe_txn(dd_writer *w, unsigned worker)
 {
 	dd_txn **t = &w->w_probe[worker];
@@ -97,10 +96,13 @@ static dd_txn *dd_writer_probe_txn(dd_writer *w, unsigned worker)
 	return *t;
 }
 
-static int dd_writer_probe(dd_writer *w, const dd_ddt_key *key,
-			   unsigned worker)
+/* Does the DDT hold this key, usable, as t sees it?  1: yes, so the block
+ * is a reference and its bytes are never needed: the lookup stage takes
+ * this answer without a descent of its own (bk_nodata), as gc keeps the
+ * entry usable for this writer.  0: no.  -1: no answer (no t, or a
+ * failure), which only costs a copy and the lookup stage's own descent. */
+static int dd_writer_probe(dd_writer *w, dd_txn *t, const dd_ddt_key *key)
 {
-	dd_txn *t = dd_writer_probe_txn(w, worker);
 	dd_ddt_ent ent;
 	dd_err err;
 	int rc;
@@ -145,22 +147,20 @@ static bool dd_writer_keep(void *ctx, const dd_pbatch *b, size_t i,
 	dd_writer *w = ctx;
 	dd_blk *bk = &b->pb_blk[i];   /* bk_aux is the sink's own */
 	dd_ddt_key key = {.dk_variant = 0};
+	dd_txn *t;
 
 	if (w->w_store->st_verify)
 		return true;
-	if (w->w_loc) {
-		dd_txn *t = dd_writer_probe_txn(w, worker);
-
-		if (t && dd_wloc_match(w, worker, t, bk)) {
-			bk->bk_aux = DD_AUX_LOCAL;
-			return false;
-		}
+	t = dd_writer_probe_txn(w, worker);
+	if (t && w->w_loc && dd_wloc_match(w, worker, t, bk)) {
+		bk->bk_aux = DD_AUX_LOCAL;
+		return false;
 	}
 	memcpy(key.dk_hash, bk->bk_hash, DD_HASH_SIZE);
-	switch (dd_writer_probe(w, &key, worker)) {
+	switch (dd_writer_probe(w, t, &key)) {
 	case 1:
 		if (w->w_loc)
-			dd_wloc_adopt(w, worker, w->w_probe[worker], bk);
+			dd_wloc_adopt(w, worker, t, bk);
 		return false;
 	case 0:
 		bk->bk_aux = DD_AUX_PROBED_NEW |

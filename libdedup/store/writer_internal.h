@@ -178,15 +178,16 @@ void dd_wloc_park(dd_writer *w);
 int dd_wloc_range(dd_writer *w, int fd, uint64_t off, uint64_t len);
 /* After a flush: ranges before image offset `from` are let go. */
 void dd_wloc_flushed(dd_writer *w, uint64_t from);
-/* In a flush's transaction: op, an LREF of key, found ent flagged
- * MISSING or DAMAGED: read the block again from the input, check it,
- * append it, sync, and point the entry at it with refs references. */
+/* In a flush's transaction: op, an LREF of key, found its entry old
+ * flagged MISSING or DAMAGED: read the block again from the input, check
+ * it, append it, sync, and point the entry at it, refs references more. */
 int dd_wloc_heal(dd_writer *w, const dd_wop *op, const dd_ddt_key *key,
-		 uint64_t refs);
-/* In w_txn: key's entry takes the record ours names as its own (flags
- * cleared), its references kept and refs added (wops.c). */
+		 const dd_ddt_ent *old, uint64_t refs);
+/* In w_txn: key's entry, old, takes the record ours names as its own
+ * (ours's flags, none), old's references kept and ours's de_refcnt
+ * added (wops.c). */
 int dd_writer_takeover(dd_writer *w, const dd_ddt_key *key,
-		       const dd_ddt_ent *ours, uint64_t refs);
+		       const dd_ddt_ent *old, const dd_ddt_ent *ours);
 
 /* Enters the store (shared lock, recovery), reserves the snapshot id and
  * name (pending) -- or continues pending resume_id when not 0 --, and
@@ -253,8 +254,9 @@ bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks);
 
 /* The commit of an interval: packs synced, then one write transaction
  * applies the ops (references counted, new entries added, the block map
- * appended), runs the commit hook, records the packs' ends.  Every NEW op
- * must be placed. */
+ * appended), runs the commit hook, records the packs' ends -- a deferring
+ * writer's appends the block map only, and flushes when its ops call for
+ * it (wops.c).  Every NEW op must be placed. */
 int dd_writer_sync_commit(dd_writer *w);
 /* The same for the last interval: a deferring writer applies every DDT
  * change it holds, and its `pend` value loses its mark (every block-map
@@ -262,7 +264,7 @@ int dd_writer_sync_commit(dd_writer *w);
 int dd_writer_sync_commit_last(dd_writer *w);
 /* The pending record a writer begins with: a deferring writer's holds its
  * mark (nothing counted yet). */
-int dd_writer_pend_put(dd_writer *w, dd_txn *txn, bool deferring);
+int dd_writer_pend_put(dd_writer *w, dd_txn *txn);
 /* Does a new put defer (store/defer.h)?  Sets its flush thresholds:
  * dd_writer_defer_min/_max, or both DEDUP_DEFER_OPS from the environment
  * (decimal; 0: no deferring). */
