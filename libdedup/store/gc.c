@@ -18,7 +18,10 @@
  *      dead ones kept for writers;
  *   2. packs with nothing live are to be dropped, packs whose live fraction
  *      is below the threshold rewritten -- each only if gc gets its lock
- *      (never a pack a writer appends to);
+ *      (never a pack a writer appends to), and only if the live bytes
+ *      summed again after the locks were taken are the same (a deferring
+ *      writer's flush names records of its packs after their ends were
+ *      committed: dd_gc_recheck_live);
  *   3. the live records of rewritten packs are read (and verified) and
  *      appended to a new pack, which is synced.
  * Write phase, one short write transaction:
@@ -52,6 +55,11 @@
 #include "store/writer_internal.h"
 
 #define DD_GC_MAX_PACKS (1u << 24)
+
+/* Test hook (store_internal.h): run after the read phase summed the live
+ * bytes, before it takes packs' locks. */
+void (*dd_gc_test_after_sum)(void *ctx);
+void *dd_gc_test_ctx;
 
 /* An entry gc moves (the place it was read at) or frees (its death). */
 typedef struct dd_gc_key {
@@ -231,6 +239,56 @@ static int dd_gc_choose(dd_gc *gc, double below)
 	return 0;
 }
 
+/* dd_gc_recheck_live's walk: the live bytes of the chosen packs now. */
+static int dd_gc_sum_chosen(void *arg, const dd_ddt_key *key,
+			    const dd_ddt_ent *e)
+{
+	void **ctx = arg;
+	dd_gc *gc = ctx[0];
+	uint64_t *live = ctx[1];
+
+	(void)key;
+	if ((e->de_flags & DD_DDE_MISSING) || !dd_gc_keeps(gc, e) ||
+	    e->de_pack >= gc->gc_npacks ||
+	    gc->gc_fate[e->de_pack] == DD_GC_KEEP)
+		return 0;
+	live[e->de_pack] += DD_PACK_REC_HDR_SIZE + e->de_psize;
+	return 0;
+}
+
+/* A deferring writer commits its packs' ends at an interval and the DDT
+ * entries naming their records at its flush, later, and lets go of the
+ * packs' locks only after that (format/store.md §7.2): so a pack whose
+ * lock gc took after its read began may hold records that read never
+ * saw named, and its committed end has not moved since.  The chosen
+ * packs' live bytes are therefore summed again in a read transaction
+ * begun after every lock was taken -- it sees every flush of their
+ * former holders --, and a pack whose sum differs stays as it is. */
+static int dd_gc_recheck_live(dd_gc *gc)
+{
+	uint64_t *live = dd_calloc(gc->gc_npacks, sizeof(*live));
+	void *ctx[2] = {gc, live};
+	dd_txn *txn = NULL;
+	bool chosen = false;
+	int rc;
+
+	for (uint64_t id = 1; id < gc->gc_npacks; id++)
+		chosen |= gc->gc_fate[id] != DD_GC_KEEP;
+	if (!live)
+		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
+	rc = chosen ? dd_txn_begin(gc->gc_store->st_db, gc->gc_err, false,
+				   &txn)
+		    : 0;
+	if (!rc && chosen)
+		rc = dd_ddt_walk(txn, gc->gc_err, dd_gc_sum_chosen, ctx);
+	dd_txn_abort(txn);
+	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++)
+		if (gc->gc_fate[id] != DD_GC_KEEP && live[id] != gc->gc_live[id])
+			gc->gc_fate[id] = DD_GC_KEEP;
+	dd_free(live);
+	return rc;
+}
+
 /* Entries of the chosen packs: those kept move (rewritten packs), the
  * others are freed; dead entries elsewhere are freed too (their records
  * stay, garbage, until gc rewrites their pack). */
@@ -362,8 +420,12 @@ static int dd_gc_read_phase(dd_gc *gc, double below, uint64_t **new_off)
 		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_sum_live, gc);
 	if (!rc)
 		rc = dd_packs_walk(gc->gc_txn, gc->gc_err, dd_gc_note_pack, gc);
+	if (!rc && dd_gc_test_after_sum)
+		dd_gc_test_after_sum(dd_gc_test_ctx);
 	if (!rc)
 		rc = dd_gc_choose(gc, below);
+	if (!rc)
+		rc = dd_gc_recheck_live(gc);
 	if (!rc)
 		rc = dd_ddt_walk(gc->gc_txn, gc->gc_err, dd_gc_collect, gc);
 	if (rc)

@@ -237,6 +237,10 @@ void dd_scratch_fini(dd_scratch *sc);
 
 /* Logical bytes between a writer's intermediate commits (tests lower it). */
 extern uint64_t dd_writer_commit_bytes;
+/* Test hook: gc calls it with dd_gc_test_ctx after its read phase summed
+ * the packs' live bytes and before it takes their locks. */
+extern void (*dd_gc_test_after_sum)(void *ctx);
+extern void *dd_gc_test_ctx;
 /* A deferring writer (store/defer.h) flushes its DDT changes once it holds
  * max(dd_writer_defer_min, min(DDT entries / 2, dd_writer_defer_max)) ops,
  * dd_writer_flush_keys distinct keys per write transaction; defer_min 0:
