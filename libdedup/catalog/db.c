@@ -339,6 +339,7 @@ static int dd_db_open_flags(dd_db **out, dd_err *err, const char *dir,
 		rc = dd_err_set(err, DD_ENOMEM, "out of memory");
 		goto unlock;
 	}
+	pthread_mutex_init(&db->db_kf_lock, NULL);
 	rc = mdb_env_create(&db->db_env);
 	if (rc) {
 		rc = dd_mdb_error(err, rc, "lmdb env");
@@ -385,6 +386,7 @@ fail:
 	dd_guard_close(db);
 	if (db->db_env)
 		mdb_env_close(db->db_env);
+	pthread_mutex_destroy(&db->db_kf_lock);
 	dd_free(db);
 unlock:
 	pthread_mutex_unlock(&dd_db_registry_lock);
@@ -408,7 +410,9 @@ void dd_db_close(dd_db *db)
 	}
 	pthread_mutex_unlock(&dd_db_registry_lock);
 	dd_guard_close(db);
+	dd_db_kf_close(db);
 	mdb_env_close(db->db_env);
+	pthread_mutex_destroy(&db->db_kf_lock);
 	dd_free(db);
 }
 
@@ -505,7 +509,15 @@ int dd_txn_commit(dd_txn *txn, dd_err *err)
 {
 	dd_db *db = txn->tx_db;
 	uint64_t id = txn->tx_write ? (uint64_t)mdb_txn_id(txn->tx_mdb) : 0;
-	int rc = mdb_txn_commit(txn->tx_mdb);
+	/* the filter's bits of the keys this commit inserts first, and its
+	 * chain of commits (kfilter.h's invariant) */
+	int rc = dd_kf_txn_commit(txn, err);
+
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	rc = mdb_txn_commit(txn->tx_mdb);
 
 	/* LMDB's own commit on a snapshot whose free list was checked leaves
 	 * one that needs no check (guard.c, dd_guard_free_pages) */

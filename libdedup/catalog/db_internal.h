@@ -5,6 +5,7 @@
 #define DD_DDT_DB_INTERNAL_H
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
@@ -54,6 +55,14 @@ struct dd_db {
 	/* block maps of blocks with lengths of their own, none longer than
 	 * this (maps.c); 0: fixed blocks, keyed by index */
 	_Atomic uint32_t db_var_max;
+	/* kfilter.c: the key filter this process maps (NULL: none), the
+	 * lock of its replacement; inserts keep it once a writer asked
+	 * (db_kf_enabled); detached: the mapping is not meta's generation
+	 * and none is, so inserts add to nothing */
+	struct dd_kf *_Atomic db_kf;
+	pthread_mutex_t db_kf_lock;
+	_Atomic bool db_kf_enabled;
+	_Atomic bool db_kf_detached;
 };
 
 /* A cursor's guard: where in the committed tree the cursor is, so that
@@ -124,7 +133,20 @@ struct dd_txn {
 	/* key ranges each table's cursors pass over (dd_txn_skip) */
 	const dd_key_range *tx_skip[DD_DBI_COUNT];
 	size_t tx_nskip[DD_DBI_COUNT];
+	/* kfilter.c: meta's filter generation was read; the filter a
+	 * bit was set in, to sync before the commit */
+	bool tx_kf_checked;
+	bool tx_kf_rebuilt;
+	struct dd_kf *tx_kf_dirty;
 };
+
+/* kfilter.c: an insert of hash into the DDT in write txn adds it to the
+ * filter; before a write txn commits, it leaves its id in meta (the
+ * filter is withdrawn when the previous commit's was not there) and
+ * syncs the bits it set; the catalog's close unmaps. */
+int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash);
+int dd_kf_txn_commit(dd_txn *txn, dd_err *err);
+void dd_db_kf_close(dd_db *db);
 
 /* check.c: the structural check of data.mdb (fd, page size psize) for
  * the snapshot whose meta page has this txnid; on_damage as

@@ -140,6 +140,10 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
 
+	int rc = dd_kf_txn_add(txn, err, key->dk_hash);
+
+	if (rc)
+		return rc;
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
 	return dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v, 0,
@@ -229,8 +233,10 @@ int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
-	rc = dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v,
-			  MDB_NOOVERWRITE, "ddt insert");
+	rc = dd_kf_txn_add(txn, err, key->dk_hash);
+	if (!rc)
+		rc = dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v,
+				  MDB_NOOVERWRITE, "ddt insert");
 	if (rc != DD_EEXIST)
 		return rc;
 	/* LMDB pointed v at the entry in place */

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "catalog/kfilter.h"
 #include "store/writer_internal.h"
 
 /* The pending entries of a writer's name, other than its own: a live
@@ -214,6 +215,8 @@ int dd_writer_open(dd_writer **out, dd_store *s, const char *name,
 	if (!rc)
 		rc = dd_digest_new(&w->w_digest, &w->w_err, s->st_chunker,
 				   w->w_dv, w->w_bs);
+	if (!rc)
+		rc = dd_db_kf_prepare(s->st_db, &w->w_err);
 	if (!rc)
 		rc = dd_writer_reserve(w);
 	if (rc) {

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog/kfilter.h"
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "store/writer_internal.h"
@@ -534,6 +535,16 @@ static int dd_writer_flush(dd_writer *w, bool last)
 	dd_defer_mark m = w->w_mark;
 	size_t i = 0;
 	int rc = dd_wops_sort(w);
+	bool added = false;
+
+	/* the filter's bits of every key new here, synced once, instead of
+	 * by each transaction (kfilter.h) */
+	for (size_t k = 0; !rc && k < wo->wo_n; k++)
+		if (wo->wo_op[k].op_kind == DD_OP_NEW)
+			added |= dd_db_kf_add(w->w_store->st_db,
+					      wo->wo_op[k].op_key.dk_hash);
+	if (!rc && added)
+		rc = dd_db_kf_sync(w->w_store->st_db, &w->w_err);
 
 	if (wo->wo_n)
 		m.dm_end = dd_wop_pos(w, &wo->wo_op[wo->wo_n - 1]) + 1;

@@ -47,6 +47,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "catalog/kfilter.h"
 #include "chunk/pipeline.h"
 #include "common/alloc.h"
 #include "store/replica.h"
@@ -109,6 +110,9 @@ static int dd_writer_probe(dd_writer *w, dd_txn *t, const dd_ddt_key *key)
 
 	if (!t)
 		return -1;
+	/* most new blocks stop here, without a DDT read (kfilter.h) */
+	if (!dd_db_kf_maybe(w->w_store->st_db, key->dk_hash))
+		return 0;
 	rc = dd_ddt_get(t, &err, key, &ent);
 	if (rc == DD_ENOENT)
 		return 0;
@@ -270,7 +274,8 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i,
 			w->w_map_blocks += local;
 			return dd_wops_add(&w->w_ops, &w->w_err, &op, NULL);
 		}
-		if (probed_new) {
+		if (probed_new ||
+		    !dd_db_kf_maybe(w->w_store->st_db, bk->bk_hash)) {
 			rc = DD_ENOENT;    /* see DD_AUX_PROBED_NEW */
 		} else {
 			rc = dd_ddt_get(w->w_rtxn, &w->w_err, &op.op_key, &ent);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <dedup.h>
 
@@ -28,6 +29,7 @@
 #include "common/err.h"
 #include "catalog/db.h"
 #include "catalog/db_internal.h"
+#include "catalog/kfilter.h"
 #include "catalog/lmdb_page.h"
 
 #define OK(expr) assert_int_equal((expr), 0)
@@ -2546,6 +2548,303 @@ static void test_guard_layout_known(void **state)
 	assert_true(dd_lm_layout_known(major, minor));
 }
 
+
+/* ---- the key filter (catalog/kfilter.c, format/kfilter.md) ---------------*/
+
+static void kf_insert(struct fixture *fx, const uint8_t *hashes, size_t n)
+{
+	const dd_ddt_ent ent = {.de_pack = 1, .de_offset = 64,
+				.de_psize = 10, .de_lsize = 10,
+				.de_refcnt = 1};
+	dd_txn *txn = begin(fx, true);
+	dd_ddt_ent old;
+
+	for (size_t i = 0; i < n; i++) {
+		dd_ddt_key key = {.dk_variant = 0};
+
+		memcpy(key.dk_hash, hashes + i * DD_HASH_SIZE, DD_HASH_SIZE);
+		OK(dd_ddt_insert(txn, &fx->fx_err, &key, &ent, &old));
+	}
+	commit(fx, txn);
+}
+
+static uint64_t kf_meta_gen(struct fixture *fx)
+{
+	dd_txn *txn = begin(fx, false);
+	uint64_t gen = 0;
+
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "ddt.filter", &gen));
+	dd_txn_abort(txn);
+	return gen;
+}
+
+static void kf_path(struct fixture *fx, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s", fx->fx_dir, DD_KF_FILE);
+}
+
+static off_t kf_size(struct fixture *fx)
+{
+	char path[128];
+	struct stat st;
+
+	kf_path(fx, path, sizeof(path));
+	OK(stat(path, &st));
+	return st.st_size;
+}
+
+/* How many of n random hashes the filter calls "maybe". */
+static size_t kf_false_maybes(struct fixture *fx, size_t n)
+{
+	size_t maybe = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint8_t h[DD_HASH_SIZE];
+
+		fill_random(h, sizeof(h));
+		maybe += dd_db_kf_maybe(fx->fx_db, h);
+	}
+	return maybe;
+}
+
+/* Every key the DDT held at the build, and every key inserted since, is
+ * "maybe"; absent keys mostly "no"; the file is meta's generation. */
+static void test_kf_build_insert(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000, M = 5000 };
+	uint8_t *h = malloc((N + M) * DD_HASH_SIZE);
+
+	assert_non_null(h);
+	fill_random(h, (N + M) * DD_HASH_SIZE);
+	/* no filter: every hash is a "maybe" */
+	assert_false(dd_db_kf_mapped(fx->fx_db));
+	assert_int_equal(kf_false_maybes(fx, 100), 100);
+	kf_insert(fx, h, N);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_true(dd_db_kf_mapped(fx->fx_db));
+	assert_int_equal(kf_meta_gen(fx), 1);
+	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
+				       DD_KF_MIN_BLOCKS * DD_KF_BLOCK);
+	/* inserted after the build: the insert adds them */
+	kf_insert(fx, h + N * DD_HASH_SIZE, M);
+	for (size_t i = 0; i < N + M; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+	/* 25,000 keys in 2 Mbit: about 0.01% false "maybe" */
+	assert_true(kf_false_maybes(fx, 100000) < 100);
+	/* prepared again, it is current: no rebuild */
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 1);
+	free(h);
+}
+
+/* Under 8 bits per entry it is rebuilt at 16, and keeps every key. */
+static void test_kf_grows(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 300000 };
+	uint8_t *h = malloc((size_t)N * DD_HASH_SIZE);
+	size_t fp;
+
+	assert_non_null(h);
+	fill_random(h, (size_t)N * DD_HASH_SIZE);
+	kf_insert(fx, h, 1000);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	kf_insert(fx, h + 1000 * DD_HASH_SIZE, N - 1000);
+	/* 300,000 keys in 2 Mbit: many false "maybe"s, none false "no" */
+	for (size_t i = 0; i < N; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+	fp = kf_false_maybes(fx, 20000);
+	assert_true(fp > 200);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 2);
+	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
+				       (N * 16 + 511) / 512 * DD_KF_BLOCK);
+	for (size_t i = 0; i < N; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+	assert_true(kf_false_maybes(fx, 20000) < fp / 4);
+	free(h);
+}
+
+/* A damaged, truncated, missing or stale file is rebuilt, not read. */
+static void test_kf_damaged(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 3000 };
+	uint8_t h[N * DD_HASH_SIZE], byte;
+	char path[128];
+	int fd;
+
+	fill_random(h, sizeof(h));
+	kf_insert(fx, h, N);
+	kf_path(fx, path, sizeof(path));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 1);
+
+	/* a header byte flipped: the CRC fails */
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &byte, 1, 33), 1);
+	byte ^= 0x40;
+	assert_int_equal(pwrite(fd, &byte, 1, 33), 1);
+	close(fd);
+	/* the mapping of generation 1 is this process's; a writer of
+	 * another process would map the file afresh: close and reopen */
+	dd_db_close(fx->fx_db);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 2);
+	for (size_t i = 0; i < N; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+
+	/* cut short */
+	OK(truncate(path, 1000));
+	dd_db_close(fx->fx_db);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 3);
+	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
+				       DD_KF_MIN_BLOCKS * DD_KF_BLOCK);
+
+	/* gone */
+	OK(unlink(path));
+	dd_db_close(fx->fx_db);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 4);
+
+	/* meta names a generation the file is not (a rebuild cut short
+	 * before its commit): stale.  An insert of this process adds to
+	 * no file meanwhile; the next prepare rebuilds, with the key. */
+	dd_txn *txn = begin(fx, true);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "ddt.filter", 9));
+	commit(fx, txn);
+	uint8_t late[DD_HASH_SIZE];
+	fill_random(late, sizeof(late));
+	kf_insert(fx, late, 1);
+	assert_false(dd_db_kf_mapped(fx->fx_db));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 10);
+	assert_true(dd_db_kf_maybe(fx->fx_db, late));
+	for (size_t i = 0; i < N; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+}
+
+/* A commit of a build that knows no filter (plain LMDB here) inserts a
+ * key the filter lacks; the next commit of this build finds the chain of
+ * commit ids broken and withdraws the filter, and the next writer's
+ * rebuild has the key. */
+static void test_kf_chain(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t h[100 * DD_HASH_SIZE], k[DD_HASH_SIZE + 1];
+	MDB_val mk = {sizeof(k), k}, mv;
+	uint8_t val[256];
+	MDB_txn *raw;
+	dd_txn *txn;
+
+	fill_random(h, sizeof(h));
+	kf_insert(fx, h, 100);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	kf_insert(fx, h, 0);       /* a commit of this build: the chain holds */
+	assert_int_equal(kf_meta_gen(fx), 1);
+
+	/* the other build: a copy of the first entry under a new hash */
+	txn = begin(fx, false);
+	memcpy(k, h, DD_HASH_SIZE);
+	k[DD_HASH_SIZE] = 0;
+	mv = raw_get(txn, txn->tx_ddt, k, sizeof(k));
+	assert_true(mv.mv_size <= sizeof(val));
+	memcpy(val, mv.mv_data, mv.mv_size);
+	mv.mv_data = val;
+	dd_txn_abort(txn);
+	fill_random(k, DD_HASH_SIZE);
+	OK(mdb_txn_begin(fx->fx_db->db_env, NULL, 0, &raw));
+	OK(mdb_put(raw, fx->fx_db->db_dbi[DD_DBI_DDT0], &mk, &mv, 0));
+	OK(mdb_txn_commit(raw));
+	assert_false(dd_db_kf_maybe(fx->fx_db, k));   /* the filter lacks it */
+
+	/* this build's next commit, of anything */
+	txn = begin(fx, true);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "test.other", 1));
+	commit(fx, txn);
+	assert_int_equal(kf_meta_gen(fx), 0);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 2);   /* never one used before */
+	assert_true(dd_db_kf_maybe(fx->fx_db, k));
+	for (size_t i = 0; i < 100; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+}
+
+static void hex_in(const char *hex, uint8_t *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+
+		assert_int_equal(sscanf(hex + 2 * i, "%2x", &v), 1);
+		out[i] = (uint8_t)v;
+	}
+}
+
+/* The bytes of format/kfilter.md: the header, and exactly the bits §2
+ * names, as an independent implementation computed them
+ * (tests/golden/kfilter_v1.txt). */
+static void test_kf_golden(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t hdr[DD_KF_HDR_SIZE], want_hdr[DD_KF_HDR_SIZE];
+	uint8_t hashes[3][DD_HASH_SIZE], *file;
+	unsigned blk[3], bit[3][6];
+	char line[512], path[128];
+	size_t nh = 0, len, set = 0;
+	FILE *g = fopen(DD_GOLDEN_DIR "/kfilter_v1.txt", "r");
+	int fd;
+
+	assert_non_null(g);
+	while (fgets(line, sizeof(line), g)) {
+		char hex[200];
+
+		if (!strncmp(line, "header ", 7)) {
+			hex_in(line + 7, want_hdr, sizeof(want_hdr));
+		} else if (!strncmp(line, "hash ", 5)) {
+			assert_true(nh < 3);
+			assert_int_equal(sscanf(line + 5, "%64s %u %u %u %u %u "
+						"%u %u", hex, &blk[nh],
+						&bit[nh][0], &bit[nh][1],
+						&bit[nh][2], &bit[nh][3],
+						&bit[nh][4], &bit[nh][5]), 8);
+			hex_in(hex, hashes[nh], DD_HASH_SIZE);
+			nh++;
+		}
+	}
+	fclose(g);
+	assert_int_equal(nh, 3);
+	kf_insert(fx, hashes[0], 3);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	kf_path(fx, path, sizeof(path));
+	len = (size_t)kf_size(fx);
+	assert_int_equal(len, DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK);
+	file = malloc(len);
+	assert_non_null(file);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, file, len, 0), (ssize_t)len);
+	close(fd);
+	memcpy(hdr, file, sizeof(hdr));
+	assert_memory_equal(hdr, want_hdr, sizeof(hdr));
+	for (size_t i = 0; i < nh; i++)
+		for (int j = 0; j < 6; j++) {
+			const uint8_t *b = file + DD_KF_HDR_SIZE +
+					   (size_t)blk[i] * DD_KF_BLOCK;
+
+			assert_true(b[bit[i][j] / 8] & (1u << (bit[i][j] % 8)));
+		}
+	for (size_t i = DD_KF_HDR_SIZE; i < len; i++)
+		set += (size_t)__builtin_popcount(file[i]);
+	assert_true(set <= 18);   /* no bit the three do not name */
+	free(file);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2577,6 +2876,11 @@ int main(void)
 		T(test_txn_skip),
 		T(test_txn_skip_step),
 		T(test_db_check_pages_free),
+		T(test_kf_build_insert),
+		T(test_kf_grows),
+		T(test_kf_damaged),
+		T(test_kf_chain),
+		T(test_kf_golden),
 #undef T
 	};
 

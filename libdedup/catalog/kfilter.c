@@ -1,0 +1,472 @@
+/*
+ * kfilter.c -- the DDT's key filter (kfilter.h, format/kfilter.md).
+ *
+ * One file per catalog, db/keys.flt, mapped shared by every process that
+ * writes: inserts set bits with atomic ORs (other threads and processes
+ * test them meanwhile), and a transaction that set one syncs the file
+ * before LMDB commits it, so the filter holds every hash of every
+ * committed DDT state, a power cut included.
+ *
+ * A process keeps each mapping it made until the catalog closes: a probe
+ * may be testing the one a rebuild replaced.  Such a stale mapping only
+ * lacks what was inserted after the rebuild -- a "no" that costs a copy,
+ * never a wrong answer about data -- and inserts always go to the file
+ * of the generation meta names, read once per write transaction.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog/kfilter.h"
+#include "catalog/db_internal.h"
+#include "common/alloc.h"
+#include "common/crc32c.h"
+#include "common/endian.h"
+#include "common/io.h"
+
+struct dd_kf {
+	uint8_t *kf_map;           /* the whole file */
+	size_t kf_len;
+	_Atomic uint64_t *kf_bits; /* kf_nblocks blocks of 8 words */
+	uint64_t kf_nblocks;
+	uint64_t kf_gen;
+	uint64_t kf_entries;       /* DDT entries the build walked */
+	struct dd_kf *kf_retired;  /* mappings made before this one */
+};
+
+/* ---- the hash's bits -------------------------------------------------------*/
+
+/* SHA-256 is uniform already; the mix keeps the test-only weak hash
+ * (meta hash 0x7f01) from crowding a few blocks. */
+static uint64_t dd_kf_mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* The block a hash's bits are in, and the DD_KF_PROBES 9-bit positions
+ * in it, from the hash's first 16 bytes (format/kfilter.md §2). */
+static uint64_t dd_kf_block(uint64_t nblocks, const uint8_t *hash,
+			    uint64_t *bits)
+{
+	uint64_t a = dd_kf_mix(dd_get_le64(hash));
+
+	*bits = dd_kf_mix(dd_get_le64(hash + 8) ^ 0x9e3779b97f4a7c15ull);
+	return (uint64_t)(((unsigned __int128)a * nblocks) >> 64);
+}
+
+static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
+{
+	uint64_t bits, b = dd_kf_block(kf->kf_nblocks, hash, &bits);
+	_Atomic uint64_t *w = kf->kf_bits + b * 8;
+
+	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
+		unsigned bit = bits & 511;
+
+		if (!(atomic_load_explicit(&w[bit >> 6], memory_order_relaxed) &
+		      ((uint64_t)1 << (bit & 63))))
+			return false;
+	}
+	return true;
+}
+
+/* Sets a hash's bits; true if one was not set. */
+static bool dd_kf_set(struct dd_kf *kf, const uint8_t *hash)
+{
+	uint64_t bits, b = dd_kf_block(kf->kf_nblocks, hash, &bits);
+	_Atomic uint64_t *w = kf->kf_bits + b * 8;
+	bool changed = false;
+
+	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
+		unsigned bit = bits & 511;
+		uint64_t m = (uint64_t)1 << (bit & 63);
+
+		if (!(atomic_load_explicit(&w[bit >> 6], memory_order_relaxed) &
+		      m)) {
+			atomic_fetch_or_explicit(&w[bit >> 6], m,
+						 memory_order_relaxed);
+			changed = true;
+		}
+	}
+	return changed;
+}
+
+/* ---- the file --------------------------------------------------------------*/
+
+static void dd_kf_header(uint8_t *h, uint64_t nblocks, uint64_t gen,
+			 uint64_t entries)
+{
+	memset(h, 0, DD_KF_HDR_SIZE);
+	memcpy(h, DD_KF_MAGIC, 8);
+	dd_put_le32(h + 8, DD_KF_VERSION);
+	dd_put_le32(h + 12, DD_KF_PROBES);
+	dd_put_le64(h + 16, nblocks);
+	dd_put_le64(h + 24, gen);
+	dd_put_le64(h + 32, entries);
+	dd_put_le32(h + 60, dd_crc32c(0, h, 60));
+}
+
+/* The header's fields, if it is one this build writes, for a file of len
+ * bytes. */
+static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
+			    uint64_t *gen, uint64_t *entries)
+{
+	if (len < DD_KF_HDR_SIZE || memcmp(h, DD_KF_MAGIC, 8) != 0 ||
+	    dd_get_le32(h + 60) != dd_crc32c(0, h, 60) ||
+	    dd_get_le32(h + 8) != DD_KF_VERSION ||
+	    dd_get_le32(h + 12) != DD_KF_PROBES)
+		return false;
+	*nblocks = dd_get_le64(h + 16);
+	*gen = dd_get_le64(h + 24);
+	*entries = dd_get_le64(h + 32);
+	return *nblocks >= 1 && *nblocks <= DD_KF_MAX_BLOCKS &&
+	       len == DD_KF_HDR_SIZE + *nblocks * DD_KF_BLOCK;
+}
+
+static int dd_kf_path(dd_db *db, char *out, size_t cap)
+{
+	const char *dir;
+
+	if (mdb_env_get_path(db->db_env, &dir) != 0)
+		return -1;
+	return snprintf(out, cap, "%s/%s", dir, DD_KF_FILE) < (int)cap ? 0 : -1;
+}
+
+/* Maps the file if it is of generation gen; NULL if not, or absent, or
+ * damaged -- all of which a rebuild mends. */
+static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
+{
+	uint8_t h[DD_KF_HDR_SIZE];
+	uint64_t nblocks, fgen, entries;
+	struct dd_kf *kf = NULL;
+	char path[4300];
+	struct stat st;
+	void *map;
+	int fd;
+
+	if (dd_kf_path(db, path, sizeof(path)) != 0)
+		return NULL;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 ||
+	    pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &nblocks, &fgen,
+			     &entries) ||
+	    fgen != gen)
+		goto out;
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+		   MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		goto out;
+	kf = dd_calloc(1, sizeof(*kf));
+	if (!kf) {
+		munmap(map, (size_t)st.st_size);
+		goto out;
+	}
+	kf->kf_map = map;
+	kf->kf_len = (size_t)st.st_size;
+	kf->kf_bits = (_Atomic uint64_t *)(kf->kf_map + DD_KF_HDR_SIZE);
+	kf->kf_nblocks = nblocks;
+	kf->kf_gen = gen;
+	kf->kf_entries = entries;
+out:
+	close(fd);
+	return kf;
+}
+
+/* db_kf becomes kf; the mapping it replaces stays until the catalog
+ * closes (a probe may be in it). */
+static void dd_kf_attach(dd_db *db, struct dd_kf *kf)
+{
+	struct dd_kf *old;
+
+	pthread_mutex_lock(&db->db_kf_lock);
+	old = atomic_load(&db->db_kf);
+	if (kf) {
+		kf->kf_retired = old;
+		atomic_store(&db->db_kf, kf);
+	} else if (old) {
+		/* no usable file of meta's generation: keep the old one for
+		 * probes (a stale "no" costs a copy), add to none */
+		db->db_kf_detached = true;
+	}
+	if (kf)
+		db->db_kf_detached = false;
+	pthread_mutex_unlock(&db->db_kf_lock);
+}
+
+void dd_db_kf_close(dd_db *db)
+{
+	struct dd_kf *kf = atomic_load(&db->db_kf);
+
+	while (kf) {
+		struct dd_kf *next = kf->kf_retired;
+
+		munmap(kf->kf_map, kf->kf_len);
+		dd_free(kf);
+		kf = next;
+	}
+	atomic_store(&db->db_kf, NULL);
+}
+
+/* ---- building ---------------------------------------------------------------*/
+
+struct dd_kf_build {
+	struct dd_kf kb_kf;        /* over an anonymous buffer */
+	uint64_t kb_n;
+};
+
+static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
+			   const dd_ddt_ent *ent)
+{
+	struct dd_kf_build *kb = arg;
+
+	(void)ent;
+	dd_kf_set(&kb->kb_kf, key->dk_hash);
+	kb->kb_n++;
+	return 0;
+}
+
+static uint64_t dd_kf_blocks_for(uint64_t entries)
+{
+	uint64_t n = (entries * DD_KF_BUILD_BITS + DD_KF_BLOCK * 8 - 1) /
+		     (DD_KF_BLOCK * 8);
+
+	if (n < DD_KF_MIN_BLOCKS)
+		n = DD_KF_MIN_BLOCKS;
+	return n > DD_KF_MAX_BLOCKS ? DD_KF_MAX_BLOCKS : n;
+}
+
+/* Is kf, of meta's generation, fit for a DDT of `entries`? */
+static bool dd_kf_fits(const struct dd_kf *kf, uint64_t entries)
+{
+	return kf->kf_nblocks >= DD_KF_MAX_BLOCKS ||
+	       entries * DD_KF_MIN_BITS <= kf->kf_nblocks * DD_KF_BLOCK * 8;
+}
+
+static int dd_kf_meta(dd_txn *txn, dd_err *err, const char *key,
+		      uint64_t *out);
+
+/* Inside the write transaction txn -- no insert runs meanwhile --: the
+ * filter of every hash the DDT holds, written whole as a generation no
+ * file had before (meta ddt.filter.last counts them: a withdrawn filter
+ * leaves ddt.filter 0, and this process may still map its file), with
+ * a temporary file, a rename and a directory sync; then meta names it. */
+static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t entries,
+			 uint64_t *genp)
+{
+	dd_db *db = txn->tx_db;
+	struct dd_kf_build kb;
+	uint64_t nblocks = dd_kf_blocks_for(entries);
+	size_t len = DD_KF_HDR_SIZE + nblocks * DD_KF_BLOCK;
+	uint64_t gen, last = 0;
+	const char *dir;
+	uint8_t *buf;
+	int rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
+
+	if (!rc)
+		rc = dd_kf_meta(txn, err, "ddt.filter.last", &last);
+	if (rc)
+		return rc;
+	gen = (last > gen ? last : gen) + 1;
+	memset(&kb, 0, sizeof(kb));
+	if (mdb_env_get_path(db->db_env, &dir) != 0)
+		return dd_err_set(err, DD_EIO, "lmdb: no catalog path");
+	buf = dd_calloc(1, len);
+	if (!buf)
+		return dd_err_set(err, DD_ENOMEM, "out of memory");
+	kb.kb_kf.kf_bits = (_Atomic uint64_t *)(buf + DD_KF_HDR_SIZE);
+	kb.kb_kf.kf_nblocks = nblocks;
+	rc = dd_ddt_walk(txn, err, dd_kf_build_one, &kb);
+	if (!rc) {
+		dd_kf_header(buf, nblocks, gen, kb.kb_n);
+		rc = dd_io_replace_file(err, dir, DD_KF_FILE, buf, len);
+	}
+	dd_free(buf);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "ddt.filter", gen);
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "ddt.filter.last", gen);
+	txn->tx_kf_rebuilt = !rc;
+	*genp = gen;
+	return rc;
+}
+
+/* A meta counter of the filter's, 0 when absent (an older catalog):
+ * ddt.filter, the generation the inserts keep (0: none), ddt.filter.last
+ * and ddt.filter.txn (format/kfilter.md §3). */
+static int dd_kf_meta(dd_txn *txn, dd_err *err, const char *key,
+		      uint64_t *out)
+{
+	int rc = dd_meta_get_u64(txn, err, key, out);
+
+	if (rc == DD_ENOENT) {
+		*out = 0;
+		dd_err_clear(err);
+		return 0;
+	}
+	return rc;
+}
+
+/* The generation meta names and the DDT's entries, as txn sees them. */
+static int dd_kf_state(dd_txn *txn, dd_err *err, uint64_t *gen,
+		       uint64_t *entries)
+{
+	int rc = dd_kf_meta(txn, err, "ddt.filter", gen);
+
+	return rc ? rc : dd_ddt_count(txn, err, entries);
+}
+
+/* Whether the filter this process maps is meta's and fits; if not, the
+ * file of meta's generation is mapped if it fits. */
+static bool dd_kf_current(dd_db *db, uint64_t gen, uint64_t entries)
+{
+	struct dd_kf *kf = atomic_load(&db->db_kf);
+
+	if (kf && kf->kf_gen == gen && !atomic_load(&db->db_kf_detached))
+		return dd_kf_fits(kf, entries);
+	kf = gen ? dd_kf_map(db, gen) : NULL;
+	if (kf && !dd_kf_fits(kf, entries)) {
+		munmap(kf->kf_map, kf->kf_len);
+		dd_free(kf);
+		kf = NULL;
+	}
+	if (kf)
+		dd_kf_attach(db, kf);
+	return kf != NULL;
+}
+
+int dd_db_kf_prepare(dd_db *db, dd_err *err)
+{
+	uint64_t gen, entries;
+	dd_txn *txn;
+	int rc;
+
+	db->db_kf_enabled = true;   /* inserts keep meta's filter */
+	rc = dd_txn_begin(db, err, false, &txn);
+	if (rc)
+		return rc;
+	rc = dd_kf_state(txn, err, &gen, &entries);
+	dd_txn_abort(txn);
+	if (rc || dd_kf_current(db, gen, entries))
+		return rc;
+	/* rebuild, unless another process did while this one waited for
+	 * the write transaction */
+	rc = dd_txn_begin(db, err, true, &txn);
+	if (rc)
+		return rc;
+	rc = dd_kf_state(txn, err, &gen, &entries);
+	if (!rc && !dd_kf_current(db, gen, entries))
+		rc = dd_kf_rebuild(txn, err, entries, &gen);
+	if (rc) {
+		dd_txn_abort(txn);
+		return rc;
+	}
+	rc = dd_txn_commit(txn, err);
+	/* a file system that cannot map it shared: no filter, no error */
+	if (!rc)
+		dd_kf_current(db, gen, entries);
+	return rc;
+}
+
+bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
+{
+	struct dd_kf *kf = atomic_load_explicit(&db->db_kf,
+						memory_order_acquire);
+
+	return !kf || dd_kf_test(kf, hash);
+}
+
+bool dd_db_kf_mapped(dd_db *db)
+{
+	return atomic_load(&db->db_kf) != NULL && !db->db_kf_detached;
+}
+
+static int dd_kf_sync(struct dd_kf *kf, dd_err *err)
+{
+	if (msync(kf->kf_map, kf->kf_len, MS_SYNC) != 0)
+		return dd_err_set_errno(err, errno, "%s: msync", DD_KF_FILE);
+	return 0;
+}
+
+bool dd_db_kf_add(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
+{
+	struct dd_kf *kf = atomic_load(&db->db_kf);
+
+	return kf && !atomic_load(&db->db_kf_detached) && dd_kf_set(kf, hash);
+}
+
+int dd_db_kf_sync(dd_db *db, dd_err *err)
+{
+	struct dd_kf *kf = atomic_load(&db->db_kf);
+
+	return kf ? dd_kf_sync(kf, err) : 0;
+}
+
+/* ---- inserts (ddt.c) and commits (db.c) ----------------------------------*/
+
+int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
+{
+	dd_db *db = txn->tx_db;
+	struct dd_kf *kf;
+
+	if (!db->db_kf_enabled)
+		return 0;
+	if (!txn->tx_kf_checked) {
+		uint64_t gen;
+		int rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
+
+		if (rc)
+			return rc;
+		txn->tx_kf_checked = true;
+		kf = atomic_load(&db->db_kf);
+		if (!kf || kf->kf_gen != gen || db->db_kf_detached) {
+			kf = gen ? dd_kf_map(db, gen) : NULL;
+			dd_kf_attach(db, kf);
+		}
+	}
+	kf = atomic_load(&db->db_kf);
+	if (kf && !db->db_kf_detached && dd_kf_set(kf, hash))
+		txn->tx_kf_dirty = kf;
+	return 0;
+}
+
+/* Every write transaction of a build that knows the filter leaves its id
+ * in meta ddt.filter.txn.  LMDB numbers commits one by one, so a
+ * transaction that finds there anything but its own id less one follows
+ * a commit of a build that does not know the filter -- whose inserts the
+ * filter may lack: it withdraws the filter (ddt.filter 0) and the next
+ * writer rebuilds it.  A rebuild's own transaction keeps what it built. */
+static int dd_kf_txn_chain(dd_txn *txn, dd_err *err)
+{
+	uint64_t id = (uint64_t)mdb_txn_id(txn->tx_mdb), last;
+	int rc = dd_kf_meta(txn, err, "ddt.filter.txn", &last);
+
+	if (!rc && last != id - 1 && !txn->tx_kf_rebuilt) {
+		uint64_t gen;
+
+		rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
+		if (!rc && gen)
+			rc = dd_meta_put_u64(txn, err, "ddt.filter", 0);
+	}
+	return rc ? rc : dd_meta_put_u64(txn, err, "ddt.filter.txn", id);
+}
+
+int dd_kf_txn_commit(dd_txn *txn, dd_err *err)
+{
+	int rc = txn->tx_write ? dd_kf_txn_chain(txn, err) : 0;
+
+	if (!rc && txn->tx_kf_dirty)
+		rc = dd_kf_sync(txn->tx_kf_dirty, err);
+	return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * kfilter.h -- the DDT's key filter: a blocked Bloom filter over the
+ * hashes of every DDT key, in db/keys.flt (format/kfilter.md).
+ *
+ * A put asks it before the DDT: "no" means the DDT holds no entry of that
+ * hash, so a new block costs no DDT read -- which, once the DDT is larger
+ * than the memory it may use, is a disk read per block (Data Domain's
+ * summary vector, Zhu et al., FAST'08).  "Maybe" means ask the DDT.
+ *
+ * The invariant: every hash the DDT holds is in the filter whose
+ * generation meta `ddt.filter` names, for inserts by builds that know the
+ * filter -- dd_ddt_insert and dd_ddt_put add to it (kf_txn_add) and a
+ * transaction that set a bit syncs the file before it commits.  Nothing
+ * rests on it but speed: a hash the filter lacks (an older build's
+ * insert, a damaged file) makes a put store a block the DDT holds, and
+ * its commit then references the entry and the copy is garbage for gc
+ * (wops.c, dd_apply_new), as when two writers store one block at once.
+ *
+ * The filter is rebuilt from a walk of the DDT, inside a write
+ * transaction so that no insert runs meanwhile, when a writer finds it
+ * missing, damaged, of another generation or under 8 bits per entry
+ * (dd_db_kf_prepare); it is built at 16 bits per entry, so rebuilds come
+ * at each doubling of the DDT.
+ */
+#ifndef DD_CATALOG_KFILTER_H
+#define DD_CATALOG_KFILTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dedup.h"
+#include "catalog/db.h"
+
+#define DD_KF_FILE "keys.flt"
+#define DD_KF_MAGIC "DDKEYFLT"
+#define DD_KF_VERSION 1
+#define DD_KF_HDR_SIZE 64
+#define DD_KF_BLOCK 64            /* bytes: one cache line */
+#define DD_KF_PROBES 6            /* bits set per key, in one block */
+#define DD_KF_BUILD_BITS 16       /* per DDT entry, at a rebuild */
+#define DD_KF_MIN_BITS 8          /* per entry: fewer, and it is rebuilt */
+#define DD_KF_MIN_BLOCKS 4096     /* 256 KiB */
+#define DD_KF_MAX_BLOCKS ((uint64_t)1 << 32)
+
+/* Makes sure the catalog has a filter of the generation meta names, big
+ * enough for the DDT, and maps it for this process's probes and inserts;
+ * rebuilds it otherwise.  Fails as the catalog's and the file's I/O
+ * fail; a file that cannot be mapped leaves the process without a filter
+ * (its probes ask the DDT), which is no error. */
+int dd_db_kf_prepare(dd_db *db, dd_err *err);
+
+/* false: the DDT holds no key of this hash (as of any committed state).
+ * true: it may -- or there is no filter. */
+bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
+
+/* Sets the bits of a hash in the mapped filter (true: one was not set),
+ * and syncs them: a writer about to insert many does it before a series
+ * of transactions, which then set no bit and sync nothing.  The inserts
+ * add them again in any case (a rebuild may come in between). */
+bool dd_db_kf_add(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
+int dd_db_kf_sync(dd_db *db, dd_err *err);
+
+/* Is the filter in use (prepared, mapped) in this process? */
+bool dd_db_kf_mapped(dd_db *db);
+
+#endif
