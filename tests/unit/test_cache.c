@@ -691,14 +691,16 @@ static void test_l2_read_fault(void **state)
 {
 	fx *f = fx_new(1 * MiB);
 	uint8_t blk[BS];
-	dd_l2_logent e[2];
+	dd_l2_logent e[1];
 	dd_l2_hdr h;
 	dd_hasher *hs;
 	dd_l2dev *d;
 	double t0;
 
 	(void)state;
-	fx_warm_dev(f, 12, &h, e, 2);
+	/* one entry: the newest log block may hold a single one when the
+	 * feed's last batch does (timing: it failed so under TSan) */
+	fx_warm_dev(f, 12, &h, e, 1);
 	assert_int_equal(dd_hasher_new(&hs, DD_HASH_SHA256), 0);
 	assert_int_equal(dd_l2dev_open(&d, NULL, f->dev[0], DEV_BYTES,
 				       h.lh_store_id, BS, BS), 0);
@@ -713,8 +715,9 @@ static void test_l2_read_fault(void **state)
 	dd_fault_disarm_all();
 	assert_memory_equal(blk, f->img + block_of(f, e[0].le_key) * BS, BS);
 
+	/* the same block again: read from the device, which fails */
 	dd_fault_arm(DD_FAULT_READ, 1, EIO, 0);
-	assert_int_equal(dd_l2dev_read(d, hs, e[1].le_key, BS, blk),
+	assert_int_equal(dd_l2dev_read(d, hs, e[0].le_key, BS, blk),
 			 DD_L2_IOERR);
 	assert_int_equal(dd_fault_hits(DD_FAULT_READ), 1);
 	dd_fault_disarm_all();
