@@ -36,7 +36,6 @@ struct dd_kf {
 	_Atomic uint64_t *kf_bits; /* kf_nblocks blocks of 8 words */
 	uint64_t kf_nblocks;
 	uint64_t kf_gen;
-	uint64_t kf_entries;       /* DDT entries the build walked */
 	struct dd_kf *kf_retired;  /* mappings made before this one */
 };
 
@@ -118,7 +117,7 @@ static void dd_kf_header(uint8_t *h, uint64_t nblocks, uint64_t gen,
 /* The header's fields, if it is one this build writes, for a file of len
  * bytes. */
 static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
-			    uint64_t *gen, uint64_t *entries)
+			    uint64_t *gen)
 {
 	if (len < DD_KF_HDR_SIZE || memcmp(h, DD_KF_MAGIC, 8) != 0 ||
 	    dd_get_le32(h + 60) != dd_crc32c(0, h, 60) ||
@@ -127,7 +126,6 @@ static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
 		return false;
 	*nblocks = dd_get_le64(h + 16);
 	*gen = dd_get_le64(h + 24);
-	*entries = dd_get_le64(h + 32);
 	return *nblocks >= 1 && *nblocks <= DD_KF_MAX_BLOCKS &&
 	       len == DD_KF_HDR_SIZE + *nblocks * DD_KF_BLOCK;
 }
@@ -146,7 +144,7 @@ static int dd_kf_path(dd_db *db, char *out, size_t cap)
 static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 {
 	uint8_t h[DD_KF_HDR_SIZE];
-	uint64_t nblocks, fgen, entries;
+	uint64_t nblocks, fgen;
 	struct dd_kf *kf = NULL;
 	char path[4300];
 	struct stat st;
@@ -160,8 +158,7 @@ static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 		return NULL;
 	if (fstat(fd, &st) != 0 ||
 	    pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &nblocks, &fgen,
-			     &entries) ||
+	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &nblocks, &fgen) ||
 	    fgen != gen)
 		goto out;
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
@@ -178,7 +175,6 @@ static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 	kf->kf_bits = (_Atomic uint64_t *)(kf->kf_map + DD_KF_HDR_SIZE);
 	kf->kf_nblocks = nblocks;
 	kf->kf_gen = gen;
-	kf->kf_entries = entries;
 out:
 	close(fd);
 	return kf;
@@ -195,13 +191,12 @@ static void dd_kf_attach(dd_db *db, struct dd_kf *kf)
 	if (kf) {
 		kf->kf_retired = old;
 		atomic_store(&db->db_kf, kf);
+		db->db_kf_detached = false;
 	} else if (old) {
 		/* no usable file of meta's generation: keep the old one for
 		 * probes (a stale "no" costs a copy), add to none */
 		db->db_kf_detached = true;
 	}
-	if (kf)
-		db->db_kf_detached = false;
 	pthread_mutex_unlock(&db->db_kf_lock);
 }
 

@@ -266,22 +266,26 @@ static int dd_gc_sum_chosen(void *arg, const dd_ddt_key *key,
  * former holders --, and a pack whose sum differs stays as it is. */
 static int dd_gc_recheck_live(dd_gc *gc)
 {
-	uint64_t *live = dd_calloc(gc->gc_npacks, sizeof(*live));
-	void *ctx[2] = {gc, live};
-	dd_txn *txn = NULL;
+	uint64_t *live;
+	void *ctx[2];
+	dd_txn *txn;
 	bool chosen = false;
 	int rc;
 
 	for (uint64_t id = 1; id < gc->gc_npacks; id++)
 		chosen |= gc->gc_fate[id] != DD_GC_KEEP;
+	if (!chosen)
+		return 0;
+	live = dd_calloc(gc->gc_npacks, sizeof(*live));
 	if (!live)
 		return dd_err_set(gc->gc_err, DD_ENOMEM, "out of memory");
-	rc = chosen ? dd_txn_begin(gc->gc_store->st_db, gc->gc_err, false,
-				   &txn)
-		    : 0;
-	if (!rc && chosen)
+	ctx[0] = gc;
+	ctx[1] = live;
+	rc = dd_txn_begin(gc->gc_store->st_db, gc->gc_err, false, &txn);
+	if (!rc) {
 		rc = dd_ddt_walk(txn, gc->gc_err, dd_gc_sum_chosen, ctx);
-	dd_txn_abort(txn);
+		dd_txn_abort(txn);
+	}
 	for (uint64_t id = 1; !rc && id < gc->gc_npacks; id++)
 		if (gc->gc_fate[id] != DD_GC_KEEP && live[id] != gc->gc_live[id])
 			gc->gc_fate[id] = DD_GC_KEEP;
