@@ -81,6 +81,10 @@ int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at);
 dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at);
 /* Empties the list after a commit. */
 void dd_wops_reset(dd_wops *wo);
+/* wo_ord: the ops by DDT key, then by their place in wo_op (dd_wop_cmp,
+ * a qsort comparator of dd_wop pointers). */
+int dd_wops_order(dd_wops *wo, dd_err *err);
+int dd_wop_cmp(const void *a, const void *b);
 
 /* ---- the writer --------------------------------------------------------*/
 

@@ -23,6 +23,7 @@
 #include "dedup.h"
 #include "hash/hash.h"
 #include "helpers.h"
+#include "store/writer_internal.h"
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)
@@ -153,6 +154,91 @@ static uint64_t put_file(dd_store *s, const char *name, const uint8_t *img,
 	dd_writer_free(w);
 	close(fd);
 	return st.new_blocks;
+}
+
+/* n random bytes, any n (fill_random fills whole 8-byte words). */
+static void fill_bytes(uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(th_rng() >> 24);
+}
+
+/* A commit's ops in key order (dd_wops_order, a radix sort of the
+ * hashes' first 32 bits) are exactly dd_wop_cmp's order -- what qsort
+ * gave -- for keys in no order, keys the image repeats, keys that share
+ * their first 4 or 31 bytes, variants of one hash, and hashes of the
+ * test-only weak hash (2 bytes, the rest zero). */
+static void test_ops_order(void **state)
+{
+	const size_t n = 20000;
+	dd_wops wo;
+	dd_wop **want = calloc(n, sizeof(*want));
+	dd_err err;
+
+	(void)state;
+	assert_non_null(want);
+	memset(&wo, 0, sizeof(wo));
+	dd_err_clear(&err);
+	for (size_t i = 0; i < n; i++) {
+		dd_wop op;
+
+		memset(&op, 0, sizeof(op));
+		op.op_kind = DD_OP_REF;
+		op.op_idx = i;
+		switch (th_rng() % 6) {
+		case 0:   /* a key seen before, maybe another variant */
+			if (i) {
+				op.op_key = wo.wo_op[th_rng() % i].op_key;
+				if (th_rng() % 4 == 0)
+					op.op_key.dk_variant = (uint8_t)(th_rng() % 3);
+				break;
+			}
+			/* fall through */
+		case 1:
+		case 2:
+			fill_bytes(op.op_key.dk_hash, DD_HASH_SIZE);
+			break;
+		case 3:   /* the first 4 bytes of one before */
+			if (i)
+				memcpy(op.op_key.dk_hash,
+				       wo.wo_op[th_rng() % i].op_key.dk_hash, 4);
+			fill_bytes(op.op_key.dk_hash + 4, DD_HASH_SIZE - 4);
+			break;
+		case 4:   /* the first 31 */
+			if (i)
+				memcpy(op.op_key.dk_hash,
+				       wo.wo_op[th_rng() % i].op_key.dk_hash, 31);
+			fill_bytes(op.op_key.dk_hash + 31, 1);
+			break;
+		default:  /* the weak hash's shape */
+			fill_bytes(op.op_key.dk_hash, 2);
+			break;
+		}
+		assert_int_equal(dd_wops_add(&wo, &err, &op, NULL), 0);
+	}
+	assert_int_equal(dd_wops_order(&wo, &err), 0);
+	for (size_t i = 0; i < n; i++)
+		want[i] = &wo.wo_op[i];
+	qsort(want, n, sizeof(*want), dd_wop_cmp);
+	for (size_t i = 0; i < n; i++)
+		assert_ptr_equal(wo.wo_ord[i], want[i]);
+	/* and again after more ops: the order array grows */
+	for (size_t i = 0; i < 3000; i++) {
+		dd_wop op = wo.wo_op[th_rng() % n];
+
+		op.op_idx = n + i;
+		assert_int_equal(dd_wops_add(&wo, &err, &op, NULL), 0);
+	}
+	assert_int_equal(dd_wops_order(&wo, &err), 0);
+	want = realloc(want, wo.wo_n * sizeof(*want));
+	assert_non_null(want);
+	for (size_t i = 0; i < wo.wo_n; i++)
+		want[i] = &wo.wo_op[i];
+	qsort(want, wo.wo_n, sizeof(*want), dd_wop_cmp);
+	for (size_t i = 0; i < wo.wo_n; i++)
+		assert_ptr_equal(wo.wo_ord[i], want[i]);
+	free(want);
+	dd_wops_free(&wo);
 }
 
 /* A commit applies its DDT changes in key order, one update per key
@@ -601,6 +687,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_writers_side_by_side),
+		cmocka_unit_test(test_ops_order),
 		cmocka_unit_test(test_commit_runs_exact),
 		cmocka_unit_test(test_name_reserved),
 		cmocka_unit_test(test_rm_gc_beside_writer),
