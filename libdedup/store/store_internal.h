@@ -243,10 +243,11 @@ extern void (*dd_gc_test_after_sum)(void *ctx);
 extern void *dd_gc_test_ctx;
 /* A deferring writer (store/defer.h) flushes its DDT changes once it holds
  * max(dd_writer_defer_min, min(DDT entries / 2, dd_writer_defer_max)) ops,
- * dd_writer_flush_keys distinct keys per write transaction; defer_min 0:
- * no writer defers.  Tests lower them. */
+ * dd_writer_flush_keys distinct keys per write transaction, or more when
+ * they fall on fewer leaf pages (dd_writer_flush_leaf, wops.c; 0: no
+ * more); defer_min 0: no writer defers.  Tests lower them. */
 extern uint64_t dd_writer_defer_min, dd_writer_defer_max;
-extern uint32_t dd_writer_flush_keys;
+extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf;
 
 /* ---- reader.c ----------------------------------------------------------*/
 

@@ -58,6 +58,16 @@ uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
 uint64_t dd_writer_defer_min = 65536;
 uint64_t dd_writer_defer_max = 524288;
 uint32_t dd_writer_flush_keys = 8192;
+/* ... or more: a flush's keys are in key order, so a transaction of k of
+ * its K keys rewrites the leaves of k / K of the key space only, about
+ * (E + K) / 32 * k / K pages of a DDT of E entries before it (a 4 KiB
+ * leaf holds 54 entries full, 27 just split).  A transaction may take as
+ * many keys as keep that at dd_writer_flush_keys pages: all of them into
+ * an empty DDT, 52 Ki of 256 Ki into one of 1 M entries, 15 Ki into one
+ * of 4 M -- a commit (two fdatasyncs, 4 ms each here) for each, where
+ * there were 32.  0: dd_writer_flush_keys keys, whatever the DDT (tests
+ * that want many transactions). */
+uint32_t dd_writer_flush_leaf = 32;
 
 /* ---- the ops list and its key index -------------------------------------*/
 
@@ -407,6 +417,7 @@ int dd_wops_order(dd_wops *wo, dd_err *err)
 	dd_free(count);
 	for (size_t i = 0; i < n; i++)
 		wo->wo_ord[i] = &wo->wo_op[(uint32_t)a[i]];
+	wo->wo_nkeys = 0;
 	for (size_t i = 0, j; i < n; i = j) {
 		bool sorted = true;
 
@@ -417,6 +428,10 @@ int dd_wops_order(dd_wops *wo, dd_err *err)
 		if (!sorted)
 			qsort(wo->wo_ord + i, j - i, sizeof(*wo->wo_ord),
 			      dd_wop_cmp);
+		wo->wo_nkeys++;
+		for (size_t k = i + 1; k < j; k++)
+			wo->wo_nkeys += !dd_key_eq(&wo->wo_ord[k - 1]->op_key,
+						   &wo->wo_ord[k]->op_key);
 	}
 	dd_free(a);
 	return 0;
@@ -583,6 +598,25 @@ static int dd_writer_commit_txn(dd_writer *w, uint64_t *entries)
 	return dd_writer_txn_end(w, rc);
 }
 
+/* Keys per transaction of a flush (dd_writer_flush_leaf), read in its
+ * first, w_txn, before it changes anything. */
+static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
+{
+	uint64_t k = w->w_ops.wo_nkeys, e, scaled;
+	int rc = dd_ddt_count(w->w_txn, &w->w_err, &e);
+
+	if (rc)
+		return rc;
+	*per_txn = dd_writer_flush_keys ? dd_writer_flush_keys : 1;
+	if (!dd_writer_flush_leaf || !k)
+		return 0;
+	/* k <= 2^32 ops, the rest small: no overflow */
+	scaled = *per_txn * dd_writer_flush_leaf * k / (e + k);
+	if (scaled > *per_txn)
+		*per_txn = scaled;
+	return 0;
+}
+
 /* Applies every op held, in key order, dd_writer_flush_keys keys per write
  * transaction; each moves the mark past the keys it applied, so that a
  * crash between them leaves a map whose counted entries are exactly the
@@ -594,6 +628,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 	dd_defer_mark m = w->w_mark;
 	size_t i = 0;
 	int rc = dd_wops_sort(w);
+	uint64_t per_txn = 0;
 	bool added = false;
 
 	/* the filter's bits of every key new here, synced once, instead of
@@ -612,8 +647,10 @@ static int dd_writer_flush(dd_writer *w, bool last)
 				  &w->w_txn);
 		if (rc)
 			break;
-		for (uint32_t keys = 0; !rc && i < wo->wo_n &&
-					keys < dd_writer_flush_keys; keys++) {
+		if (!per_txn)   /* aborted below if it fails */
+			rc = dd_writer_flush_txn_keys(w, &per_txn);
+		for (uint64_t keys = 0; !rc && i < wo->wo_n &&
+					keys < per_txn; keys++) {
 			size_t j = dd_wops_run_end(wo, i);
 
 			rc = dd_apply_run(w, wo->wo_ord + i, j - i);

@@ -69,6 +69,7 @@ typedef struct dd_wops {
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
 	dd_wop **wo_ord;          /* the commit's order (wops.c) */
+	size_t wo_nkeys;          /* distinct keys in it */
 	size_t wo_ordcap;
 	size_t wo_mapped;         /* ops whose block-map entries are in the
 				     catalog (a deferring writer's, below) */

@@ -570,6 +570,7 @@ static void test_killed_writer_rolled_back(void **state)
 		 * 1024 ops, 300 keys a transaction, so that some count */
 		dd_writer_defer_min = dd_writer_defer_max = 1024;
 		dd_writer_flush_keys = 300;
+		dd_writer_flush_leaf = 0;
 		if (dd_store_open(&s, path, NULL) || dd_writer_begin(&w, s, "dead"))
 			_exit(2);
 		/* 18 MiB, sharing blocks with "keep": the pipeline stores and
@@ -2026,11 +2027,13 @@ static void test_fault_walk_put_defer(void **state)
 	dd_writer_commit_bytes = 16 * KiB;
 	dd_writer_defer_min = dd_writer_defer_max = 16;
 	dd_writer_flush_keys = 3;
+	dd_writer_flush_leaf = 0;
 	put_walk_run("put defer", 0, 37, true);
 	dd_writer_commit_bytes = (uint64_t)512 << 20;
 	dd_writer_defer_min = 65536;
 	dd_writer_defer_max = 524288;
 	dd_writer_flush_keys = 8192;
+	dd_writer_flush_leaf = 32;
 }
 
 /* put_file, and the writer's stats before it is freed. */

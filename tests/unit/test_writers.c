@@ -163,11 +163,24 @@ static void fill_bytes(uint8_t *p, size_t n)
 		p[i] = (uint8_t)(th_rng() >> 24);
 }
 
+/* Distinct keys of ops in key order. */
+static size_t distinct_keys(dd_wop *const *ord, size_t n)
+{
+	size_t d = n ? 1 : 0;
+
+	for (size_t i = 1; i < n; i++)
+		d += ord[i]->op_key.dk_variant != ord[i - 1]->op_key.dk_variant ||
+		     memcmp(ord[i]->op_key.dk_hash, ord[i - 1]->op_key.dk_hash,
+			    DD_HASH_SIZE) != 0;
+	return d;
+}
+
 /* A commit's ops in key order (dd_wops_order, a radix sort of the
  * hashes' first 32 bits) are exactly dd_wop_cmp's order -- what qsort
  * gave -- for keys in no order, keys the image repeats, keys that share
  * their first 4 or 31 bytes, variants of one hash, and hashes of the
- * test-only weak hash (2 bytes, the rest zero). */
+ * test-only weak hash (2 bytes, the rest zero); and it counts the
+ * distinct keys (a flush sizes its transactions by them). */
 static void test_ops_order(void **state)
 {
 	const size_t n = 20000;
@@ -222,6 +235,7 @@ static void test_ops_order(void **state)
 	qsort(want, n, sizeof(*want), dd_wop_cmp);
 	for (size_t i = 0; i < n; i++)
 		assert_ptr_equal(wo.wo_ord[i], want[i]);
+	assert_int_equal(wo.wo_nkeys, distinct_keys(want, n));
 	/* and again after more ops: the order array grows */
 	for (size_t i = 0; i < 3000; i++) {
 		dd_wop op = wo.wo_op[th_rng() % n];
@@ -237,6 +251,7 @@ static void test_ops_order(void **state)
 	qsort(want, wo.wo_n, sizeof(*want), dd_wop_cmp);
 	for (size_t i = 0; i < wo.wo_n; i++)
 		assert_ptr_equal(wo.wo_ord[i], want[i]);
+	assert_int_equal(wo.wo_nkeys, distinct_keys(want, wo.wo_n));
 	free(want);
 	dd_wops_free(&wo);
 }
