@@ -16,8 +16,14 @@
 #   /dev/null` (one thread, in the same rounds); S a 128K zstd:1 store of
 #   A made once by NEW ($BENCH_DIR/ab-get-store, default BENCH_DIR
 #   /var/tmp/dd-bench with bench_store.sh's A-1024M and A-1024M.zst).
+# small: 4 KiB blocks, --compress none (issue 18): `dedup put` of 1 GiB
+#   the store holds already (rand-1 again, into a store of rand-1..4,
+#   1 M entries, made once by NEW at $BENCH_DIR/ab-small-store; the
+#   snapshot removed after each round), and of 1 GiB of new data (rand-5)
+#   into an empty store; `sync` and a second's pause before each.  The
+#   data is bench_small.sh's ($BENCH_DIR/rand-1073741824-{1..5}).
 set -euo pipefail
-MODE=${1:?scan or get} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
+MODE=${1:?scan, get or small} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 declare -A best cpu
@@ -53,11 +59,48 @@ get)
 	A=$D/A-1024M S=$D/ab-get-store
 	NEED=("$A" "$A.zst")
 	;;
-*) echo "bench_ab_target: scan or get, not $MODE" >&2; exit 2 ;;
+small)
+	D=${BENCH_DIR:-/var/tmp/dd-bench}
+	S=$D/ab-small-store
+	NEED=()
+	for i in 1 2 3 4 5; do NEED+=("$D/rand-1073741824-$i"); done
+	;;
+*) echo "bench_ab_target: scan, get or small, not $MODE" >&2; exit 2 ;;
 esac
 for f in "${NEED[@]}"; do
-	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh first" >&2; exit 2; }
+	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh / bench_small.sh first" >&2; exit 2; }
 done
+if [[ $MODE == small ]]; then
+	if [[ ! -f $S/ok ]]; then
+		rm -rf "$S"
+		"$NEW/dedup" init --block-size 4096 --compress none "$S" >/dev/null
+		for i in 1 2 3 4; do "$NEW/dedup" put "$S@r$i" "${NEED[$((i - 1))]}"; done
+		touch "$S/ok"
+	fi
+	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
+	for ((r = 1; r <= R; r++)); do
+		order="old new"
+		((r % 2)) || order="new old"
+		for v in $order; do
+			bin=$OLD
+			[[ $v == new ]] && bin=$NEW
+			sync; sleep 1
+			timed "$v dup" "$bin/dedup" put "$S@x" "${NEED[0]}"
+			"$bin/dedup" rm "$S@x" >/dev/null
+			rm -rf "$W/new"
+			"$bin/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
+			sync; sleep 1
+			timed "$v new" "$bin/dedup" put "$W/new@n" "${NEED[4]}"
+			rm -rf "$W/new"
+		done
+	done
+	for k in "old dup" "new dup" "old new" "new new"; do
+		printf 'best %-8s %.3f s  %.0f MB/s  (cpu %.2f s)\n' "$k" "${best[$k]}" \
+			"$(echo "1073741824 / ${best[$k]} / 1000000" | bc -l)" "${cpu[$k]}"
+	done
+	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	exit 0
+fi
 if [[ $MODE == get && ! -f $S/ok ]]; then
 	rm -rf "$S"
 	"$NEW/dedup" init "$S" >/dev/null
