@@ -138,6 +138,11 @@ struct dd_txn {
 	bool tx_kf_checked;
 	bool tx_kf_rebuilt;
 	struct dd_kf *tx_kf_dirty;
+	/* ddt.c: a write transaction's cursor on a DDT table (tx_ddt_cur_tree),
+	 * opened at its first update; LMDB closes it when the transaction
+	 * ends */
+	MDB_cursor *tx_ddt_cur;
+	int tx_ddt_cur_tree;
 };
 
 /* kfilter.c: an insert of hash into the DDT in write txn adds it to the

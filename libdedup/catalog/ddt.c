@@ -150,46 +150,62 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			    "ddt put");
 }
 
+/* The write transaction's cursor on DDT table `tree` (db_internal.h).
+ * A flush updates the DDT in key order, and a cursor that stays open
+ * finds most keys on the leaf it is on (LMDB's mdb_cursor_set looks
+ * there first), where a cursor opened per update descended from the
+ * root each time; LMDB keeps an open cursor right through the
+ * transaction's own splits and deletes.  The guard still checks every
+ * page a descent from the root would read, a superset. */
+static int dd_ddt_wcur(dd_txn *txn, dd_err *err, int tree, MDB_cursor **out)
+{
+	int rc;
+
+	if (!txn->tx_ddt_cur || txn->tx_ddt_cur_tree != tree) {
+		/* another table's (gc's compaction): LMDB closes that one too */
+		rc = mdb_cursor_open(txn->tx_mdb, txn->tx_db->db_dbi[tree],
+				     &txn->tx_ddt_cur);
+		if (rc) {
+			txn->tx_ddt_cur = NULL;
+			return dd_mdb_error(err, rc, "ddt cursor");
+		}
+		txn->tx_ddt_cur_tree = tree;
+	}
+	*out = txn->tx_ddt_cur;
+	return 0;
+}
+
 int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		    uint64_t n, dd_ddt_ent *out)
 {
 	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v;
-	MDB_cursor *cur;
+	MDB_cursor *cur = NULL;
 	int tree = dd_ddt_tree(txn, true);
 	int rc;
 
 	dd_ddt_key_encode(kb, key);
 	/* the pages the cursor's descent reads, and its put rewrites */
 	rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
+	if (!rc)
+		rc = dd_ddt_wcur(txn, err, tree, &cur);
 	if (rc)
 		return rc;
-	rc = mdb_cursor_open(txn->tx_mdb, txn->tx_db->db_dbi[tree], &cur);
-	if (rc)
-		return dd_mdb_error(err, rc, "ddt cursor");
 	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
-	if (rc == MDB_NOTFOUND) {
-		rc = DD_ENOENT;
-		goto out;
-	}
-	if (rc) {
-		rc = dd_mdb_error(err, rc, "ddt get");
-		goto out;
-	}
+	if (rc == MDB_NOTFOUND)
+		return DD_ENOENT;
+	if (rc)
+		return dd_mdb_error(err, rc, "ddt get");
 	rc = dd_ddt_val_decode(err, &v, out);
 	if (rc)
-		goto out;
-	if (out->de_flags & DD_DDE_MISSING) {
-		rc = DD_ENOENT;          /* no bytes to reference */
-		goto out;
-	}
-	if (out->de_refcnt > (DD_DDT_DEAD - 1) - n) {
-		rc = dd_db_damage(err, "ddt reference count %llu cannot take "
-				  "%llu more",
-				  (unsigned long long)out->de_refcnt,
-				  (unsigned long long)n);
-		goto out;
-	}
+		return rc;
+	if (out->de_flags & DD_DDE_MISSING)
+		return DD_ENOENT;        /* no bytes to reference */
+	if (out->de_refcnt > (DD_DDT_DEAD - 1) - n)
+		return dd_db_damage(err, "ddt reference count %llu cannot "
+				    "take %llu more",
+				    (unsigned long long)out->de_refcnt,
+				    (unsigned long long)n);
 	if (out->de_refcnt == 0)
 		out->de_dead_since = 0;  /* alive again */
 	out->de_refcnt += n;
@@ -198,11 +214,7 @@ int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	v = (MDB_val){sizeof(vb), vb};
 	/* same size: LMDB rewrites the value in place, no second descent */
 	rc = mdb_cursor_put(cur, &k, &v, MDB_CURRENT);
-	if (rc)
-		rc = dd_mdb_error(err, rc, "ddt put");
-out:
-	mdb_cursor_close(cur);
-	return rc;
+	return rc ? dd_mdb_error(err, rc, "ddt put") : 0;
 }
 
 int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
@@ -229,16 +241,25 @@ int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 {
 	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
+	MDB_cursor *cur = NULL;
+	int tree = dd_ddt_tree(txn, true);
 	int rc;
 
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
 	rc = dd_kf_txn_add(txn, err, key->dk_hash);
 	if (!rc)
-		rc = dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v,
-				  MDB_NOOVERWRITE, "ddt insert");
-	if (rc != DD_EEXIST)
+		rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
+	if (!rc)
+		rc = dd_ddt_wcur(txn, err, tree, &cur);
+	if (rc)
 		return rc;
+	/* mdb_put's insert, on the transaction's cursor (dd_ddt_wcur) */
+	rc = mdb_cursor_put(cur, &k, &v, MDB_NOOVERWRITE);
+	if (rc && rc != MDB_KEYEXIST)
+		return dd_mdb_error(err, rc, "ddt insert");
+	if (!rc)
+		return 0;
 	/* LMDB pointed v at the entry in place */
 	rc = dd_ddt_val_decode(err, &v, old);
 	return rc ? rc : DD_EEXIST;
