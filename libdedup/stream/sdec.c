@@ -24,6 +24,7 @@
 #include "common/endian.h"
 #include "hash/hash.h"
 #include "pack/pack.h"
+#include "stream/sdig.h"
 #include "stream/stream.h"
 #include "stream/wire.h"
 
@@ -40,7 +41,7 @@ struct dd_sdec {
 	uint64_t sd_off;           /* stream bytes consumed by records */
 	uint8_t *sd_pbuf;          /* one record payload */
 	size_t sd_pcap;
-	dd_sha256_ctx *sd_sha;
+	dd_sdig *sd_dig;           /* the stream digest (§8) */
 	int sd_state;
 	uint64_t sd_nrec;          /* records decoded, HEADER is record 0 */
 	uint64_t sd_roff;          /* offset of the current record */
@@ -51,7 +52,7 @@ struct dd_sdec {
 	uint64_t sd_size, sd_nblocks, sd_resume, sd_next; /* var: nblocks is
 							    the size */
 	uint64_t sd_blocks, sd_data, sd_refs, sd_zero_blocks;
-	uint64_t sd_digest_bytes;  /* bytes hashed into sd_sha */
+	uint64_t sd_digest_bytes;  /* bytes given to sd_dig */
 };
 
 int dd_sdec_new(dd_sdec **out, dd_err *err, dd_read_fn fn, void *ctx)
@@ -66,7 +67,7 @@ int dd_sdec_new(dd_sdec **out, dd_err *err, dd_read_fn fn, void *ctx)
 	d->sd_rbuf = dd_malloc(DD_SDEC_RBUF);
 	d->sd_pcap = DD_SHDR_MAX;
 	d->sd_pbuf = dd_malloc(d->sd_pcap);
-	if (!d->sd_rbuf || !d->sd_pbuf || dd_sha256_new(&d->sd_sha) != 0) {
+	if (!d->sd_rbuf || !d->sd_pbuf || dd_sdig_new(&d->sd_dig) != 0) {
 		dd_sdec_free(d);
 		return dd_err_set(err, DD_ENOMEM,
 				  "out of memory for the stream decoder");
@@ -81,7 +82,7 @@ void dd_sdec_free(dd_sdec *d)
 {
 	if (!d)
 		return;
-	dd_sha256_free(d->sd_sha);
+	dd_sdig_free(d->sd_dig);
 	dd_free(d->sd_rbuf);
 	dd_free(d->sd_pbuf);
 	dd_free(d);
@@ -260,8 +261,8 @@ static int dd_sdec_record(dd_sdec *d, dd_err *err, uint32_t *plen)
 		return dd_sdec_fail(d, err, DD_ECHECKSUM,
 				    "payload CRC mismatch");
 	if (type != DD_SREC_END) {
-		dd_sha256_update(d->sd_sha, f, sizeof(f));
-		dd_sha256_update(d->sd_sha, d->sd_pbuf, len);
+		dd_sdig_update(d->sd_dig, f, sizeof(f));
+		dd_sdig_update(d->sd_dig, d->sd_pbuf, len);
 		d->sd_digest_bytes = d->sd_off;
 	}
 	*plen = len;
@@ -555,7 +556,7 @@ static int dd_sdec_end(dd_sdec *d, dd_err *err, dd_srec *r)
 	r->sr_data = dd_get_le64(p + 8);
 	r->sr_refs = dd_get_le64(p + 16);
 	r->sr_zero_blocks = dd_get_le64(p + 24);
-	dd_sha256_final(d->sd_sha, digest);
+	dd_sdig_final(d->sd_dig, digest);
 	if (r->sr_blocks != d->sd_blocks || r->sr_data != d->sd_data ||
 	    r->sr_refs != d->sd_refs || r->sr_zero_blocks != d->sd_zero_blocks)
 		return dd_sdec_fail(d, err, DD_ECHECKSUM,

@@ -20,6 +20,7 @@
 #include "common/endian.h"
 #include "hash/hash.h"
 #include "pack/pack.h"
+#include "stream/sdig.h"
 #include "stream/stream.h"
 #include "stream/wire.h"
 
@@ -33,7 +34,7 @@ struct dd_senc {
 	uint8_t *se_buf;
 	size_t se_len;             /* bytes waiting in se_buf */
 	uint64_t se_bytes;         /* stream bytes produced, buffered included */
-	dd_sha256_ctx *se_sha;     /* stream digest (§8) */
+	dd_sdig *se_dig;           /* stream digest (§8) */
 	int se_state;
 	uint32_t se_bs;
 	bool se_var;               /* content-defined: positions are bytes */
@@ -56,7 +57,7 @@ int dd_senc_new(dd_senc **out, dd_err *err, dd_write_fn fn, void *ctx)
 	if (!e)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
 	e->se_buf = dd_malloc(DD_SENC_BUF);
-	if (!e->se_buf || dd_sha256_new(&e->se_sha) != 0) {
+	if (!e->se_buf || dd_sdig_new(&e->se_dig) != 0) {
 		dd_senc_free(e);
 		return dd_err_set(err, DD_ENOMEM,
 				  "out of memory for the stream encoder");
@@ -71,7 +72,7 @@ void dd_senc_free(dd_senc *e)
 {
 	if (!e)
 		return;
-	dd_sha256_free(e->se_sha);
+	dd_sdig_free(e->se_dig);
 	dd_free(e->se_buf);
 	dd_free(e);
 }
@@ -119,7 +120,7 @@ static int dd_senc_put(dd_senc *e, dd_err *err, const void *p, size_t len,
 	int rc;
 
 	if (digest)
-		dd_sha256_update(e->se_sha, p, len);
+		dd_sdig_update(e->se_dig, p, len);
 	e->se_bytes += len;
 	if (e->se_len + len > DD_SENC_BUF) {
 		rc = dd_senc_flush(e, err);
@@ -449,7 +450,7 @@ int dd_senc_end(dd_senc *e, dd_err *err)
 	dd_put_le64(p + 16, e->se_refs);
 	dd_put_le64(p + 24, e->se_zero_blocks);
 	dd_put_le64(p + 32, e->se_bytes);
-	dd_sha256_final(e->se_sha, p + 40);
+	dd_sdig_final(e->se_dig, p + 40);
 	rc = dd_senc_record(e, err, DD_SREC_END, p, sizeof(p), NULL, 0);
 	if (!rc)
 		rc = dd_senc_flush(e, err);

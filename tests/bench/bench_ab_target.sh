@@ -22,8 +22,11 @@
 #   snapshot removed after each round), and of 1 GiB of new data (rand-5)
 #   into an empty store; `sync` and a second's pause before each.  The
 #   data is bench_small.sh's ($BENCH_DIR/rand-1073741824-{1..5}).
+# stream: `ddsend S@r1 > /dev/null` and `ddrecv` of its stream (1 GiB of
+#   4 KiB blocks, kept in the run's directory) into an empty store, S the
+#   store of `small` (made as there).
 set -euo pipefail
-MODE=${1:?scan, get or small} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
+MODE=${1:?scan, get, small or stream} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 declare -A best cpu
@@ -59,18 +62,18 @@ get)
 	A=$D/A-1024M S=$D/ab-get-store
 	NEED=("$A" "$A.zst")
 	;;
-small)
+small | stream)
 	D=${BENCH_DIR:-/var/tmp/dd-bench}
 	S=$D/ab-small-store
 	NEED=()
 	for i in 1 2 3 4 5; do NEED+=("$D/rand-1073741824-$i"); done
 	;;
-*) echo "bench_ab_target: scan, get or small, not $MODE" >&2; exit 2 ;;
+*) echo "bench_ab_target: scan, get, small or stream, not $MODE" >&2; exit 2 ;;
 esac
 for f in "${NEED[@]}"; do
 	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh / bench_small.sh first" >&2; exit 2; }
 done
-if [[ $MODE == small ]]; then
+if [[ $MODE == small || $MODE == stream ]]; then
 	if [[ ! -f $S/ok ]]; then
 		rm -rf "$S"
 		"$NEW/dedup" init --block-size 4096 --compress none "$S" >/dev/null
@@ -78,6 +81,32 @@ if [[ $MODE == small ]]; then
 		touch "$S/ok"
 	fi
 	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
+fi
+if [[ $MODE == stream ]]; then
+	"$OLD/ddsend" "$S@r1" >"$W/r1.stream"
+	for ((r = 1; r <= R; r++)); do
+		order="old new"
+		((r % 2)) || order="new old"
+		for v in $order; do
+			bin=$OLD
+			[[ $v == new ]] && bin=$NEW
+			sync; sleep 1
+			timed "$v send" bash -c "'$bin/ddsend' '$S@r1' > /dev/null"
+			rm -rf "$W/new"
+			"$bin/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
+			sync; sleep 1
+			timed "$v recv" bash -c "'$bin/ddrecv' '$W/new' < '$W/r1.stream'"
+			rm -rf "$W/new"
+		done
+	done
+	for k in "old send" "new send" "old recv" "new recv"; do
+		printf 'best %-9s %.3f s  %.0f MB/s  (cpu %.2f s)\n' "$k" "${best[$k]}" \
+			"$(echo "1073741824 / ${best[$k]} / 1000000" | bc -l)" "${cpu[$k]}"
+	done
+	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	exit 0
+fi
+if [[ $MODE == small ]]; then
 	for ((r = 1; r <= R; r++)); do
 		order="old new"
 		((r % 2)) || order="new old"
