@@ -82,52 +82,51 @@ if [[ $MODE == small || $MODE == stream ]]; then
 	fi
 	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
 fi
-if [[ $MODE == stream ]]; then
-	"$OLD/ddsend" "$S@r1" >"$W/r1.stream"
+# The 4 KiB modes' timed steps for one build: STEP V BIN.
+small_step() {
+	sync; sleep 1
+	timed "$1 dup" "$2/dedup" put "$S@x" "${NEED[0]}"
+	"$2/dedup" rm "$S@x" >/dev/null
+	rm -rf "$W/new"
+	"$2/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
+	sync; sleep 1
+	timed "$1 new" "$2/dedup" put "$W/new@n" "${NEED[4]}"
+	rm -rf "$W/new"
+}
+stream_step() {
+	sync; sleep 1
+	timed "$1 send" bash -c "'$2/ddsend' '$S@r1' > /dev/null"
+	rm -rf "$W/new"
+	"$2/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
+	sync; sleep 1
+	timed "$1 recv" bash -c "'$2/ddrecv' '$W/new' < '$W/r1.stream'"
+	rm -rf "$W/new"
+}
+# alternate STEP KEY...: R rounds of STEP, old first in odd rounds, then
+# the best of each KEY (1 GiB each)
+alternate() {
+	local step=$1 r v order
+	shift
 	for ((r = 1; r <= R; r++)); do
 		order="old new"
 		((r % 2)) || order="new old"
 		for v in $order; do
-			bin=$OLD
-			[[ $v == new ]] && bin=$NEW
-			sync; sleep 1
-			timed "$v send" bash -c "'$bin/ddsend' '$S@r1' > /dev/null"
-			rm -rf "$W/new"
-			"$bin/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
-			sync; sleep 1
-			timed "$v recv" bash -c "'$bin/ddrecv' '$W/new' < '$W/r1.stream'"
-			rm -rf "$W/new"
+			if [[ $v == new ]]; then "$step" new "$NEW"; else "$step" old "$OLD"; fi
 		done
 	done
-	for k in "old send" "new send" "old recv" "new recv"; do
+	for k in "$@"; do
 		printf 'best %-9s %.3f s  %.0f MB/s  (cpu %.2f s)\n' "$k" "${best[$k]}" \
 			"$(echo "1073741824 / ${best[$k]} / 1000000" | bc -l)" "${cpu[$k]}"
 	done
 	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+if [[ $MODE == stream ]]; then
+	"$OLD/ddsend" "$S@r1" >"$W/r1.stream"
+	alternate stream_step "old send" "new send" "old recv" "new recv"
 	exit 0
 fi
 if [[ $MODE == small ]]; then
-	for ((r = 1; r <= R; r++)); do
-		order="old new"
-		((r % 2)) || order="new old"
-		for v in $order; do
-			bin=$OLD
-			[[ $v == new ]] && bin=$NEW
-			sync; sleep 1
-			timed "$v dup" "$bin/dedup" put "$S@x" "${NEED[0]}"
-			"$bin/dedup" rm "$S@x" >/dev/null
-			rm -rf "$W/new"
-			"$bin/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
-			sync; sleep 1
-			timed "$v new" "$bin/dedup" put "$W/new@n" "${NEED[4]}"
-			rm -rf "$W/new"
-		done
-	done
-	for k in "old dup" "new dup" "old new" "new new"; do
-		printf 'best %-8s %.3f s  %.0f MB/s  (cpu %.2f s)\n' "$k" "${best[$k]}" \
-			"$(echo "1073741824 / ${best[$k]} / 1000000" | bc -l)" "${cpu[$k]}"
-	done
-	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	alternate small_step "old dup" "new dup" "old new" "new new"
 	exit 0
 fi
 if [[ $MODE == get && ! -f $S/ok ]]; then
