@@ -9,6 +9,7 @@
  * caller digests the bytes itself, in the same order.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -91,11 +92,17 @@ static void dd_sdig_give(dd_sdig *g)
 	uint8_t *chunk = g->sg_buf[g->sg_cur];
 
 	if (!g->sg_thread && !g->sg_inline) {
+		sigset_t all, old;
+
+		/* signals are for the host's threads, as in the pool */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
 		if ((g->sg_buf[1] = dd_malloc(DD_SDIG_CHUNK)) != NULL &&
 		    pthread_create(&g->sg_tid, NULL, dd_sdig_main, g) == 0)
 			g->sg_thread = true;
 		else
 			g->sg_inline = true;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 	if (!g->sg_thread) {
 		dd_sha256_update(g->sg_sha, chunk, g->sg_fill);
