@@ -5,7 +5,8 @@
  *
  * Named databases (format/ddt.md and format/store.md give the encodings):
  *
- *   meta   string key -> value      format version, store options, counters
+ *   meta   string key -> value      format version, store options, counters;
+ *          "ucnt/"||be64 id||be64 row -> bitmap  uncounted positions (ucnt.h)
  *   ddt0   hash||variant -> entry   the dedup table (one of ddt0/ddt1 is
  *   ddt1                            live; gc rebuilds it into the other in
  *                                   key order to compact it, §ddt.4)
@@ -176,6 +177,10 @@ int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       dd_ddt_ent *out);
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent);
+/* dd_ddt_get in a write txn through its cursor, which a flush moves in
+ * key order (ddt.c): most lookups stay on the leaf it is on. */
+int dd_ddt_get_w(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		 dd_ddt_ent *out);
 /* n more references to the entry of key, in one descent of the tree (a
  * cursor's get, then its put in place) where get + put take two; a dead
  * entry comes alive again.  *out is the entry as written.  DD_ENOENT

@@ -175,28 +175,47 @@ static int dd_ddt_wcur(dd_txn *txn, dd_err *err, int tree, MDB_cursor **out)
 	return 0;
 }
 
-int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
-		    uint64_t n, dd_ddt_ent *out)
+/* Puts the write txn's cursor at key's entry (DD_ENOENT: none), *out. */
+static int dd_ddt_wseek(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+			uint8_t kb[DD_DDT_KEY_SIZE], MDB_cursor **cur,
+			dd_ddt_ent *out)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
-	MDB_val k = {sizeof(kb), kb}, v;
-	MDB_cursor *cur = NULL;
+	MDB_val k = {DD_DDT_KEY_SIZE, kb}, v;
 	int tree = dd_ddt_tree(txn, true);
 	int rc;
 
 	dd_ddt_key_encode(kb, key);
-	/* the pages the cursor's descent reads, and its put rewrites */
-	rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
+	/* the pages the cursor's descent reads, and a put rewrites */
+	rc = dd_guard_key(txn, err, tree, kb, DD_DDT_KEY_SIZE, DD_GUARD_PUT);
 	if (!rc)
-		rc = dd_ddt_wcur(txn, err, tree, &cur);
+		rc = dd_ddt_wcur(txn, err, tree, cur);
 	if (rc)
 		return rc;
-	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+	rc = mdb_cursor_get(*cur, &k, &v, MDB_SET_KEY);
 	if (rc == MDB_NOTFOUND)
 		return DD_ENOENT;
 	if (rc)
 		return dd_mdb_error(err, rc, "ddt get");
-	rc = dd_ddt_val_decode(err, &v, out);
+	return dd_ddt_val_decode(err, &v, out);
+}
+
+int dd_ddt_get_w(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		 dd_ddt_ent *out)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	MDB_cursor *cur = NULL;
+
+	return dd_ddt_wseek(txn, err, key, kb, &cur, out);
+}
+
+int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    uint64_t n, dd_ddt_ent *out)
+{
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	MDB_val k, v;
+	MDB_cursor *cur = NULL;
+	int rc = dd_ddt_wseek(txn, err, key, kb, &cur, out);
+
 	if (rc)
 		return rc;
 	if (out->de_flags & DD_DDE_MISSING)

@@ -31,6 +31,7 @@
 #include "catalog/db_internal.h"
 #include "catalog/kfilter.h"
 #include "catalog/lmdb_page.h"
+#include "catalog/ucnt.h"
 
 #define OK(expr) assert_int_equal((expr), 0)
 
@@ -2786,6 +2787,61 @@ static void hex_in(const char *hex, uint8_t *out, size_t n)
 	}
 }
 
+/* A row of uncounted positions (format/store.md §4.3) is the bytes of
+ * tests/golden/ucnt_row_v1.bin, written by hand from the spec: key
+ * "ucnt/", id 0x0102030405060708, row 3; bits of positions 0, 9 and
+ * 8191 of the row.  ORing more bits merges; the row loads back; clearing
+ * every bit deletes it; and the features bit comes with the first row. */
+static void test_ucnt_golden(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t want[DD_UCNT_KEY_SIZE + DD_UCNT_BYTES], bits[DD_UCNT_BYTES];
+	const uint64_t id = 0x0102030405060708ull, first = 3 * DD_UCNT_SPAN;
+	FILE *g = fopen(DD_GOLDEN_DIR "/ucnt_row_v1.bin", "rb");
+	MDB_val k = {DD_UCNT_KEY_SIZE, want}, v;
+	dd_ucnt_set set;
+	uint64_t f = 0;
+	dd_txn *txn;
+
+	assert_non_null(g);
+	assert_int_equal(fread(want, 1, sizeof(want), g), sizeof(want));
+	fclose(g);
+	OK(dd_txn_begin(fx->fx_db, &fx->fx_err, true, &txn));
+	memset(bits, 0, sizeof(bits));
+	dd_ucnt_set_bit(bits, first + 9, true);
+	OK(dd_ucnt_or(txn, &fx->fx_err, id, 3, bits));
+	memset(bits, 0, sizeof(bits));
+	dd_ucnt_set_bit(bits, first, true);
+	dd_ucnt_set_bit(bits, first + 8191, true);
+	OK(dd_ucnt_or(txn, &fx->fx_err, id, 3, bits));
+	OK(dd_table_get(txn, &fx->fx_err, DD_DBI_META, &k, &v, "get"));
+	assert_int_equal(v.mv_size, DD_UCNT_BYTES);
+	assert_memory_equal(v.mv_data, want + DD_UCNT_KEY_SIZE, DD_UCNT_BYTES);
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "features", &f));
+	assert_true(f & DD_META_FEATURE_UCNT);
+
+	OK(dd_ucnt_load(txn, &fx->fx_err, 0, &set));
+	assert_int_equal(set.us_n, 1);
+	assert_true(set.us_row[0].ur_id == id && set.us_row[0].ur_row == 3);
+	assert_int_equal(dd_ucnt_count(&set), 3);
+	assert_true(dd_ucnt_has(&set, id, first + 8191));
+	assert_false(dd_ucnt_has(&set, id, first + 8190));
+	assert_false(dd_ucnt_has(&set, id + 1, first));
+	/* cleared: the row goes, and with no row left, the features bit */
+	memset(set.us_row[0].ur_bits, 0, DD_UCNT_BYTES);
+	set.us_row[0].ur_dirty = true;
+	OK(dd_ucnt_store(txn, &fx->fx_err, &set));
+	assert_int_equal(dd_table_get(txn, &fx->fx_err, DD_DBI_META, &k, &v,
+				      "get"), DD_ENOENT);
+	OK(dd_ucnt_settle(txn, &fx->fx_err, &set));
+	OK(dd_meta_get_u64(txn, &fx->fx_err, "features", &f));
+	assert_false(f & DD_META_FEATURE_UCNT);
+	dd_ucnt_free(&set);
+	OK(dd_ucnt_load(txn, &fx->fx_err, 0, &set));
+	assert_int_equal(set.us_n, 0);
+	dd_txn_abort(txn);
+}
+
 /* The bytes of format/kfilter.md: the header, and exactly the bits §2
  * names, as an independent implementation computed them
  * (tests/golden/kfilter_v1.txt). */
@@ -2881,6 +2937,7 @@ int main(void)
 		T(test_kf_damaged),
 		T(test_kf_chain),
 		T(test_kf_golden),
+		T(test_ucnt_golden),
 #undef T
 	};
 
