@@ -25,6 +25,7 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "catalog/db_internal.h"
+#include "catalog/ucnt.h"
 
 #define DD_SNAP_VAL_SIZE 80
 #define DD_SNAP_VAL_VERSION 1
@@ -541,22 +542,31 @@ int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
 /* Deleting a snapshot and rolling back a killed writer are the same
  * operation (dd_snap_drop_refs): each block-map entry gives back one
  * reference, and the map is removed.  Blocks whose count reaches 0 stay in
- * their pack until gc (format/ddt.md §1). */
+ * their pack until gc (format/ddt.md §1).  It is the only decrement of a
+ * reference count, so it keeps invariant U (ucnt.h): the map's own
+ * uncounted positions give nothing back, and an entry it takes to 0 that
+ * another map's uncounted position names gets that reference counted. */
 struct dd_drop_ctx {
 	dd_txn *dc_txn;
 	dd_err *dc_err;
 	dd_bmap_counted_fn dc_counted;
 	void *dc_ctx;
+	uint64_t dc_id;
+	dd_ucnt_set dc_own;       /* the map's uncounted positions */
+	dd_hmap *dc_zeroed;       /* keys taken to 0, when others has bits */
 };
 
 static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 {
 	struct dd_drop_ctx *dc = arg;
+	uint8_t flat[DD_HASH_SIZE];
 	dd_ddt_ent ent;
 	int rc;
 
 	if (dc->dc_counted && !dc->dc_counted(dc->dc_ctx, idx, key))
 		return 0;    /* its reference was never counted */
+	if (dd_ucnt_has(&dc->dc_own, dc->dc_id, idx))
+		return 0;    /* nor this one's */
 	rc = dd_ddt_get(dc->dc_txn, dc->dc_err, key, &ent);
 
 	if (rc == DD_ENOENT)
@@ -569,17 +579,65 @@ static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 		return dd_err_set(dc->dc_err, DD_ECORRUPT,
 				  "ddt reference count underflow");
 	/* the last reference: record when, for gc (format/ddt.md §1) */
-	if (--ent.de_refcnt == 0)
+	if (--ent.de_refcnt == 0) {
 		ent.de_dead_since = dd_txn_id(dc->dc_txn);
+		if (dc->dc_zeroed) {
+			dd_ddt_key_flat(key, flat);
+			rc = dd_hmap_put(dc->dc_zeroed, dc->dc_err, flat, 1);
+			if (rc)
+				return rc;
+		}
+	}
 	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
+}
+
+/* Splits every uncounted row into the map's own (dc_own) and others'. */
+static void dd_drop_split(struct dd_drop_ctx *dc, dd_ucnt_set *all)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < all->us_n; i++) {
+		dd_ucnt_row *r = &all->us_row[i];
+
+		if (r->ur_id == dc->dc_id) {
+			dc->dc_own.us_row[dc->dc_own.us_n++] = *r;
+		} else {
+			all->us_row[n++] = *r;
+		}
+	}
+	all->us_n = n;
 }
 
 int dd_snap_drop_refs_if(dd_txn *txn, dd_err *err, uint64_t id,
 			 dd_bmap_counted_fn counted, void *ctx)
 {
-	struct dd_drop_ctx dc = {txn, err, counted, ctx};
+	struct dd_drop_ctx dc = {txn, err, counted, ctx, id, {0}, NULL};
+	dd_ucnt_set others;
+	int rc = dd_ucnt_load(txn, err, 0, &others);
 
-	return dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
+	if (!rc && others.us_n) {
+		dc.dc_own.us_row = dd_calloc(others.us_n,
+					     sizeof(*dc.dc_own.us_row));
+		if (!dc.dc_own.us_row)
+			rc = dd_err_set(err, DD_ENOMEM, "out of memory");
+		else
+			dd_drop_split(&dc, &others);
+	}
+	/* 64 MiB in RAM, spilled beyond: as scrub's */
+	if (!rc && others.us_n)
+		rc = dd_hmap_new(&dc.dc_zeroed, err, (uint64_t)64 << 20, NULL);
+	if (!rc)
+		rc = dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
+	if (!rc)
+		rc = dd_ucnt_drop(txn, err, &dc.dc_own);
+	if (!rc && dc.dc_zeroed && dd_hmap_count(dc.dc_zeroed))
+		rc = dd_ucnt_revive(txn, err, &others, dc.dc_zeroed);
+	if (!rc && (dc.dc_own.us_n || others.us_n))
+		rc = dd_ucnt_settle(txn, err, &others);
+	dd_hmap_free(dc.dc_zeroed);
+	dd_ucnt_free(&dc.dc_own);
+	dd_ucnt_free(&others);
+	return rc;
 }
 
 int dd_snap_drop_refs(dd_txn *txn, dd_err *err, uint64_t id)

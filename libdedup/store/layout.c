@@ -21,6 +21,7 @@
 
 #include "common/endian.h"
 #include "common/io.h"
+#include "catalog/ucnt.h"
 #include "store/store_internal.h"
 
 /* The option keys, in meta and in DEDUP alike (format/store.md §2);
@@ -244,13 +245,17 @@ int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
 		return dd_err_set(err, DD_EVERSION, "%s: catalog format %llu "
 				  "is newer than this build reads (1)", path,
 				  (unsigned long long)fmt);
-	if (features & ~(uint64_t)DD_META_FEATURE_VARBLOCK)
+	if (features & ~(uint64_t)(DD_META_FEATURE_VARBLOCK |
+				   DD_META_FEATURE_UCNT))
 		return dd_err_set(err, DD_ENOTSUP,
 				  "%s: store uses features %#llx this build "
 				  "does not know", path,
 				  (unsigned long long)features);
+	/* uncounted positions only in a store of fixed blocks (§4.3) */
 	if (!(features & DD_META_FEATURE_VARBLOCK) !=
-	    (out->sc_opt[DD_STORE_OPT_CHUNKER] == DD_CHUNKER_FIXED))
+	    (out->sc_opt[DD_STORE_OPT_CHUNKER] == DD_CHUNKER_FIXED) ||
+	    ((features & DD_META_FEATURE_VARBLOCK) &&
+	     (features & DD_META_FEATURE_UCNT)))
 		return dd_err_set(err, DD_ECORRUPT, "%s: the catalog's "
 				  "features and chunker disagree: the catalog "
 				  "is damaged: run dedup repair", path);

@@ -33,6 +33,7 @@
 #include "common/alloc.h"
 #include "common/endian.h"
 #include "common/hmap.h"
+#include "catalog/ucnt.h"
 #include "store/defer.h"
 #include "store/store_internal.h"
 
@@ -76,6 +77,9 @@ typedef struct dd_scrub {
 	/* pass 4: key -> block-map entries naming it; entries that differ */
 	dd_hmap *sc_refs;
 	dd_defer_set sc_defer;    /* pending maps counting part of theirs */
+	dd_ucnt_set sc_ucnt;      /* uncounted positions (catalog/ucnt.h) */
+	uint64_t sc_ucnt_seen;    /* ... found in the maps */
+	uint64_t sc_ucnt_dead;    /* ... whose entry counts none (not U) */
 	uint64_t sc_nwrong;
 	dd_ddt_key sc_wrong_key;
 	uint64_t sc_wrong_refcnt, sc_wrong_refs;
@@ -601,7 +605,11 @@ static int dd_scrub_report_bad(dd_scrub *sc)
 	return rc;
 }
 
-/* Pass 4.  The table is keyed by 32 bytes (dd_ddt_key_flat). */
+/* Pass 4.  The table is keyed by 32 bytes (dd_ddt_key_flat): the count of
+ * block-map entries whose reference the DDT counts, and this bit when an
+ * uncounted one names the key too. */
+#define DD_SCRUB_UNCOUNTED ((uint64_t)1 << 63)
+
 static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
 			      const dd_ddt_key *key)
 {
@@ -616,6 +624,12 @@ static int dd_scrub_ref_count(void *arg, uint64_t id, uint64_t idx,
 	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
 	if (rc && rc != DD_ENOENT)
 		return rc;
+	if (dd_ucnt_has(&sc->sc_ucnt, id, idx)) {
+		/* not counted, but its entry must count one (invariant U) */
+		sc->sc_ucnt_seen++;
+		return dd_hmap_put(sc->sc_refs, sc->sc_err, k,
+				   n | DD_SCRUB_UNCOUNTED);
+	}
 	return dd_hmap_put(sc->sc_refs, sc->sc_err, k, n + 1);
 }
 
@@ -631,6 +645,9 @@ static int dd_scrub_ref_check(void *arg, const dd_ddt_key *key,
 	rc = dd_hmap_get(sc->sc_refs, sc->sc_err, k, &n);
 	if (rc && rc != DD_ENOENT)
 		return rc;
+	if ((n & DD_SCRUB_UNCOUNTED) && e->de_refcnt == 0)
+		sc->sc_ucnt_dead++;
+	n &= ~DD_SCRUB_UNCOUNTED;
 	if (n != e->de_refcnt && sc->sc_nwrong++ == 0) {
 		sc->sc_wrong_key = *key;
 		sc->sc_wrong_refcnt = e->de_refcnt;
@@ -649,11 +666,26 @@ static int dd_scrub_refs(dd_scrub *sc)
 	if (!rc)
 		rc = dd_defer_set_load(sc->sc_txn, sc->sc_err, &sc->sc_defer);
 	if (!rc)
+		rc = dd_ucnt_load(sc->sc_txn, sc->sc_err, 0, &sc->sc_ucnt);
+	if (!rc)
 		rc = dd_bmap_walk_all(sc->sc_txn, sc->sc_err,
 				      dd_scrub_ref_count, sc);
 	if (!rc)
 		rc = dd_ddt_walk(sc->sc_txn, sc->sc_err, dd_scrub_ref_check, sc);
+	if (!rc && sc->sc_ucnt_seen != dd_ucnt_count(&sc->sc_ucnt))
+		rc = dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu uncounted "
+				"block-map position(s) name no block (damaged "
+				"metadata)", (unsigned long long)
+				(dd_ucnt_count(&sc->sc_ucnt) -
+				 sc->sc_ucnt_seen));
+	if (!rc && sc->sc_ucnt_dead)
+		rc = dd_err_set(sc->sc_err, DD_ECORRUPT, "%llu ddt entr%s "
+				"count no reference, but uncounted block-map "
+				"entries name them (damaged metadata)",
+				(unsigned long long)sc->sc_ucnt_dead,
+				sc->sc_ucnt_dead == 1 ? "y" : "ies");
 	dd_defer_set_free(&sc->sc_defer);
+	dd_ucnt_free(&sc->sc_ucnt);
 	dd_hmap_free(sc->sc_refs);
 	sc->sc_refs = NULL;
 	if (rc || sc->sc_nwrong == 0)

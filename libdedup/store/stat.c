@@ -7,24 +7,36 @@
  */
 #include <string.h>
 
+#include "catalog/ucnt.h"
 #include "common/hist.h"
 #include "store/store_internal.h"
 
+struct dd_stat_walk {
+	dd_stat *sw_st;
+	dd_hmap *sw_extra;        /* uncounted references (catalog/ucnt.h) */
+	dd_err *sw_err;
+};
+
 static int dd_stat_ddt(void *arg, const dd_ddt_key *key, const dd_ddt_ent *e)
 {
-	dd_stat *st = arg;
+	struct dd_stat_walk *sw = arg;
+	dd_stat *st = sw->sw_st;
+	uint64_t refs = 0;
+	int rc = dd_ucnt_extra_get(sw->sw_extra, sw->sw_err, key, &refs);
 
-	(void)key;
-	if (e->de_refcnt == 0) {
+	if (rc)
+		return rc;
+	refs += e->de_refcnt;
+	if (refs == 0) {
 		st->unreferenced_blocks++;
 		return 0;
 	}
 	st->unique_blocks++;
 	st->unique_bytes += e->de_lsize;
 	st->stored_bytes += e->de_psize;
-	st->referenced_blocks += e->de_refcnt;
-	st->referenced_bytes += e->de_refcnt * e->de_lsize;
-	dd_hist_add(st->hist, e->de_refcnt, e->de_lsize, e->de_psize);
+	st->referenced_blocks += refs;
+	st->referenced_bytes += refs * e->de_lsize;
+	dd_hist_add(st->hist, refs, e->de_lsize, e->de_psize);
 	return 0;
 }
 
@@ -64,6 +76,7 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 	dd_err err = {0};
 	dd_db_usage use;
 	struct dd_stat_packs sp;
+	struct dd_stat_walk sw;
 	dd_stat st;
 	dd_txn *txn;
 	int rc;
@@ -83,7 +96,11 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 		rc = dd_txn_begin(s->st_db, &err, false, &txn);
 	if (rc)
 		return dd_store_fail(s, &err);
-	rc = dd_ddt_walk(txn, &err, dd_stat_ddt, &st);
+	sw = (struct dd_stat_walk){&st, NULL, &err};
+	rc = dd_ucnt_extra(txn, &err, &sw.sw_extra);
+	if (!rc)
+		rc = dd_ddt_walk(txn, &err, dd_stat_ddt, &sw);
+	dd_hmap_free(sw.sw_extra);
 	if (!rc)
 		rc = dd_store_snap_walk(s, &err, txn, dd_stat_snap, &st);
 	if (!rc)

@@ -248,6 +248,9 @@ extern void *dd_gc_test_ctx;
  * more); defer_min 0: no writer defers.  Tests lower them. */
 extern uint64_t dd_writer_defer_min, dd_writer_defer_max;
 extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf;
+/* A flush leaves references to entries alive in its transaction
+ * uncounted (catalog/ucnt.h); false: it counts every one, as before. */
+extern bool dd_writer_uncounted;
 
 /* ---- reader.c ----------------------------------------------------------*/
 

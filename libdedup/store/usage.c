@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "catalog/ucnt.h"
 #include "common/hmap.h"
 #include "store/writer_internal.h"
 
@@ -30,6 +31,7 @@ typedef struct dd_usage_walk {
 	dd_txn *uw_txn;
 	dd_err *uw_err;
 	dd_hmap *uw_seen;         /* flat key -> references from S so far */
+	dd_hmap *uw_extra;        /* uncounted references (catalog/ucnt.h) */
 	dd_snapshot_usage uw_u;
 } dd_usage_walk;
 
@@ -45,7 +47,7 @@ static int dd_usage_block(dd_usage_walk *uw, uint64_t idx,
 {
 	uint8_t flat[DD_HASH_SIZE];
 	dd_ddt_ent ent;
-	uint64_t n = 0;
+	uint64_t n = 0, refs = 0;
 	int rc = dd_ddt_get(uw->uw_txn, uw->uw_err, key, &ent);
 
 	if (rc == DD_ENOENT)
@@ -53,10 +55,14 @@ static int dd_usage_block(dd_usage_walk *uw, uint64_t idx,
 				  "block %llu refers to a block missing from "
 				  "the ddt (damaged metadata; run scrub)",
 				  (unsigned long long)idx);
+	if (!rc)
+		rc = dd_ucnt_extra_get(uw->uw_extra, uw->uw_err, key, &refs);
 	if (rc)
 		return rc;
+	/* every reference: those the DDT counts, and the uncounted ones */
+	refs += ent.de_refcnt;
 	uw->uw_u.referenced_blocks++;
-	if (ent.de_refcnt == 1) {
+	if (refs == 1) {
 		if (!(ent.de_flags & DD_DDE_MISSING))
 			dd_usage_own(uw, &ent);
 		return 0;
@@ -65,14 +71,14 @@ static int dd_usage_block(dd_usage_walk *uw, uint64_t idx,
 	rc = dd_hmap_get(uw->uw_seen, uw->uw_err, flat, &n);
 	if (rc && rc != DD_ENOENT)
 		return rc;
-	if (++n > ent.de_refcnt)
+	if (++n > refs)
 		return dd_err_set(uw->uw_err, DD_ECORRUPT,
 				  "block %llu: the snapshot alone references "
 				  "it more often than the ddt counts (%llu; "
 				  "damaged metadata, run scrub)",
 				  (unsigned long long)idx,
-				  (unsigned long long)ent.de_refcnt);
-	if (n == ent.de_refcnt && !(ent.de_flags & DD_DDE_MISSING))
+				  (unsigned long long)refs);
+	if (n == refs && !(ent.de_flags & DD_DDE_MISSING))
 		dd_usage_own(uw, &ent);
 	return dd_hmap_put(uw->uw_seen, uw->uw_err, flat, n);
 }
@@ -119,7 +125,10 @@ int dd_snapshot_usage_get(dd_store *s, const char *name,
 	if (!rc) {
 		rc = dd_store_snap_get(s, &err, uw.uw_txn, name, &rec);
 		if (!rc)
+			rc = dd_ucnt_extra(uw.uw_txn, &err, &uw.uw_extra);
+		if (!rc)
 			rc = dd_usage_map(&uw, rec.sr_id);
+		dd_hmap_free(uw.uw_extra);
 		dd_txn_abort(uw.uw_txn);
 	}
 	dd_hmap_free(uw.uw_seen);

@@ -325,6 +325,7 @@ static int dd_apply_run(dd_writer *w, dd_wop **run, size_t n)
 {
 	dd_wop *nw = NULL, *lref = NULL;
 	uint64_t refs = 0, prefs = 0, ref_idx = 0;
+	bool uncounted = false;
 	int rc = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -341,7 +342,11 @@ static int dd_apply_run(dd_writer *w, dd_wop **run, size_t n)
 				lref = op;
 		}
 	}
-	if (refs && lref)
+	if (refs)   /* a flush may leave them uncounted (wucnt.c) */
+		rc = dd_wub_apply(w, run, n, &uncounted);
+	if (rc || uncounted)
+		;
+	else if (refs && lref)
 		rc = dd_apply_lref(w, lref, &run[0]->op_key, refs);
 	else if (refs)
 		rc = dd_apply_ref(w, &run[0]->op_key, refs, ref_idx);
@@ -640,6 +645,8 @@ static int dd_writer_flush(dd_writer *w, bool last)
 	if (!rc && added)
 		rc = dd_db_kf_sync(w->w_store->st_db, &w->w_err);
 
+	if (!rc)
+		rc = dd_wub_begin(w);
 	if (wo->wo_n)
 		m.dm_end = dd_wop_pos(w, &wo->wo_op[wo->wo_n - 1]) + 1;
 	for (bool done = false; !rc && !done;) {
@@ -663,6 +670,8 @@ static int dd_writer_flush(dd_writer *w, bool last)
 		} else {
 			m.dm_key = wo->wo_ord[i]->op_key;
 		}
+		if (!rc)   /* the bits of the positions the mark passes */
+			rc = dd_wub_store(w);
 		if (!rc)
 			rc = done && last ? dd_pend_put(w->w_txn, &w->w_err,
 							w->w_id, w->w_name)
@@ -672,6 +681,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 		if (!rc)
 			w->w_mark = m;
 	}
+	dd_wub_free(w);
 	return rc;
 }
 

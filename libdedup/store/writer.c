@@ -612,6 +612,7 @@ void dd_writer_free(dd_writer *w)
 	dd_free(w->w_probe);
 	dd_free(w->w_zctx);
 	dd_wops_free(&w->w_ops);
+	dd_wub_free(w);
 	dd_scratch_fini(&w->w_sc);
 	dd_free(w->w_vbuf);
 	dd_digest_free(w->w_digest);

@@ -112,6 +112,15 @@ struct dd_writer {
 				     (store/defer.h): a put without verify */
 	dd_defer_mark w_mark;     /* its mark, as its `pend` value has it */
 	uint64_t w_defer_min, w_defer_max; /* ops before a flush (wops.c) */
+	/* a flush's uncounted positions (catalog/ucnt.h), one row of bits
+	 * per DD_UCNT_SPAN positions its ops fall in, written in each of
+	 * its transactions (wops.c); wu_n 0: every reference counted */
+	struct dd_wubits {
+		size_t wu_n;
+		uint64_t *wu_row;         /* ascending */
+		uint8_t *wu_bits;         /* wu_n * DD_UCNT_BYTES */
+		bool *wu_dirty;
+	} w_ub;
 	struct dd_wloc *w_loc;    /* a re-put's locality (wloc.c), or NULL */
 	uint64_t w_fed;           /* image bytes given to the pipeline */
 	dd_pack *w_pack;          /* active pack, writable and locked; NULL
@@ -149,6 +158,19 @@ struct dd_writer {
 };
 
 int dd_writer_fail(dd_writer *w, int rc);
+
+/* ---- wucnt.c: a flush's uncounted references (catalog/ucnt.h) -------------*/
+
+/* At a flush's start: the rows its ops' positions fall in, when it may
+ * leave references uncounted (a deferring writer of fixed blocks). */
+int dd_wub_begin(dd_writer *w);
+/* In a flush's transaction, one key's run: when its entry is alive, its
+ * REF and LREF ops' positions become uncounted (*done), and the caller
+ * applies only its NEW and PREF ops. */
+int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done);
+/* Before the transaction's commit: its bits into its ucnt rows. */
+int dd_wub_store(dd_writer *w);
+void dd_wub_free(dd_writer *w);
 
 /* ---- wloc.c: a re-put's locality -----------------------------------------*/
 

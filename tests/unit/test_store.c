@@ -26,6 +26,7 @@
 #include "helpers.h"
 #include "common/faults.h"
 #include "hash/hash.h"
+#include "catalog/ucnt.h"
 #include "store/defer.h"
 #include "store/store_internal.h"
 
@@ -792,8 +793,12 @@ static void test_scrub_counts_references(void **state)
 	(void)state;
 	th_rng_state = 11;
 	fill_random(data, n);
+	/* every reference counted: the counts scrub compares are the DDT's
+	 * (test_uncounted_scrub: the uncounted ones) */
+	dd_writer_uncounted = false;
 	assert_int_equal(th_put(s, "a", data, n, n), 0);
 	assert_int_equal(th_put(s, "b", data, n, n), 0);
+	dd_writer_uncounted = true;
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	dd_sha256_sw(data + 3 * 4 * KiB, 4 * KiB, key.dk_hash);
 	for (int delta = 1; delta >= -1; delta -= 2) {
@@ -1607,6 +1612,26 @@ static dd_ddt_ent block_ent(dd_store *s, const uint8_t *data)
 	return ent;
 }
 
+/* Every reference to the block of data: those its DDT entry counts, and
+ * uncounted block-map positions that name it (catalog/ucnt.h). */
+static uint64_t block_refs(dd_store *s, const uint8_t *data)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_ddt_ent ent = block_ent(s, data);
+	dd_hmap *extra = NULL;
+	uint64_t n = 0;
+	dd_txn *txn;
+	dd_err err;
+
+	dd_sha256(data, 4096, key.dk_hash);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	assert_int_equal(dd_ucnt_extra(txn, &err, &extra), 0);
+	assert_int_equal(dd_ucnt_extra_get(extra, &err, &key, &n), 0);
+	dd_hmap_free(extra);
+	dd_txn_abort(txn);
+	return ent.de_refcnt + n;
+}
+
 /* Healing (format/ddt.md §3): scrub flags the entry of a damaged record
  * DAMAGED; a put of the same data stores a fresh copy, the entry points
  * at it, and the snapshot that used the damaged record reads again.  A
@@ -2071,6 +2096,183 @@ static void set_flags(dd_store *s, const uint8_t *data, uint16_t flags)
 	assert_int_equal(dd_txn_commit(txn, &err), 0);
 }
 
+/* Uncounted positions of every map, and whether meta's features say the
+ * catalog has them (catalog/ucnt.h). */
+static uint64_t ucnt_positions(dd_store *s, bool *feature)
+{
+	dd_ucnt_set set;
+	uint64_t n, f = 0;
+	dd_txn *txn;
+	dd_err err;
+	int rc;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	assert_int_equal(dd_ucnt_load(txn, &err, 0, &set), 0);
+	rc = dd_meta_get_u64(txn, &err, "features", &f);
+	assert_true(rc == 0 || rc == DD_ENOENT);
+	dd_txn_abort(txn);
+	n = dd_ucnt_count(&set);
+	dd_ucnt_free(&set);
+	*feature = f & DD_META_FEATURE_UCNT;
+	return n;
+}
+
+/* A re-put of blocks the store holds leaves their references uncounted:
+ * the DDT counts one, a bit per block stands for the other; stat, usage
+ * and scrub see both.  rm of the snapshot that counts them gives the
+ * entries their references back from the other's bits (invariant U), so
+ * gc frees nothing the re-put names; rm of the re-put itself touches no
+ * count.  The last bit gone, the features bit goes too. */
+static void test_uncounted_refs(void **state)
+{
+	const size_t n = MiB, nblk = n / 4096;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	uint8_t *a = malloc(n), *c = malloc(n);
+	dd_snapshot_usage u = {.version = DD_SNAPSHOT_USAGE_VERSION};
+	bool feature;
+
+	(void)state;
+	th_rng_state = 53;
+	fill_random(a, n);
+	memcpy(c, a, n);
+	fill_random(c + n / 2, n / 2);    /* half new, half a's */
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_false(feature);
+	assert_int_equal(th_put(s, "b", a, n, n), 0);
+	assert_int_equal(ucnt_positions(s, &feature), nblk);
+	assert_true(feature);
+	assert_int_equal(block_ent(s, a + 7 * 4096).de_refcnt, 1);
+	assert_int_equal(block_refs(s, a + 7 * 4096), 2);
+	assert_int_equal(STAT(s, referenced_blocks), 2 * nblk);
+	assert_int_equal(STAT(s, unique_blocks), nblk);
+	assert_int_equal(dd_snapshot_usage_get(s, "a", &u), 0);
+	assert_int_equal(u.unique_blocks, 0);     /* b names them all too */
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* rm a: every count reaches 0 and comes back from b's bits */
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_false(feature);
+	assert_int_equal(block_ent(s, a + 7 * 4096).de_refcnt, 1);
+	assert_int_equal(STAT(s, unreferenced_blocks), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	th_check_image(s, "b", a, n);
+	assert_int_equal(dd_snapshot_usage_get(s, "b", &u), 0);
+	assert_int_equal(u.unique_blocks, nblk);
+
+	/* c repeats half of b, uncounted; rm c touches no count */
+	assert_int_equal(th_put(s, "c", c, n, n), 0);
+	assert_int_equal(ucnt_positions(s, &feature), nblk / 2);
+	assert_int_equal(block_refs(s, a + 7 * 4096), 2);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(dd_snapshot_delete(s, "c"), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_false(feature);
+	assert_int_equal(block_ent(s, a + 7 * 4096).de_refcnt, 1);
+	assert_int_equal(STAT(s, referenced_blocks), nblk);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	assert_int_equal(STAT(s, unique_blocks), nblk);
+
+	/* d and e repeat b; rm b and d: e's references come back */
+	assert_int_equal(th_put(s, "d", a, n, n), 0);
+	assert_int_equal(th_put(s, "e", a, n, n), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 2 * nblk);
+	assert_int_equal(dd_snapshot_delete(s, "b"), 0);
+	assert_int_equal(ucnt_positions(s, &feature), nblk);
+	assert_int_equal(dd_snapshot_delete(s, "d"), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	th_check_image(s, "e", a, n);
+	assert_int_equal(STAT(s, referenced_blocks), nblk);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* repair rebuilds every reference counted */
+	assert_int_equal(th_put(s, "f", a, n, n), 0);
+	assert_int_equal(ucnt_positions(s, &feature), nblk);
+	dd_store_close(s);
+	assert_int_equal(dd_store_repair(path, NULL, NULL), 0);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_false(feature);
+	assert_int_equal(block_ent(s, a + 7 * 4096).de_refcnt, 2);
+	th_check_image(s, "f", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	dd_store_close(s);
+	free(a);
+	free(c);
+	th_rm_store(path);
+}
+
+/* ORs one bit into map id's ucnt row (as damage would). */
+static void poke_ucnt(dd_store *s, uint64_t id, uint64_t pos)
+{
+	uint8_t bits[DD_UCNT_BYTES] = {0};
+	dd_txn *txn;
+	dd_err err;
+
+	dd_ucnt_set_bit(bits, pos, true);
+	assert_int_equal(dd_txn_begin(s->st_db, &err, true, &txn), 0);
+	assert_int_equal(dd_ucnt_or(txn, &err, id, pos / DD_UCNT_SPAN, bits),
+			 0);
+	assert_int_equal(dd_txn_commit(txn, &err), 0);
+}
+
+static uint64_t snap_id(dd_store *s, const char *name)
+{
+	dd_snap_rec rec;
+	dd_txn *txn;
+	dd_err err;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	assert_int_equal(dd_snap_get(txn, &err, name, &rec), 0);
+	dd_txn_abort(txn);
+	return rec.sr_id;
+}
+
+/* Damage scrub finds in uncounted positions: a bit where the map has no
+ * block, and a block whose entry counts no reference while c's uncounted
+ * positions name it (the next gc would free a block in use: it
+ * refuses). */
+static void test_uncounted_scrub(void **state)
+{
+	const size_t n = 64 * KiB;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	uint8_t *a = malloc(n);
+	dd_ddt_key key = {.dk_variant = 0};
+
+	(void)state;
+	th_rng_state = 59;
+	fill_random(a, n);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	assert_int_equal(th_put(s, "b", a, n, n), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	poke_ucnt(s, snap_id(s, "b"), 100);          /* b has 16 blocks */
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "1 uncounted block-map "
+					       "position(s) name no block"));
+	dd_store_close(s);
+	assert_int_equal(dd_store_repair(path, NULL, NULL), 0);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	assert_int_equal(th_put(s, "c", a, n, n), 0);
+	dd_sha256_sw(a + 3 * 4096, 4096, key.dk_hash);
+	assert_true(poke_refcnt(s, &key, 0) == 2);    /* a and b, repaired */
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECORRUPT);
+	assert_non_null(strstr(dd_store_errmsg(s), "refcount 0"));
+	assert_int_equal(dd_store_gc(s, NULL, NULL), DD_ECORRUPT);
+	th_check_image(s, "c", a, n);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
 /* A re-put of a file finds its blocks in the block map of the snapshot
  * it repeats (wloc.c: dd_writer_stats.map_blocks), and makes the same
  * snapshot with the same counts as probing the DDT would.  A block
@@ -2102,7 +2304,9 @@ static void test_reput_map(void **state)
 	assert_true(ws.map_blocks > nblk * 9 / 10);
 	assert_int_equal(ws.new_blocks, 0);
 	th_check_image(s, "b", a, n);
-	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 2);
+	/* a counts it; b's reference is uncounted (its entry was alive) */
+	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 1);
+	assert_int_equal(block_refs(s, a + 100 * 4096), 2);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 
 	/* block 2005 damaged on disk and flagged by scrub; block 2009 lost
@@ -2120,11 +2324,11 @@ static void test_reput_map(void **state)
 	assert_int_equal(ws.new_blocks, 2);  /* the two, stored again */
 	e2 = block_ent(s, a + 2005 * 4096);
 	assert_int_equal(e2.de_flags, 0);
-	assert_int_equal(e2.de_refcnt, 3);
+	assert_int_equal(block_refs(s, a + 2005 * 4096), 3);
 	assert_true(e2.de_pack != e.de_pack || e2.de_offset != e.de_offset);
 	e2 = block_ent(s, a + 2009 * 4096);
 	assert_int_equal(e2.de_flags, 0);
-	assert_int_equal(e2.de_refcnt, 3);
+	assert_int_equal(block_refs(s, a + 2009 * 4096), 3);
 	th_check_image(s, "a", a, n);
 	th_check_image(s, "b", a, n);
 	th_check_image(s, "c", a, n);
@@ -2146,7 +2350,7 @@ static void test_reput_map(void **state)
 	assert_int_equal(pwrite(fd, &a[2007 * 4096], 1, 2007 * 4096), 1);
 	assert_int_equal(put_file_stats(s, "e", fd, n, &ws), 0);
 	assert_int_equal(block_ent(s, a + 2007 * 4096).de_flags, 0);
-	assert_int_equal(block_ent(s, a + 2007 * 4096).de_refcnt, 4);
+	assert_int_equal(block_refs(s, a + 2007 * 4096), 4);
 	th_check_image(s, "e", a, n);
 
 	/* fed in 128 ranges: the writer keeps 64 for heals, and takes no
@@ -2579,6 +2783,8 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_put_defer),
 		cmocka_unit_test(test_defer_mark_golden),
 		cmocka_unit_test(test_reput_map),
+		cmocka_unit_test(test_uncounted_refs),
+		cmocka_unit_test(test_uncounted_scrub),
 		cmocka_unit_test(test_fault_walk_reput_heal),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
 		cmocka_unit_test(test_fault_walk_get),
