@@ -544,8 +544,9 @@ int dd_snap_find_id(dd_txn *txn, dd_err *err, uint64_t id,
  * reference, and the map is removed.  Blocks whose count reaches 0 stay in
  * their pack until gc (format/ddt.md §1).  It is the only decrement of a
  * reference count, so it keeps invariant U (ucnt.h): the map's own
- * uncounted positions give nothing back, and an entry it takes to 0 that
- * another map's uncounted position names gets that reference counted. */
+ * uncounted positions give nothing back, and an entry it would take to 0
+ * that another map's uncounted position names keeps its count, which that
+ * position's reference becomes (its bit cleared) -- no write at all. */
 struct dd_drop_ctx {
 	dd_txn *dc_txn;
 	dd_err *dc_err;
@@ -553,14 +554,34 @@ struct dd_drop_ctx {
 	void *dc_ctx;
 	uint64_t dc_id;
 	dd_ucnt_set dc_own;       /* the map's uncounted positions */
-	dd_hmap *dc_zeroed;       /* keys taken to 0, when others has bits */
+	dd_ucnt_set dc_others;    /* every other map's */
+	dd_hmap *dc_index;        /* dc_others' first position of each key,
+				     built at the first count about to
+				     reach 0 */
 };
+
+/* The count of key, at 1, is about to reach 0: does an uncounted
+ * position of another map take it over? */
+static int dd_drop_take(struct dd_drop_ctx *dc, const dd_ddt_key *key,
+			bool *taken)
+{
+	int rc = 0;
+
+	*taken = false;
+	if (!dc->dc_others.us_n)
+		return 0;
+	if (!dc->dc_index)
+		rc = dd_ucnt_index(dc->dc_txn, dc->dc_err, &dc->dc_others,
+				   &dc->dc_index);
+	return rc ? rc : dd_ucnt_index_take(dc->dc_index, dc->dc_err,
+					    &dc->dc_others, key, taken);
+}
 
 static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 {
 	struct dd_drop_ctx *dc = arg;
-	uint8_t flat[DD_HASH_SIZE];
 	dd_ddt_ent ent;
+	bool taken;
 	int rc;
 
 	if (dc->dc_counted && !dc->dc_counted(dc->dc_ctx, idx, key))
@@ -578,65 +599,58 @@ static int dd_drop_one(void *arg, uint64_t idx, const dd_ddt_key *key)
 	if (ent.de_refcnt == 0)
 		return dd_err_set(dc->dc_err, DD_ECORRUPT,
 				  "ddt reference count underflow");
-	/* the last reference: record when, for gc (format/ddt.md §1) */
-	if (--ent.de_refcnt == 0) {
-		ent.de_dead_since = dd_txn_id(dc->dc_txn);
-		if (dc->dc_zeroed) {
-			dd_ddt_key_flat(key, flat);
-			rc = dd_hmap_put(dc->dc_zeroed, dc->dc_err, flat, 1);
-			if (rc)
-				return rc;
-		}
+	if (ent.de_refcnt == 1) {
+		rc = dd_drop_take(dc, key, &taken);
+		if (rc || taken)
+			return rc;
 	}
+	/* the last reference: record when, for gc (format/ddt.md §1) */
+	if (--ent.de_refcnt == 0)
+		ent.de_dead_since = dd_txn_id(dc->dc_txn);
 	return dd_ddt_put(dc->dc_txn, dc->dc_err, key, &ent);
 }
 
-/* Splits every uncounted row into the map's own (dc_own) and others'. */
-static void dd_drop_split(struct dd_drop_ctx *dc, dd_ucnt_set *all)
+/* Moves every uncounted row of the map out of dc_others into dc_own. */
+static int dd_drop_split(struct dd_drop_ctx *dc)
 {
+	dd_ucnt_set *all = &dc->dc_others;
 	size_t n = 0;
 
+	dc->dc_own.us_row = dd_calloc(all->us_n, sizeof(*dc->dc_own.us_row));
+	if (!dc->dc_own.us_row)
+		return dd_err_set(dc->dc_err, DD_ENOMEM, "out of memory");
 	for (size_t i = 0; i < all->us_n; i++) {
 		dd_ucnt_row *r = &all->us_row[i];
 
-		if (r->ur_id == dc->dc_id) {
+		if (r->ur_id == dc->dc_id)
 			dc->dc_own.us_row[dc->dc_own.us_n++] = *r;
-		} else {
+		else
 			all->us_row[n++] = *r;
-		}
 	}
 	all->us_n = n;
+	return 0;
 }
 
 int dd_snap_drop_refs_if(dd_txn *txn, dd_err *err, uint64_t id,
 			 dd_bmap_counted_fn counted, void *ctx)
 {
-	struct dd_drop_ctx dc = {txn, err, counted, ctx, id, {0}, NULL};
-	dd_ucnt_set others;
-	int rc = dd_ucnt_load(txn, err, 0, &others);
+	struct dd_drop_ctx dc = {txn, err, counted, ctx, id, {0}, {0}, NULL};
+	int rc = dd_ucnt_load(txn, err, 0, &dc.dc_others);
+	bool any = dc.dc_others.us_n;
 
-	if (!rc && others.us_n) {
-		dc.dc_own.us_row = dd_calloc(others.us_n,
-					     sizeof(*dc.dc_own.us_row));
-		if (!dc.dc_own.us_row)
-			rc = dd_err_set(err, DD_ENOMEM, "out of memory");
-		else
-			dd_drop_split(&dc, &others);
-	}
-	/* 64 MiB in RAM, spilled beyond: as scrub's */
-	if (!rc && others.us_n)
-		rc = dd_hmap_new(&dc.dc_zeroed, err, (uint64_t)64 << 20, NULL);
+	if (!rc && any)
+		rc = dd_drop_split(&dc);
 	if (!rc)
 		rc = dd_bmap_drop(txn, err, id, dd_drop_one, &dc);
 	if (!rc)
 		rc = dd_ucnt_drop(txn, err, &dc.dc_own);
-	if (!rc && dc.dc_zeroed && dd_hmap_count(dc.dc_zeroed))
-		rc = dd_ucnt_revive(txn, err, &others, dc.dc_zeroed);
-	if (!rc && (dc.dc_own.us_n || others.us_n))
-		rc = dd_ucnt_settle(txn, err, &others);
-	dd_hmap_free(dc.dc_zeroed);
+	if (!rc)   /* the bits dd_drop_take cleared */
+		rc = dd_ucnt_store(txn, err, &dc.dc_others);
+	if (!rc && any)
+		rc = dd_ucnt_settle(txn, err, &dc.dc_others);
+	dd_hmap_free(dc.dc_index);
 	dd_ucnt_free(&dc.dc_own);
-	dd_ucnt_free(&others);
+	dd_ucnt_free(&dc.dc_others);
 	return rc;
 }
 

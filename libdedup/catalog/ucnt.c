@@ -25,7 +25,7 @@ static void dd_ucnt_key(uint8_t kb[DD_UCNT_KEY_SIZE], uint64_t id,
 	dd_put_be64(kb + DD_UCNT_PREFIX_LEN + 8, row);
 }
 
-static bool dd_ucnt_zero(const uint8_t *bits)
+bool dd_ucnt_none(const uint8_t *bits)
 {
 	for (size_t i = 0; i < DD_UCNT_BYTES; i++)
 		if (bits[i])
@@ -44,7 +44,7 @@ static int dd_ucnt_load_one(void *arg, dd_err *err, const MDB_val *k,
 	    memcmp(k->mv_data, DD_UCNT_PREFIX, DD_UCNT_PREFIX_LEN))
 		return 0;   /* another meta key */
 	if (k->mv_size != DD_UCNT_KEY_SIZE || v->mv_size != DD_UCNT_BYTES ||
-	    dd_ucnt_zero(v->mv_data))
+	    dd_ucnt_none(v->mv_data))
 		return dd_db_damage(err, "ucnt row of %zu+%zu bytes, or "
 				    "without a bit", k->mv_size, v->mv_size);
 	id = dd_get_be64((const uint8_t *)k->mv_data + DD_UCNT_PREFIX_LEN);
@@ -173,7 +173,7 @@ static int dd_ucnt_put(dd_txn *txn, dd_err *err, uint64_t id, uint64_t row,
 	int rc;
 
 	dd_ucnt_key(kb, id, row);
-	if (dd_ucnt_zero(bits)) {
+	if (dd_ucnt_none(bits)) {
 		rc = dd_table_del(txn, err, DD_DBI_META, &k, "ucnt del");
 		return rc == DD_ENOENT ? 0 : rc;
 	}
@@ -344,52 +344,68 @@ int dd_ucnt_extra_get(dd_hmap *map, dd_err *err, const dd_ddt_key *key,
 	return rc == DD_ENOENT ? 0 : rc;
 }
 
-struct dd_ucnt_revive_ctx {
-	dd_txn *ur_txn;
-	dd_err *ur_err;
-	dd_hmap *ur_zeroed;       /* flat key -> 1: at 0, 2: given one back */
+/* An index entry: the row's slot in the set and the position in the row,
+ * plus 1; 0 once taken. */
+#define DD_UCNT_IDX(slot, pos) \
+	((((uint64_t)(slot) << DD_UCNT_SHIFT) | ((pos) % DD_UCNT_SPAN)) + 1)
+
+struct dd_ucnt_index_ctx {
+	dd_ucnt_set *ui_set;
+	dd_hmap *ui_map;
+	dd_err *ui_err;
 };
 
-static int dd_ucnt_revive_one(void *arg, dd_ucnt_row *r, uint64_t pos,
-			      const dd_ddt_key *key)
+static int dd_ucnt_index_one(void *arg, dd_ucnt_row *r, uint64_t pos,
+			     const dd_ddt_key *key)
 {
-	struct dd_ucnt_revive_ctx *rv = arg;
+	struct dd_ucnt_index_ctx *ui = arg;
 	uint8_t flat[DD_HASH_SIZE];
-	uint64_t state = 0;
-	dd_ddt_ent ent;
+	uint64_t v;
 	int rc;
 
 	dd_ddt_key_flat(key, flat);
-	rc = dd_hmap_get(rv->ur_zeroed, rv->ur_err, flat, &state);
-	if (rc == DD_ENOENT || (rc == 0 && state != 1))
-		return 0;   /* counted by someone: invariant U holds */
-	if (rc)
-		return rc;
-	rc = dd_ddt_get(rv->ur_txn, rv->ur_err, key, &ent);
-	if (rc == DD_ENOENT)
-		return dd_db_damage(rv->ur_err, "uncounted block %llu of map "
-				    "%llu names no ddt entry",
-				    (unsigned long long)pos,
-				    (unsigned long long)r->ur_id);
-	if (rc)
-		return rc;
-	/* this position's reference becomes a counted one */
-	if (ent.de_refcnt == 0)
-		ent.de_dead_since = 0;
-	ent.de_refcnt++;
-	rc = dd_ddt_put(rv->ur_txn, rv->ur_err, key, &ent);
-	if (rc)
-		return rc;
-	dd_ucnt_set_bit(r->ur_bits, pos, false);
-	r->ur_dirty = true;
-	return dd_hmap_put(rv->ur_zeroed, rv->ur_err, flat, 2);
+	rc = dd_hmap_get(ui->ui_map, ui->ui_err, flat, &v);
+	if (rc != DD_ENOENT)
+		return rc;   /* 0: an earlier position is the key's first */
+	return dd_hmap_put(ui->ui_map, ui->ui_err, flat,
+			   DD_UCNT_IDX(r - ui->ui_set->us_row, pos));
 }
 
-int dd_ucnt_revive(dd_txn *txn, dd_err *err, dd_ucnt_set *others,
-		   dd_hmap *zeroed)
+int dd_ucnt_index(dd_txn *txn, dd_err *err, dd_ucnt_set *set, dd_hmap **out)
 {
-	struct dd_ucnt_revive_ctx rv = {txn, err, zeroed};
-	int rc = dd_ucnt_walk(txn, err, others, dd_ucnt_revive_one, &rv);
+	/* as scrub's table: 64 MiB in RAM, spilled beyond */
+	struct dd_ucnt_index_ctx ui = {set, NULL, err};
+	int rc = dd_hmap_new(&ui.ui_map, err, (uint64_t)64 << 20, NULL);
 
-	return rc ? rc : dd_ucnt_store(txn, err, others);
+	if (!rc)
+		rc = dd_ucnt_walk(txn, err, set, dd_ucnt_index_one, &ui);
+	if (rc) {
+		dd_hmap_free(ui.ui_map);
+		ui.ui_map = NULL;
+	}
+	*out = ui.ui_map;
+	return rc;
+}
+
+int dd_ucnt_index_take(dd_hmap *index, dd_err *err, dd_ucnt_set *set,
+		       const dd_ddt_key *key, bool *taken)
+{
+	uint8_t flat[DD_HASH_SIZE];
+	dd_ucnt_row *r;
+	uint64_t v = 0;
+	int rc;
+
+	*taken = false;
+	dd_ddt_key_flat(key, flat);
+	rc = dd_hmap_get(index, err, flat, &v);
+	if (rc == DD_ENOENT || (rc == 0 && v == 0))
+		return 0;
+	if (rc)
+		return rc;
+	v--;
+	r = &set->us_row[v >> DD_UCNT_SHIFT];
+	dd_ucnt_set_bit(r->ur_bits, v % DD_UCNT_SPAN, false);
+	r->ur_dirty = true;
+	*taken = true;
+	return dd_hmap_put(index, err, flat, 0);
 }

@@ -12,9 +12,9 @@
  * count of at least 1.  It holds when the bit is set (the writer checks
  * in the same transaction), and only a decrement can break it, and every
  * decrement is dd_snap_drop_refs_if (catalog/maps.c): it skips the
- * dropped map's own uncounted positions, and gives each entry it takes to
- * 0 that another map's uncounted position names one count back, clearing
- * that bit (dd_ucnt_revive).  So gc, which frees only entries of count 0,
+ * dropped map's own uncounted positions, and leaves an entry it would
+ * take to 0 at 1 when another map's uncounted position names it, whose
+ * reference that count becomes, clearing its bit (dd_ucnt_index_take).  So gc, which frees only entries of count 0,
  * never frees a block an uncounted position names.
  *
  * Readers that want every reference -- scrub's counts, stat's figures,
@@ -32,7 +32,8 @@
 #include "catalog/db.h"
 #include "common/hmap.h"
 
-#define DD_UCNT_SPAN 8192u                 /* positions per row */
+#define DD_UCNT_SHIFT 13
+#define DD_UCNT_SPAN (1u << DD_UCNT_SHIFT) /* positions per row: 8192 */
 #define DD_UCNT_BYTES (DD_UCNT_SPAN / 8)   /* a row's value */
 #define DD_UCNT_KEY_SIZE 21                /* "ucnt/", be64 id, be64 row */
 /* meta `features` bit: meta may hold ucnt rows (format/store.md §2) */
@@ -74,6 +75,9 @@ static inline void dd_ucnt_set_bit(uint8_t *bits, uint64_t pos, bool on)
 	bits[pos / 8] = (uint8_t)(on ? bits[pos / 8] | m : bits[pos / 8] & ~m);
 }
 
+/* Has a row's bitmap no bit set? */
+bool dd_ucnt_none(const uint8_t *bits);
+
 /* Write txn: ORs bits into map id's row `row` (creating it), and sets
  * the features bit the first time. */
 int dd_ucnt_or(dd_txn *txn, dd_err *err, uint64_t id, uint64_t row,
@@ -103,10 +107,14 @@ int dd_ucnt_extra(dd_txn *txn, dd_err *err, dd_hmap **out);
 int dd_ucnt_extra_get(dd_hmap *map, dd_err *err, const dd_ddt_key *key,
 		      uint64_t *n);
 
-/* Write txn, in dd_snap_drop_refs_if: the entries whose counts it took
- * to 0 (keys in zeroed, value 1) get one count back from the first
- * uncounted position of others that names each, whose bit is cleared. */
-int dd_ucnt_revive(dd_txn *txn, dd_err *err, dd_ucnt_set *others,
-		   dd_hmap *zeroed);
+/* For a drop (dd_snap_drop_refs_if): each key's first uncounted position
+ * in the set, in walk order.  *out is a table to free. */
+int dd_ucnt_index(dd_txn *txn, dd_err *err, dd_ucnt_set *set, dd_hmap **out);
+/* The drop is about to take key's count from 1 to 0: if an uncounted
+ * position the index names is left for key, its bit is cleared in the
+ * set (the row marked dirty) and *taken: the entry keeps its count, now
+ * that position's reference. */
+int dd_ucnt_index_take(dd_hmap *index, dd_err *err, dd_ucnt_set *set,
+		       const dd_ddt_key *key, bool *taken);
 
 #endif

@@ -344,12 +344,9 @@ static int dd_apply_run(dd_writer *w, dd_wop **run, size_t n)
 	}
 	if (refs)   /* a flush may leave them uncounted (wucnt.c) */
 		rc = dd_wub_apply(w, run, n, &uncounted);
-	if (rc || uncounted)
-		;
-	else if (refs && lref)
-		rc = dd_apply_lref(w, lref, &run[0]->op_key, refs);
-	else if (refs)
-		rc = dd_apply_ref(w, &run[0]->op_key, refs, ref_idx);
+	if (!rc && refs && !uncounted)
+		rc = lref ? dd_apply_lref(w, lref, &run[0]->op_key, refs)
+			  : dd_apply_ref(w, &run[0]->op_key, refs, ref_idx);
 	if (rc)
 		return rc;
 	if (!nw)

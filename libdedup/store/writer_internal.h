@@ -118,8 +118,8 @@ struct dd_writer {
 	struct dd_wubits {
 		size_t wu_n;
 		uint64_t *wu_row;         /* ascending */
-		uint8_t *wu_bits;         /* wu_n * DD_UCNT_BYTES */
-		bool *wu_dirty;
+		uint8_t *wu_bits;         /* wu_n * DD_UCNT_BYTES, zeroed
+					     once stored */
 	} w_ub;
 	struct dd_wloc *w_loc;    /* a re-put's locality (wloc.c), or NULL */
 	uint64_t w_fed;           /* image bytes given to the pipeline */

@@ -36,7 +36,6 @@ void dd_wub_free(dd_writer *w)
 {
 	dd_free(w->w_ub.wu_row);
 	dd_free(w->w_ub.wu_bits);
-	dd_free(w->w_ub.wu_dirty);
 	memset(&w->w_ub, 0, sizeof(w->w_ub));
 }
 
@@ -57,8 +56,7 @@ int dd_wub_begin(dd_writer *w)
 			n++;
 	ub->wu_row = dd_malloc(n * sizeof(*ub->wu_row));
 	ub->wu_bits = dd_calloc(n, DD_UCNT_BYTES);
-	ub->wu_dirty = dd_calloc(n, sizeof(*ub->wu_dirty));
-	if (!ub->wu_row || !ub->wu_bits || !ub->wu_dirty) {
+	if (!ub->wu_row || !ub->wu_bits) {
 		dd_wub_free(w);
 		return dd_err_set(&w->w_err, DD_ENOMEM, "out of memory");
 	}
@@ -119,7 +117,6 @@ int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done)
 					  (unsigned long long)op->op_idx);
 		dd_ucnt_set_bit(ub->wu_bits + slot * DD_UCNT_BYTES,
 				dd_wub_pos(op), true);
-		ub->wu_dirty[slot] = true;
 	}
 	*done = true;
 	return 0;
@@ -133,14 +130,13 @@ int dd_wub_store(dd_writer *w)
 		uint8_t *bits = ub->wu_bits + i * DD_UCNT_BYTES;
 		int rc;
 
-		if (!ub->wu_dirty[i])
-			continue;
+		if (dd_ucnt_none(bits))
+			continue;   /* nothing set since the last store */
 		rc = dd_ucnt_or(w->w_txn, &w->w_err, w->w_id, ub->wu_row[i],
 				bits);
 		if (rc)
 			return rc;
 		memset(bits, 0, DD_UCNT_BYTES);
-		ub->wu_dirty[i] = false;
 	}
 	return 0;
 }
