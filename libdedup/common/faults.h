@@ -21,7 +21,8 @@ enum dd_fault_class {
 	DD_FAULT_NCLASSES
 };
 
-/* Arms class c: its nth next call fails with errnum (n = 0 disarms). */
+/* Arms class c: its nth next call fails with errnum (n = 0 or UINT64_MAX
+ * disarms); if sticky, every call after it fails too. */
 void dd_fault_arm(enum dd_fault_class c, uint64_t n, int errnum, int sticky);
 /* Disarms every class and resets the hit counters and the read delay. */
 void dd_fault_disarm_all(void);

@@ -266,7 +266,8 @@ static void test_fault_alloc(void **state)
 	assert_null(dd_strdup(NULL));
 }
 
-/* Fault counting on many threads: exactly one call fails. */
+/* Fault counting on many threads: exactly one call fails; armed sticky,
+ * that call and every one after it (none racing it slips through). */
 static atomic_int dd_test_fault_failures;
 
 static void fault_job(void *ctx, size_t item, unsigned worker)
@@ -290,6 +291,14 @@ static void test_fault_threads(void **state)
 	dd_pool_run(pool, fault_job, NULL, 20000);
 	assert_int_equal(atomic_load(&dd_test_fault_failures), 1);
 	assert_int_equal(dd_fault_hits(DD_FAULT_SYNC), 1);
+
+	dd_fault_disarm_all();
+	atomic_store(&dd_test_fault_failures, 0);
+	dd_fault_arm(DD_FAULT_SYNC, 5000, EIO, 1);
+	dd_pool_run(pool, fault_job, NULL, 20000);
+	assert_int_equal(atomic_load(&dd_test_fault_failures), 20000 - 4999);
+	assert_int_equal(dd_fault_hits(DD_FAULT_SYNC), 20000 - 4999);
+	dd_fault_disarm_all();
 	dd_pool_free(pool);
 }
 
