@@ -69,6 +69,7 @@ typedef struct dd_wops {
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
 	dd_wop **wo_ord;          /* the commit's order (wops.c) */
+	uint8_t *wo_kstart;       /* 1: wo_ord[i] starts a key's run */
 	size_t wo_nkeys;          /* distinct keys in it */
 	size_t wo_ordcap;
 	size_t wo_mapped;         /* ops whose block-map entries are in the
@@ -83,7 +84,8 @@ dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at);
 /* Empties the list after a commit. */
 void dd_wops_reset(dd_wops *wo);
 /* wo_ord: the ops by DDT key, then by their place in wo_op (dd_wop_cmp,
- * a qsort comparator of dd_wop pointers). */
+ * a qsort comparator of dd_wop pointers); wo_kstart where each key's run
+ * of ops begins. */
 int dd_wops_order(dd_wops *wo, dd_err *err);
 int dd_wop_cmp(const void *a, const void *b);
 

@@ -2117,6 +2117,61 @@ static uint64_t ucnt_positions(dd_store *s, bool *feature)
 	return n;
 }
 
+/* The id of the store's last commit. */
+static uint64_t last_commit(dd_store *s)
+{
+	dd_txn *txn;
+	dd_err err;
+	uint64_t id;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	id = dd_txn_id(txn);
+	dd_txn_abort(txn);
+	return id;
+}
+
+/* A flush transaction is bounded by the keys that change the DDT: the
+ * flush of a re-put, every reference uncounted, is one transaction where
+ * 3 keys a transaction made 86; a put of half new blocks still takes a
+ * transaction per 3 of its new keys. */
+static void test_uncounted_flush_txns(void **state)
+{
+	const size_t n = MiB, nblk = n / 4096;
+	char *path = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	uint8_t *a = malloc(n), *c = malloc(n);
+	uint64_t t0, t1, t2;
+	bool feature;
+
+	(void)state;
+	th_rng_state = 57;
+	fill_random(a, n);
+	memcpy(c, a, n);
+	fill_random(c + n / 2, n / 2);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	dd_writer_flush_keys = 3;
+	dd_writer_flush_leaf = 0;
+	t0 = last_commit(s);
+	assert_int_equal(th_put(s, "b", a, n, n), 0);
+	t1 = last_commit(s);
+	assert_int_equal(ucnt_positions(s, &feature), nblk);
+	assert_true(t1 - t0 < 10);
+	assert_int_equal(th_put(s, "c", c, n, n), 0);
+	t2 = last_commit(s);
+	assert_int_equal(ucnt_positions(s, &feature), nblk + nblk / 2);
+	assert_true(t2 - t1 >= nblk / 2 / 3);
+	dd_writer_flush_keys = 8192;
+	dd_writer_flush_leaf = 32;
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	th_check_image(s, "b", a, n);
+	th_check_image(s, "c", c, n);
+	dd_store_close(s);
+	free(a);
+	free(c);
+	th_rm_store(path);
+}
+
 /* A re-put of blocks the store holds leaves their references uncounted:
  * the DDT counts one, a bit per block stands for the other; stat, usage
  * and scrub see both.  rm of the snapshot that counts them gives the
@@ -2784,6 +2839,7 @@ int main(void)
 		cmocka_unit_test(test_defer_mark_golden),
 		cmocka_unit_test(test_reput_map),
 		cmocka_unit_test(test_uncounted_refs),
+		cmocka_unit_test(test_uncounted_flush_txns),
 		cmocka_unit_test(test_uncounted_scrub),
 		cmocka_unit_test(test_fault_walk_reput_heal),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
