@@ -112,6 +112,8 @@ struct dd_lm_tree_root {
 
 struct dd_guard_snap {
 	uint64_t gs_last_pg;       /* of the committed snapshot read */
+	uint64_t gs_file_pgs;      /* pages the file held at its begin: the
+				      pages LMDB may read (dd_guard_begin) */
 	struct dd_lm_tree_root gs_tree[DD_TREE_COUNT];
 	uint8_t *gs_buf;           /* a leaf page */
 	size_t gs_nslots;          /* 0 until a branch page is read */

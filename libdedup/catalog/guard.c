@@ -233,6 +233,9 @@ int dd_guard_page(dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 	if (pgno < 2 || pgno > gs->gs_last_pg)
 		return dd_guard_bad(txn, err, tree, pgno,
 			      "a page number outside the file");
+	if (pgno >= gs->gs_file_pgs)
+		return dd_guard_bad(txn, err, tree, pgno,
+			      "past the end of the file (cut short?)");
 	if (!need && dd_guard_memo(db, pgno) == role)
 		return 0;
 	rc = lg_read_page(txn, err, pgno, leaf, &pg);
@@ -322,18 +325,21 @@ int dd_guard_begin(dd_txn *txn, dd_err *err)
 	if (fstat(db->db_fd, &st) != 0)
 		return dd_err_set(err, dd_errno_code(errno), "%s: %s",
 				  db->db_file, strerror(errno));
-	/* The file must hold every page the meta page counts.  LMDB maps it
-	 * and trusts that: a file cut short -- a partial copy, a full disk,
-	 * damage -- makes its first touch of a missing page a SIGBUS.
-	 * Writers grow the file before they write the meta page that counts
-	 * the new pages, so a healthy file always passes. */
+	/* LMDB maps the file and trusts it: a page it reads past the
+	 * file's end -- cut short by a partial copy, a full disk, damage --
+	 * is a SIGBUS.  So every page the guard passes must be in the file
+	 * (dd_guard_page).  Not every page the meta page counts need be: a
+	 * page a write transaction took and freed again ("loose") goes back
+	 * to the free list unwritten (mdb_page_flush skips it), so a healthy
+	 * file can end before the last page counted, and LMDB never reads a
+	 * free page.  (This check was once of the whole count, and refused a
+	 * sound 4 M-entry catalog whose last page was such a one.) */
 	gs->gs_last_pg = dd_get_le64(meta + LM_PAGEHDR + LM_META_LAST_PG);
-	if (gs->gs_last_pg >= (uint64_t)st.st_size / db->db_psize ||
-	    gs->gs_last_pg > db->db_max_pg)
-		return dd_db_damage(err, "%s: %lld bytes, too short "
-				    "for the %llu pages its meta page counts "
-				    "(truncated or damaged)", db->db_file,
-				    (long long)st.st_size,
+	gs->gs_file_pgs = (uint64_t)st.st_size / db->db_psize;
+	if (gs->gs_last_pg > db->db_max_pg)
+		return dd_db_damage(err, "%s: its meta page counts %llu pages, "
+				    "more than the map holds (damaged)",
+				    db->db_file,
 				    (unsigned long long)gs->gs_last_pg + 1);
 	rc = lg_record(txn, err, DD_TREE_FREE, meta + LM_PAGEHDR + LM_META_DBS);
 	if (!rc)

@@ -384,6 +384,11 @@ static int lg_overflow_list(dd_txn *txn, dd_err *err, uint64_t leaf,
 	need = (LM_PAGEHDR + dsize + db->db_psize - 1) / db->db_psize;
 	if (dd_guard_memo(db, ov) == dd_guard_role(LM_TREE_FREE, true))
 		return 0;
+	/* LMDB reads the run through its map: all of it in the file */
+	if (ov < 2 || ov >= txn->tx_guard.gs_file_pgs ||
+	    need > txn->tx_guard.gs_file_pgs - ov)
+		return dd_guard_bad(txn, err, DD_TREE_FREE, leaf,
+				    "an overflow run past the end of the file");
 	rc = dd_io_pread_full(err, db->db_fd, hdr, sizeof(hdr),
 			      ov * db->db_psize, db->db_file);
 	if (rc)
