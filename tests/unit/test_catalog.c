@@ -1916,38 +1916,32 @@ static void patch_file(const char *dir, off_t off, const void *bytes,
 	close(fd);
 }
 
+/* The newest meta page of data.mdb into page; its offset (0 or 4096). */
+static off_t newest_meta(const char *dir, uint8_t page[4096])
+{
+	uint8_t meta[2][4096];
+	char path[128];
+	int fd, m;
+
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, meta, sizeof(meta), 0), (ssize_t)sizeof(meta));
+	close(fd);
+	m = dd_get_le64(meta[1] + LM_PAGEHDR + LM_META_TXNID) >
+	    dd_get_le64(meta[0] + LM_PAGEHDR + LM_META_TXNID);
+	memcpy(page, meta[m], 4096);
+	return m * 4096;
+}
+
 /* The newest meta page's main table root page number. */
 static uint64_t main_root(const char *dir)
 {
-	uint8_t meta[2][4096];
-	char path[128];
-	int fd;
+	uint8_t meta[4096];
 
-	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, meta, sizeof(meta), 0), (ssize_t)sizeof(meta));
-	close(fd);
-	/* txnid at 144, the main table record at 88 (its root at +40) */
-	return dd_get_le64(meta[dd_get_le64(meta[1] + 144) >
-				dd_get_le64(meta[0] + 144)] + 128);
-}
-
-/* The newest meta page's offset in data.mdb (0 or 4096). */
-static off_t newest_meta(const char *dir)
-{
-	uint8_t meta[2][4096];
-	char path[128];
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, meta, sizeof(meta), 0), (ssize_t)sizeof(meta));
-	close(fd);
-	return dd_get_le64(meta[1] + LM_PAGEHDR + LM_META_TXNID) >
-			       dd_get_le64(meta[0] + LM_PAGEHDR + LM_META_TXNID)
-		       ? 4096 : 0;
+	newest_meta(dir, meta);
+	/* the main table record at 88 (its root at +40) */
+	return dd_get_le64(meta + 128);
 }
 
 /* A sound file may end before the last page its meta page counts: LMDB
@@ -1964,6 +1958,7 @@ static void test_db_file_ends_early(void **state)
 	uint8_t last[8];
 	char path[128];
 	struct stat st;
+	uint8_t page[4096];
 	off_t meta;
 	dd_txn *txn;
 	dd_db *db;
@@ -1982,7 +1977,7 @@ static void test_db_file_ends_early(void **state)
 	/* the meta page counts one page past the file's end */
 	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
 	assert_int_equal(stat(path, &st), 0);
-	meta = newest_meta(fx->fx_dir);
+	meta = newest_meta(fx->fx_dir, page);
 	dd_put_le64(last, (uint64_t)st.st_size / 4096);
 	patch_file(fx->fx_dir, meta + LM_PAGEHDR + LM_META_LAST_PG, last, 8,
 		   NULL);
