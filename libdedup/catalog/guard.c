@@ -43,8 +43,7 @@
  * (dd_guard_free_pages): LMDB would hand it to the writer, which would
  * overwrite a live page and commit.
  *
- * Pages are read where LMDB maps them, a write transaction's branch
- * pages with pread (lg_read_page); either bounded by the file's size.
+ * Pages are read with pread (lg_read_page), bounded by the file's size.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -138,24 +137,13 @@ int dd_guard_bad(const dd_txn *txn, dd_err *err, int tree, uint64_t pgno,
 }
 
 /*
- * Page pgno's bytes: where LMDB maps it, except a write transaction's
- * branch pages.  Those are read with pread into the txn's cache of them
- * (upper levels are read on every descent, and a snapshot's pages never
- * change): a writer's LMDB reads its changed upper pages from its own
- * copies, so the committed ones would fault into this process for the
- * guard alone (measured: every page through the map made `dedup put` of
- * a duplicate 1 GiB take half again as many faults).  Any other page the
- * guard checks is one LMDB reads from its map right after -- a leaf of
- * the call's key (each checked once per process, the memo), a read
- * transaction's path to it -- so the fault is LMDB's anyway, and a pread
- * was a system call and a 4 KiB copy: a flush that rewrites a 4 M-entry
- * DDT checks all 115,000 of its leaves, and a probe of a 4 M-entry DDT
- * missed a cache of 64 branch pages nearly every time (measured: 46,240
- * preads of data.mdb in a 1 GiB re-put, 1,712 with leaves from the map;
- * a put whose probes all descend the DDT, 2.5-3.3 s of system time with
- * pread, 1.6 s through the map).  dd_guard_page passes only pages in the
- * file: none past its end is touched.  Without the map (not found at
- * open), every page is read with pread.
+ * Page pgno's bytes, read with pread: into the txn's cache of branch
+ * pages (upper levels are read on every descent, and a snapshot's pages
+ * never change), or the one buffer for a leaf.  Not through LMDB's map:
+ * pages the guard alone touches -- a writer's LMDB reads its changed
+ * upper pages from its own copies -- would fault into this process,
+ * and the page-cache copy costs less than the faults (measured: the map
+ * made `dedup put` of a duplicate 1 GiB take half again as many faults).
  */
 /* The branch-page cache: one block for pages, page numbers, and each
  * set's next way to replace. */
@@ -188,12 +176,6 @@ static int lg_read_page(dd_txn *txn, dd_err *err, uint64_t pgno, bool leaf,
 	size_t slot = 0, set;
 	int rc;
 
-	if ((leaf || !txn->tx_write) && db->db_map &&
-	    (pgno + 1) * db->db_psize <= db->db_map_len) {
-		/* pgno < gs_file_pgs (dd_guard_page) */
-		*out = (const uint8_t *)db->db_map + pgno * db->db_psize;
-		return 0;
-	}
 	if (!leaf) {
 		if (!gs->gs_nslots && (rc = lg_cache_alloc(txn, err)) != 0)
 			return rc;
