@@ -440,11 +440,12 @@ int dd_wops_order(dd_wops *wo, dd_err *err)
 			qsort(wo->wo_ord + i, j - i, sizeof(*wo->wo_ord),
 			      dd_wop_cmp);
 		wo->wo_kstart[i] = 1;
-		for (size_t k = i + 1; k < j; k++)
+		wo->wo_nkeys++;
+		for (size_t k = i + 1; k < j; k++) {
 			wo->wo_kstart[k] = !dd_key_eq(&wo->wo_ord[k - 1]->op_key,
 						      &wo->wo_ord[k]->op_key);
-		for (size_t k = i; k < j; k++)
 			wo->wo_nkeys += wo->wo_kstart[k];
+		}
 	}
 	dd_free(a);
 	return 0;
@@ -660,8 +661,8 @@ static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
  * change the DDT per write transaction; each moves the mark past the
  * keys it applied, so that a crash between them leaves a map whose
  * counted entries are exactly the DDT's (recovery rolls it back by the
- * mark).  The last takes the mark
- * out of the `pend` value when the snapshot is about to be published. */
+ * mark).  The last takes the mark out of the `pend` value when the
+ * snapshot is about to be published. */
 static int dd_writer_flush(dd_writer *w, bool last)
 {
 	dd_wops *wo = &w->w_ops;

@@ -2117,6 +2117,19 @@ static uint64_t ucnt_positions(dd_store *s, bool *feature)
 	return n;
 }
 
+/* a: n random bytes from seed; c: its first half, then n / 2 new ones. */
+static void half_new_pair(uint64_t seed, size_t n, uint8_t **a, uint8_t **c)
+{
+	*a = malloc(n);
+	*c = malloc(n);
+	assert_non_null(*a);
+	assert_non_null(*c);
+	th_rng_state = seed;
+	fill_random(*a, n);
+	memcpy(*c, *a, n);
+	fill_random(*c + n / 2, n / 2);
+}
+
 /* The id of the store's last commit. */
 static uint64_t last_commit(dd_store *s)
 {
@@ -2140,15 +2153,12 @@ static void test_uncounted_flush_txns(void **state)
 	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
 			     DD_HASH_SHA256);
-	uint8_t *a = malloc(n), *c = malloc(n);
+	uint8_t *a, *c;
 	uint64_t t0, t1, t2;
 	bool feature;
 
 	(void)state;
-	th_rng_state = 57;
-	fill_random(a, n);
-	memcpy(c, a, n);
-	fill_random(c + n / 2, n / 2);
+	half_new_pair(57, n, &a, &c);
 	assert_int_equal(th_put(s, "a", a, n, n), 0);
 	dd_writer_flush_keys = 3;
 	dd_writer_flush_leaf = 0;
@@ -2184,15 +2194,12 @@ static void test_uncounted_refs(void **state)
 	char *path = th_tmp_store();
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
 			     DD_HASH_SHA256);
-	uint8_t *a = malloc(n), *c = malloc(n);
 	dd_snapshot_usage u = {.version = DD_SNAPSHOT_USAGE_VERSION};
+	uint8_t *a, *c;
 	bool feature;
 
 	(void)state;
-	th_rng_state = 53;
-	fill_random(a, n);
-	memcpy(c, a, n);
-	fill_random(c + n / 2, n / 2);    /* half new, half a's */
+	half_new_pair(53, n, &a, &c);    /* c: half new, half a's */
 	assert_int_equal(th_put(s, "a", a, n, n), 0);
 	assert_int_equal(ucnt_positions(s, &feature), 0);
 	assert_false(feature);
