@@ -9,8 +9,13 @@
  * (equal lengths, so the lanes overlap when the rest is short); any
  * difference aborts.  The same two lanes are then hashed with different
  * lengths (dd_sha256_x2v, for content-defined blocks): lane b cut short
- * by the second byte's count of bytes.
+ * by the second byte's count of bytes.  Last, a list of 9 to 40 messages
+ * (the third byte's count) cut from the rest, each at its own start and
+ * length (dd_sha256_xn: sixteen AVX-512 lanes where usable,
+ * libdedup/hash/sha256x16.c, lanes ending at different blocks and the
+ * list's end handed over to two SHA-NI lanes).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +31,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *a, *b;
 	size_t len;
 
+	/* before the first hash: sixteen lanes wherever they pass their
+	 * self-test, not only where they time faster (sha256x16.c) */
+	static bool lanes_set;
+
+	if (!lanes_set) {
+		lanes_set = true;
+		setenv("DEDUP_SHA256_X16", "1", 1);
+	}
 	if (size < 1)
 		return 0;
 	/* lane b starts `shift` bytes after lane a: both are len bytes */
@@ -51,6 +64,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		dd_sha256_x2v(b, lb, a, len, xb, xa);
 		if (memcmp(xa, ra, DD_HASH_SIZE) || memcmp(xb, rb, DD_HASH_SIZE))
 			abort();
+	}
+	if (size >= 3) {
+		enum { MAXN = 40 };
+		dd_hash_msg m[MAXN];
+		uint8_t out[MAXN][DD_HASH_SIZE];
+		size_t n = 9 + data[2] % (MAXN - 8), rest = size - 3;
+
+		/* message i: from byte (i * 13) % (rest + 1) of the rest, as
+		 * long as the byte there says, times 37, within the rest */
+		for (size_t i = 0; i < n; i++) {
+			size_t at = rest ? (i * 13) % (rest + 1) : 0;
+			size_t want = at < rest ? 37u * data[3 + at] : 0;
+
+			m[i] = (dd_hash_msg){ data + 3 + at,
+					      want < rest - at ? want
+							       : rest - at,
+					      out[i] };
+		}
+		dd_sha256_xn(m, n);
+		for (size_t i = 0; i < n; i++) {
+			dd_sha256_sw(m[i].hm_p, m[i].hm_len, ra);
+			if (memcmp(out[i], ra, DD_HASH_SIZE))
+				abort();
+		}
 	}
 	return 0;
 }

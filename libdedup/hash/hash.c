@@ -163,7 +163,7 @@ void dd_hasher_sum2v(dd_hasher *h, const void *a, size_t la, const void *b,
 
 void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n)
 {
-	if (dd_sha256_x2_ok())
+	if ((n >= DD_SHA256_X16_MIN && dd_sha256_x16_ok()) || dd_sha256_x2_ok())
 		dd_sha256_xn(m, n);
 	else
 		for (size_t i = 0; i < n; i++)
@@ -290,7 +290,7 @@ static uint32_t dd_ror(uint32_t x, int n)
 	return (x >> n) | (x << (32 - n));
 }
 
-static void dd_sha256_block(uint32_t s[8], const uint8_t *p)
+void dd_sha256_sw_block(uint32_t s[8], const uint8_t *p)
 {
 	uint32_t w[64], a, b, c, d, e, f, g, h;
 
@@ -329,14 +329,9 @@ void dd_sha256_sw(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE])
 
 	memcpy(s, dd_sha256_h0, sizeof(s));
 	for (size_t i = 0; i < len / 64; i++)
-		dd_sha256_block(s, p + 64 * i);
+		dd_sha256_sw_block(s, p + 64 * i);
 	nblk = dd_sha256_pad(p, len, tail);
 	for (size_t i = 0; i < nblk; i++)
-		dd_sha256_block(s, tail + 64 * i);
-	for (int i = 0; i < 8; i++) {
-		out[4 * i] = (uint8_t)(s[i] >> 24);
-		out[4 * i + 1] = (uint8_t)(s[i] >> 16);
-		out[4 * i + 2] = (uint8_t)(s[i] >> 8);
-		out[4 * i + 3] = (uint8_t)s[i];
-	}
+		dd_sha256_sw_block(s, tail + 64 * i);
+	dd_sha256_state_out(s, out);
 }

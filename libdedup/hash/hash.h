@@ -44,8 +44,9 @@ typedef struct dd_hash_msg {
 	uint8_t *hm_out;
 } dd_hash_msg;
 
-/* Each of n messages of any lengths: two lanes busy until the last
- * message (sha256x2.c), for lists of content-defined blocks. */
+/* Each of n messages of any lengths: sixteen AVX-512 lanes (sha256x16.c)
+ * for lists of at least 9 where the CPU has them, else two SHA-NI lanes
+ * (sha256x2.c), each lane busy until the list's last messages. */
 void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n);
 
 /* Incremental SHA-256 (always the real one): digests of whole images. */

@@ -123,6 +123,14 @@ DD_SHANI static void dd_x2_init(__m128i *abef, __m128i *cdgh)
 	*cdgh = _mm_blend_epi16(efgh, cdab, 0xf0);
 }
 
+/* A state a..h (host order) into ABEF and CDGH. */
+DD_SHANI static void dd_x2_load(const uint32_t s[8], __m128i *abef,
+				__m128i *cdgh)
+{
+	*abef = _mm_set_epi32((int)s[0], (int)s[1], (int)s[4], (int)s[5]);
+	*cdgh = _mm_set_epi32((int)s[2], (int)s[3], (int)s[6], (int)s[7]);
+}
+
 /* ABEF and CDGH back to the big-endian digest. */
 DD_SHANI static void dd_x2_digest(__m128i abef, __m128i cdgh,
 				  uint8_t out[DD_HASH_SIZE])
@@ -139,34 +147,6 @@ DD_SHANI static void dd_x2_digest(__m128i abef, __m128i cdgh,
 			 _mm_shuffle_epi8(hgfe, bswap32));
 }
 
-/* One message as 64-byte blocks: its whole blocks in place, then its
- * padded tail (one or two blocks). */
-struct dd_x2_msg {
-	const uint8_t *m_p;
-	size_t m_full;            /* whole blocks at m_p */
-	size_t m_total;           /* and the tail's */
-	uint8_t m_tail[128];
-};
-
-static void dd_x2_msg_init(struct dd_x2_msg *m, const void *p, size_t len)
-{
-	m->m_p = p;
-	m->m_full = len / 64;
-	m->m_total = m->m_full + dd_sha256_pad(p, len, m->m_tail);
-}
-
-/* Block j of m, and how many blocks from it on lie one after the other. */
-static const uint8_t *dd_x2_msg_at(const struct dd_x2_msg *m, size_t j,
-				   size_t *run)
-{
-	if (j < m->m_full) {
-		*run = m->m_full - j;
-		return m->m_p + 64 * j;
-	}
-	*run = m->m_total - j;
-	return m->m_tail + 64 * (j - m->m_full);
-}
-
 /* Two messages of any lengths: both lanes while both have blocks, then
  * the longer alone -- in both lanes, the second copy's result dropped
  * (one lane of two costs about what single-lane code does). */
@@ -176,28 +156,28 @@ DD_SHANI static void dd_sha256_x2v_shani(const void *a, size_t la,
 					 uint8_t out_b[DD_HASH_SIZE])
 {
 	struct dd_x2_state st, one;
-	struct dd_x2_msg ma, mb, *longer;
+	dd_sha256_blocks ma, mb, *longer;
 	size_t j = 0, both, ra, rb;
 
 	dd_x2_init(&st.a_abef, &st.a_cdgh);
 	st.b_abef = st.a_abef;
 	st.b_cdgh = st.a_cdgh;
-	dd_x2_msg_init(&ma, a, la);
-	dd_x2_msg_init(&mb, b, lb);
-	both = ma.m_total < mb.m_total ? ma.m_total : mb.m_total;
+	dd_sha256_blocks_init(&ma, a, la);
+	dd_sha256_blocks_init(&mb, b, lb);
+	both = ma.sb_total < mb.sb_total ? ma.sb_total : mb.sb_total;
 	while (j < both) {
-		const uint8_t *pa = dd_x2_msg_at(&ma, j, &ra);
-		const uint8_t *pb = dd_x2_msg_at(&mb, j, &rb);
+		const uint8_t *pa = dd_sha256_blocks_at(&ma, j, &ra);
+		const uint8_t *pb = dd_sha256_blocks_at(&mb, j, &rb);
 		size_t n = ra < rb ? ra : rb;
 
 		dd_x2_blocks(&st, pa, pb, n);
 		j += n;
 	}
-	longer = ma.m_total > both ? &ma : &mb;
+	longer = ma.sb_total > both ? &ma : &mb;
 	one.a_abef = one.b_abef = longer == &ma ? st.a_abef : st.b_abef;
 	one.a_cdgh = one.b_cdgh = longer == &ma ? st.a_cdgh : st.b_cdgh;
-	while (j < longer->m_total) {
-		const uint8_t *p = dd_x2_msg_at(longer, j, &ra);
+	while (j < longer->sb_total) {
+		const uint8_t *p = dd_sha256_blocks_at(longer, j, &ra);
 
 		dd_x2_blocks(&one, p, p, ra);
 		j += ra;
@@ -205,7 +185,7 @@ DD_SHANI static void dd_sha256_x2v_shani(const void *a, size_t la,
 	if (longer == &ma) {
 		st.a_abef = one.a_abef;
 		st.a_cdgh = one.a_cdgh;
-	} else if (mb.m_total > both) {
+	} else if (mb.sb_total > both) {
 		st.b_abef = one.a_abef;
 		st.b_cdgh = one.a_cdgh;
 	}
@@ -213,17 +193,20 @@ DD_SHANI static void dd_sha256_x2v_shani(const void *a, size_t la,
 	dd_x2_digest(st.b_abef, st.b_cdgh, out_b);
 }
 
-/* A list of messages, two lanes busy throughout: a lane whose message
- * ends starts the next one at once, so only the last message's tail runs
- * alone.  Hashing content-defined blocks in pairs (dd_sha256_x2v) left
- * the longer one's tail alone in every pair: on the FastCDC blocks of a
- * 1 GiB image (128 KiB average) 16% more lane steps than the bytes need
- * (issue 17). */
-DD_SHANI static void dd_sha256_xn_shani(const dd_hash_msg *m, size_t n)
+/* A list of messages (m) or of parts (parts), two lanes busy throughout:
+ * a lane whose message ends starts the next one at once, so only the
+ * last message's tail runs alone.  Hashing content-defined blocks in
+ * pairs (dd_sha256_x2v) left the longer one's tail alone in every pair:
+ * on the FastCDC blocks of a 1 GiB image (128 KiB average) 16% more lane
+ * steps than the bytes need (issue 17).  A part starts from its state
+ * after its first sp_at blocks (sha256x16.c hands them over). */
+DD_SHANI static void dd_xn_run(const dd_hash_msg *m, dd_sha256_part *parts,
+			       size_t n)
 {
 	struct dd_x2_state st;
-	struct dd_x2_msg lm[2];
-	const dd_hash_msg *of[2] = { NULL, NULL };
+	dd_sha256_blocks own[2];
+	const dd_sha256_blocks *lb[2] = { NULL, NULL };
+	uint8_t *out[2] = { NULL, NULL };
 	size_t at[2] = { 0, 0 }, next = 0;
 	__m128i *abef[2] = { &st.a_abef, &st.b_abef };
 	__m128i *cdgh[2] = { &st.a_cdgh, &st.b_cdgh };
@@ -234,44 +217,62 @@ DD_SHANI static void dd_sha256_xn_shani(const dd_hash_msg *m, size_t n)
 
 		/* a lane without a message takes the next one */
 		for (int l = 0; l < 2; l++) {
-			if (of[l] || next == n)
+			if (lb[l] || next == n)
 				continue;
-			of[l] = &m[next++];
-			dd_x2_msg_init(&lm[l], of[l]->hm_p, of[l]->hm_len);
-			dd_x2_init(abef[l], cdgh[l]);
-			at[l] = 0;
+			if (parts) {
+				dd_sha256_part *pt = &parts[next++];
+
+				lb[l] = &pt->sp_b;
+				at[l] = pt->sp_at;
+				out[l] = pt->sp_out;
+				dd_x2_load(pt->sp_st, abef[l], cdgh[l]);
+			} else {
+				const dd_hash_msg *mm = &m[next++];
+
+				dd_sha256_blocks_init(&own[l], mm->hm_p,
+						      mm->hm_len);
+				lb[l] = &own[l];
+				at[l] = 0;
+				out[l] = mm->hm_out;
+				dd_x2_init(abef[l], cdgh[l]);
+			}
 		}
-		if (!of[0] || !of[1])
+		if (!lb[0] || !lb[1])
 			break;
-		pa = dd_x2_msg_at(&lm[0], at[0], &ra);
-		pb = dd_x2_msg_at(&lm[1], at[1], &rb);
+		pa = dd_sha256_blocks_at(lb[0], at[0], &ra);
+		pb = dd_sha256_blocks_at(lb[1], at[1], &rb);
 		k = ra < rb ? ra : rb;
 		dd_x2_blocks(&st, pa, pb, k);
 		for (int l = 0; l < 2; l++) {
 			at[l] += k;
-			if (at[l] < lm[l].m_total)
+			if (at[l] < lb[l]->sb_total)
 				continue;
-			dd_x2_digest(*abef[l], *cdgh[l], of[l]->hm_out);
-			of[l] = NULL;
+			dd_x2_digest(*abef[l], *cdgh[l], out[l]);
+			lb[l] = NULL;
 		}
 	}
 	/* the last message alone: in both lanes, one result dropped */
 	for (int l = 0; l < 2; l++) {
 		struct dd_x2_state one;
 
-		if (!of[l])
+		if (!lb[l])
 			continue;
 		one.a_abef = one.b_abef = *abef[l];
 		one.a_cdgh = one.b_cdgh = *cdgh[l];
-		while (at[l] < lm[l].m_total) {
+		while (at[l] < lb[l]->sb_total) {
 			size_t r;
-			const uint8_t *p = dd_x2_msg_at(&lm[l], at[l], &r);
+			const uint8_t *p = dd_sha256_blocks_at(lb[l], at[l], &r);
 
 			dd_x2_blocks(&one, p, p, r);
 			at[l] += r;
 		}
-		dd_x2_digest(one.a_abef, one.a_cdgh, of[l]->hm_out);
+		dd_x2_digest(one.a_abef, one.a_cdgh, out[l]);
 	}
+}
+
+DD_SHANI static void dd_sha256_xn_shani(const dd_hash_msg *m, size_t n)
+{
+	dd_xn_run(m, NULL, n);
 }
 
 DD_SHANI static void dd_sha256_x2_shani(const void *a, const void *b,
@@ -330,7 +331,7 @@ static bool dd_sha256_x2_selftest(void)
 	}
 	/* the list: every length once, lanes taking them as they free up */
 	for (size_t k = 0; ok && k <= nlens; k++) {
-		dd_hash_msg m[sizeof(lens) / sizeof(lens[0])];
+		dd_hash_msg m[sizeof(lens) / sizeof(lens[0])] = { { 0 } };
 		uint8_t x[sizeof(lens) / sizeof(lens[0])][DD_HASH_SIZE];
 		uint8_t r[DD_HASH_SIZE];
 
@@ -381,6 +382,10 @@ void dd_sha256_x2(const void *a, const void *b, size_t len,
 
 void dd_sha256_xn(const dd_hash_msg *m, size_t n)
 {
+	if (n >= DD_SHA256_X16_MIN && dd_sha256_x16_ok()) {
+		dd_sha256_x16_list(m, n);
+		return;
+	}
 #ifdef DD_HAVE_SHANI_CODE
 	if (dd_sha256_x2_ok()) {
 		dd_sha256_xn_shani(m, n);
@@ -402,4 +407,25 @@ void dd_sha256_x2v(const void *a, size_t la, const void *b, size_t lb,
 #endif
 	dd_sha256(a, la, out_a);
 	dd_sha256(b, lb, out_b);
+}
+
+void dd_sha256_parts_finish(dd_sha256_part *parts, size_t n)
+{
+#ifdef DD_HAVE_SHANI_CODE
+	if (dd_sha256_x2_ok()) {
+		dd_xn_run(NULL, parts, n);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++) {
+		dd_sha256_part *pt = &parts[i];
+
+		for (; pt->sp_at < pt->sp_b.sb_total; pt->sp_at++) {
+			size_t run;
+
+			dd_sha256_sw_block(pt->sp_st, dd_sha256_blocks_at(
+				&pt->sp_b, pt->sp_at, &run));
+		}
+		dd_sha256_state_out(pt->sp_st, pt->sp_out);
+	}
 }

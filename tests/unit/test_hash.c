@@ -17,6 +17,7 @@
 #include "dedup.h"
 #include "hash/fastkey.h"
 #include "hash/hash.h"
+#include "hash/sha256_impl.h"
 
 static const char *const hex_empty =
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -168,17 +169,28 @@ static void test_sha256_incremental(void **state)
 /* Does /proc/cpuinfo list the SHA extensions?  Read apart from the
  * library's own cpuid probe, so that a probe or self-test that wrongly
  * turns the two-lane code off is caught here. */
-static bool cpuinfo_has_sha_ni(void)
+static bool cpuinfo_has(const char *flag)
 {
 	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[8192];
+	char line[8192], word[64];
 	bool found = false;
 
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = !strncmp(line, "flags", 5) && strstr(line, " sha_ni");
+	snprintf(word, sizeof(word), " %s", flag);
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		const char *at = strstr(line, word);
+		size_t n = strlen(word);
+
+		found = !strncmp(line, "flags", 5) && at &&
+			(at[n] == ' ' || at[n] == '\n' || at[n] == 0);
+	}
 	if (f)
 		fclose(f);
 	return found;
+}
+
+static bool cpuinfo_has_sha_ni(void)
+{
+	return cpuinfo_has("sha_ni");
 }
 
 static void test_sha256_x2(void **state)
@@ -324,6 +336,88 @@ static void test_hasher_sum_list(void **state)
 	free(buf);
 }
 
+/* Sixteen lanes (sha256x16.c), each digest against the portable code:
+ * lists of equal 4 KiB blocks at odd addresses, of every length 9 to 40;
+ * lists of lengths around the padding cases, rotated so lanes end at
+ * different blocks; and lists whose last messages are long, so that the
+ * end is handed over part way through (dd_sha256_parts_finish) -- also
+ * parts finished directly from states the lanes would hand over. */
+static void test_sha256_x16(void **state)
+{
+	enum { N = 40, BIG = 300000 };
+	static const size_t lens[] = { 0, 1, 55, 56, 63, 64, 65, 119, 120,
+				       127, 128, 129, 4096, 4097, 5000 };
+	const size_t nl = sizeof(lens) / sizeof(lens[0]);
+	uint8_t *buf = malloc(BIG), out[N][DD_HASH_SIZE], r[DD_HASH_SIZE];
+	uint64_t rng = 0x243f6a8885a308d3ull;
+	dd_hash_msg m[N];
+
+	(void)state;
+	assert_non_null(buf);
+	/* main() set DEDUP_SHA256_X16=1: used wherever it passes its
+	 * self-test, whichever is faster here */
+	if (cpuinfo_has("avx512f") && cpuinfo_has("avx512bw"))
+		assert_true(dd_sha256_x16_ok());
+	for (size_t i = 0; i < BIG; i++) {
+		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+		buf[i] = (uint8_t)rng;
+	}
+	for (size_t n = DD_SHA256_X16_MIN; n <= N; n++) {
+		for (size_t i = 0; i < n; i++)
+			m[i] = (dd_hash_msg){ buf + 4096 * i + i % 7, 4096,
+					      out[i] };
+		dd_sha256_x16_list(m, n);
+		for (size_t i = 0; i < n; i++) {
+			dd_sha256_sw(m[i].hm_p, m[i].hm_len, r);
+			assert_memory_equal(out[i], r, DD_HASH_SIZE);
+		}
+	}
+	for (size_t rot = 0; rot < 2 * nl; rot++) {
+		size_t n = DD_SHA256_X16_MIN + rot % (N - DD_SHA256_X16_MIN);
+
+		for (size_t i = 0; i < n; i++) {
+			size_t len = lens[(i + rot) % nl];
+
+			/* the second half of the rotations: the last few
+			 * messages long, so that lanes go idle while they
+			 * run and hand them over */
+			if (rot >= nl && i + 4 >= n)
+				len = 65536 + 64 * i + rot;
+			m[i] = (dd_hash_msg){ buf + 3 * i + rot, len, out[i] };
+		}
+		dd_sha256_x16_list(m, n);
+		for (size_t i = 0; i < n; i++) {
+			dd_sha256_sw(m[i].hm_p, m[i].hm_len, r);
+			assert_memory_equal(out[i], r, DD_HASH_SIZE);
+		}
+	}
+	/* parts: a message's state after some of its blocks, finished */
+	for (size_t k = 0; k < 5; k++) {
+		dd_sha256_part part[5];
+
+		for (size_t i = 0; i < k; i++) {
+			dd_sha256_part *pt = &part[i];
+			size_t len = lens[(3 * i + k) % nl] + 64 * i, run;
+
+			memcpy(pt->sp_st, dd_sha256_h0, sizeof(pt->sp_st));
+			dd_sha256_blocks_init(&pt->sp_b, buf + i, len);
+			pt->sp_at = pt->sp_b.sb_total / 2;
+			for (size_t j = 0; j < pt->sp_at; j++)
+				dd_sha256_sw_block(pt->sp_st,
+						   dd_sha256_blocks_at(
+							   &pt->sp_b, j, &run));
+			pt->sp_out = out[i];
+		}
+		dd_sha256_parts_finish(part, k);
+		for (size_t i = 0; i < k; i++) {
+			dd_sha256_sw(buf + i, lens[(3 * i + k) % nl] + 64 * i,
+				     r);
+			assert_memory_equal(out[i], r, DD_HASH_SIZE);
+		}
+	}
+	free(buf);
+}
+
 static void test_hasher_sum2(void **state)
 {
 	uint8_t a[DD_HASH_SIZE], b[DD_HASH_SIZE], z[DD_HASH_SIZE] = {0};
@@ -413,6 +507,9 @@ static void test_fastkey(void **state)
 
 int main(void)
 {
+	/* before the first hash: the sixteen lanes used where they pass
+	 * their self-test, not only where they are faster (sha256x16.c) */
+	setenv("DEDUP_SHA256_X16", "1", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sha256_vectors),
 		cmocka_unit_test(test_sha256_sw_lengths),
@@ -420,6 +517,7 @@ int main(void)
 		cmocka_unit_test(test_sha256_incremental),
 		cmocka_unit_test(test_sha256_x2),
 		cmocka_unit_test(test_sha256_x2v),
+		cmocka_unit_test(test_sha256_x16),
 		cmocka_unit_test(test_hasher_sum2),
 		cmocka_unit_test(test_hasher_sum_list),
 		cmocka_unit_test(test_hash_hex),
