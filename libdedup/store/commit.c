@@ -137,27 +137,44 @@ static int dd_mf_write_from_map(dd_store *s, dd_err *err, dd_txn *txn,
 	return rc;
 }
 
+int dd_commit_manifest(dd_store *s, dd_err *err, dd_txn *txn,
+		       const char *name, const dd_snap_rec *rec,
+		       dd_manifest_writer **mw)
+{
+	*mw = NULL;
+	return s->st_mfdir ? dd_mf_write_from_map(s, err, txn, name, rec, mw)
+			   : 0;
+}
+
+int dd_commit_publish_written(dd_store *s, dd_err *err, uint64_t id)
+{
+	bool moved = false;
+	int rc = 0;
+
+	if (!s->st_mfdir)
+		return 0;
+	/* the commit: only while this process holds a RADOS store's lock (a
+	 * writer cut off past the lock's duration commits nothing) */
+	if (s->st_rstore)
+		rc = dd_rstore_check(s->st_rstore, err);
+	if (!rc)
+		rc = dd_manifest_move(s->st_mfdir, err, id, DD_MANIFEST_TMP,
+				      DD_MANIFEST_SNAP, &moved);
+	/* published but not known durable: a failure must leave no
+	 * committed snapshot behind */
+	if (rc && moved)
+		dd_commit_unpublish(s, id);
+	return rc;
+}
+
 int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 		      const dd_snap_rec *rec)
 {
 	dd_manifest_writer *mw = NULL;
-	bool moved = false;
-	int rc;
+	int rc = dd_commit_manifest(s, err, txn, name, rec, &mw);
 
-	if (!s->st_mfdir)
-		return 0;
-	rc = dd_mf_write_from_map(s, err, txn, name, rec, &mw);
-	/* the commit: only while this process holds a RADOS store's lock (a
-	 * writer cut off past the lock's duration commits nothing) */
-	if (!rc && s->st_rstore)
-		rc = dd_rstore_check(s->st_rstore, err);
 	if (!rc)
-		rc = dd_manifest_move(s->st_mfdir, err, rec->sr_id,
-				      DD_MANIFEST_TMP, DD_MANIFEST_SNAP, &moved);
-	/* published but not known durable: a failure must leave no
-	 * committed snapshot behind */
-	if (rc && moved)
-		dd_commit_unpublish(s, rec->sr_id);
+		rc = dd_commit_publish_written(s, err, rec->sr_id);
 	dd_manifest_write_free(mw);
 	return rc;
 }

@@ -251,6 +251,9 @@ extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf;
 /* A flush leaves references to entries alive in its transaction
  * uncounted (catalog/ucnt.h); false: it counts every one, as before. */
 extern bool dd_writer_uncounted;
+/* Runs whose entries a flush checked on the pool (wucnt.c), all flushes
+ * of the process together (tests). */
+extern uint64_t dd_wub_prechecked;
 
 /* ---- reader.c ----------------------------------------------------------*/
 
@@ -330,6 +333,14 @@ void dd_manifest_snap_rec(dd_snap_rec *rec, const struct dd_manifest_hdr *h);
  * txn sees it (checked against rec's digest), durable and published. */
 int dd_commit_publish(dd_store *s, dd_err *err, dd_txn *txn, const char *name,
 		      const dd_snap_rec *rec);
+/* The same in two steps: manifests/ID.tmp written and durable (*mw, for
+ * dd_manifest_write_free once published or given up: it removes an
+ * unpublished ID.tmp) -- any thread, its own txn --; then published. */
+struct dd_manifest_writer;
+int dd_commit_manifest(dd_store *s, dd_err *err, dd_txn *txn,
+		       const char *name, const dd_snap_rec *rec,
+		       struct dd_manifest_writer **mw);
+int dd_commit_publish_written(dd_store *s, dd_err *err, uint64_t id);
 /* Takes a publication back when the catalog commit after it failed. */
 void dd_commit_unpublish(dd_store *s, uint64_t id);
 /* rm: ID.snap -> ID.del (the deletion), undone if the catalog commit

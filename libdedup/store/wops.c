@@ -690,8 +690,14 @@ static int dd_writer_flush(dd_writer *w, bool last)
 				  &w->w_txn);
 		if (rc)
 			break;
-		if (!per_txn)   /* aborted below if it fails */
+		if (!per_txn) {   /* aborted below if it fails */
 			rc = dd_writer_flush_txn_keys(w, &per_txn);
+			/* one transaction for every op (a re-put): its
+			 * checks first, on the pool */
+			if (!rc && (w->w_ub.wu_n ? wo->wo_nnew
+						 : wo->wo_nkeys) <= per_txn)
+				dd_wub_precheck(w);
+		}
 		/* keys that change the DDT: runs left uncounted dirty no
 		 * leaf, and a re-put's flush is one transaction */
 		for (uint64_t keys = 0; !rc && i < wo->wo_n &&
@@ -719,6 +725,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 					  : dd_writer_pend_mark(w, w->w_txn,
 								&m);
 		rc = dd_writer_txn_end(w, rc);
+		dd_wub_precheck_end(w);
 		if (!rc)
 			w->w_mark = m;
 	}
@@ -726,7 +733,8 @@ static int dd_writer_flush(dd_writer *w, bool last)
 	return rc;
 }
 
-static int dd_writer_sync_commit_as(dd_writer *w, bool last)
+static int dd_writer_sync_commit_as(dd_writer *w, bool last,
+				    void (*mapped)(void *), void *arg)
 {
 	bool flush = last || !w->w_defer;
 	uint64_t entries = 0;
@@ -738,6 +746,8 @@ static int dd_writer_sync_commit_as(dd_writer *w, bool last)
 	rc = dd_writer_sync_packs(w);
 	if (!rc)
 		rc = dd_writer_commit_txn(w, flush ? NULL : &entries);
+	if (!rc && mapped)
+		mapped(arg);
 	if (!rc && !flush)
 		flush = w->w_ops.wo_n >= dd_writer_defer_due(w, entries);
 	if (!rc && flush && w->w_defer)
@@ -757,10 +767,11 @@ static int dd_writer_sync_commit_as(dd_writer *w, bool last)
 
 int dd_writer_sync_commit(dd_writer *w)
 {
-	return dd_writer_sync_commit_as(w, false);
+	return dd_writer_sync_commit_as(w, false, NULL, NULL);
 }
 
-int dd_writer_sync_commit_last(dd_writer *w)
+int dd_writer_sync_commit_last(dd_writer *w, void (*mapped)(void *),
+			       void *arg)
 {
-	return dd_writer_sync_commit_as(w, true);
+	return dd_writer_sync_commit_as(w, true, mapped, arg);
 }

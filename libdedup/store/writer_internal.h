@@ -122,6 +122,10 @@ struct dd_writer {
 		uint64_t *wu_row;         /* ascending */
 		uint8_t *wu_bits;         /* wu_n * DD_UCNT_BYTES, zeroed
 					     once stored */
+		uint8_t *wu_pre;          /* by wo_ord index of a run's
+					     start: its entry checked on the
+					     pool (dd_wub_precheck), for the
+					     current transaction only */
 	} w_ub;
 	struct dd_wloc *w_loc;    /* a re-put's locality (wloc.c), or NULL */
 	uint64_t w_fed;           /* image bytes given to the pipeline */
@@ -170,6 +174,14 @@ int dd_wub_begin(dd_writer *w);
  * REF and LREF ops' positions become uncounted (*done), and the caller
  * applies only its NEW and PREF ops. */
 int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done);
+/* Right after the flush's first write transaction began, when that
+ * transaction is to apply every op (a re-put): each run's entry checked
+ * on the store's pool, if it is free, in read transactions that see the
+ * same state; dd_wub_apply then uses the results.  An accelerator only:
+ * a run left unchecked is checked by dd_wub_apply as before. */
+void dd_wub_precheck(dd_writer *w);
+/* The results go: the next transaction may see other writers' commits. */
+void dd_wub_precheck_end(dd_writer *w);
 /* Before the transaction's commit: its bits into its ucnt rows. */
 int dd_wub_store(dd_writer *w);
 void dd_wub_free(dd_writer *w);
@@ -289,8 +301,13 @@ bool dd_writer_commit_due(const dd_writer *w, uint64_t bytes, uint64_t blocks);
 int dd_writer_sync_commit(dd_writer *w);
 /* The same for the last interval: a deferring writer applies every DDT
  * change it holds, and its `pend` value loses its mark (every block-map
- * entry counts now), before the manifest is published. */
-int dd_writer_sync_commit_last(dd_writer *w);
+ * entry counts now), before the manifest is published.  mapped(arg), when
+ * given, runs once the last interval has committed the whole block map,
+ * before that flush: the flush changes no block-map entry (a deferring
+ * writer never runs in verify mode, the one mode that may move a block to
+ * another variant of its key at the commit). */
+int dd_writer_sync_commit_last(dd_writer *w, void (*mapped)(void *),
+			       void *arg);
 /* The pending record a writer begins with: a deferring writer's holds its
  * mark (nothing counted yet). */
 int dd_writer_pend_put(dd_writer *w, dd_txn *txn);

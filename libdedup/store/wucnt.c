@@ -18,13 +18,18 @@
  * mark (store/defer.h).  Fixed blocks only: a content-defined map's
  * positions are byte offsets.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "catalog/ucnt.h"
+#include "common/pool.h"
 #include "common/alloc.h"
 #include "store/writer_internal.h"
 
 bool dd_writer_uncounted = true;
+
+/* wu_pre: what the pool found of a run's entry (dd_wub_precheck) */
+enum { DD_WUB_UNCHECKED = 0, DD_WUB_ALIVE, DD_WUB_NOT };
 
 /* An op's block-map position; fixed blocks: its index. */
 static uint64_t dd_wub_pos(const dd_wop *op)
@@ -36,6 +41,7 @@ void dd_wub_free(dd_writer *w)
 {
 	dd_free(w->w_ub.wu_row);
 	dd_free(w->w_ub.wu_bits);
+	dd_free(w->w_ub.wu_pre);
 	memset(&w->w_ub, 0, sizeof(w->w_ub));
 }
 
@@ -86,23 +92,33 @@ static size_t dd_wub_slot(const struct dd_wubits *ub, uint64_t pos)
 	return lo;
 }
 
+/* Does entry ent leave a key's references uncounted? */
+static bool dd_wub_alive(const dd_ddt_ent *ent)
+{
+	return ent->de_refcnt > 0 &&
+	       !(ent->de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED));
+}
+
 int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done)
 {
 	struct dd_wubits *ub = &w->w_ub;
+	uint8_t pre = ub->wu_pre ? ub->wu_pre[run - w->w_ops.wo_ord]
+				 : DD_WUB_UNCHECKED;
 	dd_ddt_ent ent;
 	int rc;
 
 	*done = false;
-	if (!ub->wu_n)
+	if (!ub->wu_n || pre == DD_WUB_NOT)
 		return 0;
-	rc = dd_ddt_get_w(w->w_txn, &w->w_err, &run[0]->op_key, &ent);
-	if (rc == DD_ENOENT)
-		return 0;
-	if (rc)
-		return rc;
-	if (ent.de_refcnt == 0 ||
-	    (ent.de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED)))
-		return 0;
+	if (pre != DD_WUB_ALIVE) {
+		rc = dd_ddt_get_w(w->w_txn, &w->w_err, &run[0]->op_key, &ent);
+		if (rc == DD_ENOENT)
+			return 0;
+		if (rc)
+			return rc;
+		if (!dd_wub_alive(&ent))
+			return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const dd_wop *op = run[i];
 		size_t slot;
@@ -120,6 +136,101 @@ int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done)
 	}
 	*done = true;
 	return 0;
+}
+
+/* ---- the checks on the pool ------------------------------------------------*/
+
+/*
+ * A re-put's flush checks each key's entry before it leaves the key's
+ * references uncounted: at 1 M DDT entries a descent per key, 0.16 s of
+ * a 0.9 s re-put of 1 GiB at 4 KiB blocks, on one thread after the last
+ * block (perf).  When the flush is one transaction, the checks run first
+ * on the pool, in read transactions begun after the flush's write
+ * transaction: while that holds LMDB's writer lock nobody else commits,
+ * so they read its starting state; and the flush writes no key it checks
+ * before the key's own run, as each key is one run.  ALIVE: the run is
+ * left uncounted without a look of its own; NOT: the counted path, which
+ * looks again and heals or fails as before; a check that could not read
+ * leaves its run UNCHECKED, for dd_wub_apply to look and report.
+ */
+#define DD_WUB_PRE_OPS 4096      /* ops a pool item checks, in key order */
+
+uint64_t dd_wub_prechecked;
+
+struct dd_wub_pre {
+	dd_writer *wp_w;
+	dd_txn **wp_txn;          /* per pool worker, begun at its first item */
+};
+
+/* Does the run at wo_ord[i] hold a reference (REF or LREF)? */
+static bool dd_wub_run_refs(const dd_wops *wo, size_t i)
+{
+	for (size_t j = i; j < wo->wo_n && (j == i || !wo->wo_kstart[j]); j++)
+		if (wo->wo_ord[j]->op_kind == DD_OP_REF ||
+		    wo->wo_ord[j]->op_kind == DD_OP_LREF)
+			return true;
+	return false;
+}
+
+/* Item k: the runs that start among ops [k, k + 1) * DD_WUB_PRE_OPS. */
+static void dd_wub_pre_job(void *arg, size_t item, unsigned worker)
+{
+	struct dd_wub_pre *wp = arg;
+	dd_writer *w = wp->wp_w;
+	const dd_wops *wo = &w->w_ops;
+	uint8_t *res = w->w_ub.wu_pre;
+	size_t end = (item + 1) * DD_WUB_PRE_OPS;
+	dd_txn **txn = &wp->wp_txn[worker];
+	dd_err err;
+
+	if (!*txn && dd_txn_begin(w->w_store->st_db, &err, false, txn)) {
+		*txn = NULL;
+		return;   /* unchecked: dd_wub_apply looks */
+	}
+	if (end > wo->wo_n)
+		end = wo->wo_n;
+	for (size_t i = item * DD_WUB_PRE_OPS; i < end; i++) {
+		dd_ddt_ent ent;
+		int rc;
+
+		if (!wo->wo_kstart[i] || !dd_wub_run_refs(wo, i))
+			continue;
+		rc = dd_ddt_get(*txn, &err, &wo->wo_ord[i]->op_key, &ent);
+		if (rc == DD_ENOENT || (!rc && !dd_wub_alive(&ent)))
+			res[i] = DD_WUB_NOT;
+		else if (!rc)
+			res[i] = DD_WUB_ALIVE;
+	}
+}
+
+void dd_wub_precheck(dd_writer *w)
+{
+	dd_store *s = w->w_store;
+	const dd_wops *wo = &w->w_ops;
+	struct dd_wub_pre wp = { .wp_w = w };
+	size_t items = (wo->wo_n + DD_WUB_PRE_OPS - 1) / DD_WUB_PRE_OPS;
+	unsigned width = dd_pool_width(s->st_pool);
+
+	if (!w->w_ub.wu_n || !s->st_pool || items < 2 ||
+	    pthread_mutex_trylock(&s->st_pool_lock) != 0)
+		return;   /* checked one run at a time, as they come */
+	w->w_ub.wu_pre = dd_calloc(wo->wo_n, 1);
+	wp.wp_txn = dd_calloc(width, sizeof(*wp.wp_txn));
+	if (w->w_ub.wu_pre && wp.wp_txn)
+		dd_pool_run(s->st_pool, dd_wub_pre_job, &wp, items);
+	pthread_mutex_unlock(&s->st_pool_lock);
+	for (unsigned i = 0; wp.wp_txn && i < width; i++)
+		if (wp.wp_txn[i])
+			dd_txn_abort(wp.wp_txn[i]);
+	dd_free(wp.wp_txn);
+	for (size_t i = 0; w->w_ub.wu_pre && i < wo->wo_n; i++)
+		dd_wub_prechecked += w->w_ub.wu_pre[i] != DD_WUB_UNCHECKED;
+}
+
+void dd_wub_precheck_end(dd_writer *w)
+{
+	dd_free(w->w_ub.wu_pre);
+	w->w_ub.wu_pre = NULL;
 }
 
 int dd_wub_store(dd_writer *w)

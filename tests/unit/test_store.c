@@ -2353,6 +2353,7 @@ static void test_reput_map(void **state)
 	dd_snapshot_info info;
 	dd_ddt_ent e, e2;
 	dd_writer *w;
+	uint64_t pre;
 	uint8_t x;
 	int fd;
 
@@ -2381,7 +2382,11 @@ static void test_reput_map(void **state)
 	e = block_ent(s, a + 2005 * 4096);
 	assert_int_equal(e.de_flags, DD_DDE_DAMAGED);
 	set_flags(s, a + 2009 * 4096, DD_DDE_MISSING);
+	pre = dd_wub_prechecked;
 	assert_int_equal(put_file_stats(s, "c", fd, n, &ws), 0);
+	/* its flush's entries were checked on the pool (wucnt.c), the two
+	 * flagged ones among them */
+	assert_int_equal(dd_wub_prechecked - pre, nblk);
 	assert_true(ws.map_blocks > nblk * 9 / 10);
 	assert_int_equal(ws.new_blocks, 2);  /* the two, stored again */
 	e2 = block_ent(s, a + 2005 * 4096);
