@@ -8,9 +8,9 @@
  * what one does, about 0.9 GB/s a core (tests/bench/README.md, "The
  * commit path's CPU").  Sixteen lanes of plain vector arithmetic do not
  * wait on one another: rotations are one instruction (vprord), Ch, Maj
- * and the three-way XORs one each (vpternlogd), and the same code on
- * 4 KiB blocks hashes about 2.2 times the bytes a core of libcrypto's
- * SHA-NI does (bench_hash.sh).  Small blocks come in lists of equal
+ * and the three-way XORs one each (vpternlogd), and lists of 4 KiB blocks
+ * hash about 1.75 times the bytes a core of libcrypto's SHA-NI does
+ * (bench_hash.sh; 2.2 times in a bare loop over equal blocks).  Small blocks come in lists of equal
  * lengths, which is what sixteen lanes need; it is the technique of
  * Intel's multi-buffer SHA (isa-l_crypto) and of Linux's former
  * sha256-mb.
@@ -48,7 +48,7 @@
 #endif
 
 /* Busy lanes at or below which the list's end goes to two SHA-NI lanes:
- * sixteen lanes cost about what 16 / 2.2 of those do. */
+ * sixteen lanes cost about what 16 / 2 of those do. */
 #define DD_X16_HANDOFF 7
 
 #ifdef DD_HAVE_X16_CODE

@@ -253,7 +253,7 @@ extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf;
 extern bool dd_writer_uncounted;
 /* Runs whose entries a flush checked on the pool (wucnt.c), all flushes
  * of the process together (tests). */
-extern uint64_t dd_wub_prechecked;
+extern _Atomic uint64_t dd_wub_prechecked;
 
 /* ---- reader.c ----------------------------------------------------------*/
 

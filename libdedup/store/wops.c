@@ -637,11 +637,16 @@ static int dd_writer_commit_txn(dd_writer *w, uint64_t *entries)
 
 /* Keys per transaction of a flush (dd_writer_flush_leaf), read in its
  * first, w_txn, before it changes anything. */
+/* The keys a flush will change the DDT for: with uncounted references
+ * (wucnt.c) only the new ones, nearly. */
+static uint64_t dd_writer_flush_changing(const dd_writer *w)
+{
+	return w->w_ub.wu_n ? w->w_ops.wo_nnew : w->w_ops.wo_nkeys;
+}
+
 static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
 {
-	/* the keys that will change the DDT: with uncounted references
-	 * (wucnt.c) only the new ones, nearly */
-	uint64_t k = w->w_ub.wu_n ? w->w_ops.wo_nnew : w->w_ops.wo_nkeys;
+	uint64_t k = dd_writer_flush_changing(w);
 	uint64_t e, scaled;
 	int rc = dd_ddt_count(w->w_txn, &w->w_err, &e);
 
@@ -694,8 +699,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 			rc = dd_writer_flush_txn_keys(w, &per_txn);
 			/* one transaction for every op (a re-put): its
 			 * checks first, on the pool */
-			if (!rc && (w->w_ub.wu_n ? wo->wo_nnew
-						 : wo->wo_nkeys) <= per_txn)
+			if (!rc && dd_writer_flush_changing(w) <= per_txn)
 				dd_wub_precheck(w);
 		}
 		/* keys that change the DDT: runs left uncounted dirty no

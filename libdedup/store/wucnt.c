@@ -19,6 +19,7 @@
  * positions are byte offsets.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "catalog/ucnt.h"
@@ -155,7 +156,8 @@ int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done)
  */
 #define DD_WUB_PRE_OPS 4096      /* ops a pool item checks, in key order */
 
-uint64_t dd_wub_prechecked;
+/* atomic: writers of one process may flush at once */
+_Atomic uint64_t dd_wub_prechecked;
 
 struct dd_wub_pre {
 	dd_writer *wp_w;
@@ -210,6 +212,7 @@ void dd_wub_precheck(dd_writer *w)
 	struct dd_wub_pre wp = { .wp_w = w };
 	size_t items = (wo->wo_n + DD_WUB_PRE_OPS - 1) / DD_WUB_PRE_OPS;
 	unsigned width = dd_pool_width(s->st_pool);
+	uint64_t checked = 0;
 
 	if (!w->w_ub.wu_n || !s->st_pool || items < 2 ||
 	    pthread_mutex_trylock(&s->st_pool_lock) != 0)
@@ -224,7 +227,9 @@ void dd_wub_precheck(dd_writer *w)
 			dd_txn_abort(wp.wp_txn[i]);
 	dd_free(wp.wp_txn);
 	for (size_t i = 0; w->w_ub.wu_pre && i < wo->wo_n; i++)
-		dd_wub_prechecked += w->w_ub.wu_pre[i] != DD_WUB_UNCHECKED;
+		checked += w->w_ub.wu_pre[i] != DD_WUB_UNCHECKED;
+	atomic_fetch_add_explicit(&dd_wub_prechecked, checked,
+				  memory_order_relaxed);
 }
 
 void dd_wub_precheck_end(dd_writer *w)
