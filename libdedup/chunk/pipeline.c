@@ -47,6 +47,7 @@
 #include "common/alloc.h"
 #include "common/io.h"
 #include "hash/fastkey.h"
+#include "hash/hash.h"
 
 /* ---- stage 1 -------------------------------------------------------------*/
 
@@ -472,6 +473,11 @@ size_t dd_pipe_batch_blocks(const dd_pipe *p)
 	return p->pp_maxblk;
 }
 
+size_t dd_pipe_region_bytes(const dd_pipe *p)
+{
+	return p->pp_region;
+}
+
 dd_pbatch *dd_pipe_batch(dd_pipe *p, unsigned id)
 {
 	return &p->pp_b[id];
@@ -493,13 +499,15 @@ size_t dd_pipe_mem(const dd_pipe *p)
 
 /* Geometry: the alignment (the largest fixed block, or the shortest
  * block a reading cutter cuts), the region (two of the longest blocks at
- * least, so they too are hashed in pairs, up to DD_PIPE_REGION_MIN), a
+ * least, so they too are hashed in pairs, up to DD_PIPE_REGION_MIN, and
+ * as many as the hasher has lanes if that is at most
+ * DD_PIPE_REGION_WIDE), a
  * batch of whole regions, and the block slots: per cutter, its shortest
  * blocks, plus one short last block for every image the batch can
  * start. */
 static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 {
-	size_t maxlen = 0, cap;
+	size_t maxlen = 0, cap, wide;
 
 	if (c->pc_ncut == 0 || c->pc_ncut > DD_PIPE_MAX_CUT || !c->pc_cut ||
 	    !c->pc_pool || !c->pc_ops ||
@@ -532,6 +540,13 @@ static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)
 		       p->pp_align;
 	while (p->pp_region < DD_PIPE_REGION_MIN && p->pp_region < cap)
 		p->pp_region *= 2;
+	/* a region lists its blocks together for SHA-256: as many of the
+	 * longest as keep the hasher's lanes busy, if that is not too much
+	 * for a core's cache (an item is then one full list) */
+	wide = dd_hasher_list_width() * maxlen;
+	if (wide <= DD_PIPE_REGION_WIDE)
+		while (p->pp_region < wide && p->pp_region < cap)
+			p->pp_region *= 2;
 	p->pp_cap = (cap + p->pp_region - 1) / p->pp_region * p->pp_region;
 	if (p->pp_cap > UINT32_MAX)
 		return dd_err_set(c->pc_err, DD_EINVAL, "batch too large");

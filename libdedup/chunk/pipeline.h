@@ -193,6 +193,10 @@ void dd_pipe_free(dd_pipe *p);
 /* Batch geometry: bytes, and the most blocks a batch can hold. */
 size_t dd_pipe_batch_bytes(const dd_pipe *p);
 size_t dd_pipe_batch_blocks(const dd_pipe *p);
+/* Bytes stage 1 takes as one job item: their blocks are hashed as one
+ * list (dd_hasher_sum_list), so for fixed blocks of up to 128 KiB as many
+ * as the hasher's lanes (dd_hasher_list_width), within the batch. */
+size_t dd_pipe_region_bytes(const dd_pipe *p);
 /* Bytes the pipeline holds besides the sink's: batches, worker buffers. */
 size_t dd_pipe_mem(const dd_pipe *p);
 /* Batch pb_id (a sink finds bytes of earlier blocks there). */

@@ -174,6 +174,11 @@ void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n)
 			memset(m[i].hm_out + 2, 0, DD_HASH_SIZE - 2);
 }
 
+size_t dd_hasher_list_width(void)
+{
+	return dd_sha256_x16_ok() ? 16 : 2;
+}
+
 void dd_sha256(const void *buf, size_t len, uint8_t out[DD_HASH_SIZE])
 {
 	EVP_MD_CTX *ctx = NULL;

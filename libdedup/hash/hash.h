@@ -48,6 +48,10 @@ typedef struct dd_hash_msg {
  * for lists of at least 9 where the CPU has them, else two SHA-NI lanes
  * (sha256x2.c), each lane busy until the list's last messages. */
 void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n);
+/* How many messages a list needs to keep every lane of the code
+ * dd_hasher_sum_list would use busy here: 16 with the AVX-512 lanes, else
+ * 2.  Callers that choose how many blocks to list together ask it. */
+size_t dd_hasher_list_width(void);
 
 /* Incremental SHA-256 (always the real one): digests of whole images. */
 typedef struct dd_sha256_ctx dd_sha256_ctx;

@@ -27,6 +27,7 @@
 #include "chunk/chunk.h"
 #include "chunk/pipeline.h"
 #include "common/faults.h"
+#include "hash/hash.h"
 
 static void test_is_zero_exhaustive(void **state)
 {
@@ -750,7 +751,7 @@ static dd_pipe *new_pipe(sink *k, const dd_cutter *cut, size_t ncut,
 		.pc_ncut = ncut,
 		.pc_compress = copy_compress,
 		.pc_zctx = no_ctx,
-		.pc_zbound = 65536 + 1,
+		.pc_zbound = 131072 + 1,
 		.pc_zkeep = true,
 		.pc_batch = batch,
 		.pc_bytes = bytes,
@@ -918,6 +919,45 @@ static void test_pipe_file(void **state)
 		else  /* all but the first region's, part memory */
 			assert_true(nodata > (modes[m] == DD_PIPE_BYTES_SOME
 					      ? 50 : 80));
+		sink_free(&k);
+	}
+	close(fd);
+	unlink(path);
+	free(img);
+}
+
+/* 128 KiB blocks from a file, read into the workers' own buffers: a
+ * region holds as many of them as the hasher has lanes (2 MiB with the
+ * sixteen AVX-512 lanes, which main() asks for), and every block's hash
+ * and kept bytes are right, the short last one's and zero ones' too. */
+static void test_pipe_wide(void **state)
+{
+	static const long zeros[] = {3, 16, 17, 40, -1};
+	const size_t bs = 131072, n = 45 * bs + 777;
+	uint8_t *img = make_image(n, bs, zeros);
+	char path[256];
+	dd_cutter cut;
+	int fd;
+
+	(void)state;
+	fd = write_tmp("w", img, n, path);
+	dd_cutter_fixed(&cut, bs);
+	for (int m = 0; m < 2; m++) {
+		sink k = {.keep_every = 3};
+		size_t at = 0;
+		dd_pipe *p = new_pipe(&k, &cut, 1, (size_t)4 << 20,
+				      m ? DD_PIPE_BYTES_SOME
+					: DD_PIPE_BYTES_NONE,
+				      DD_PIPE_READ_FAIL);
+
+		assert_int_equal(dd_pipe_region_bytes(p),
+				 dd_hasher_list_width() == 16 ? 16 * bs
+							      : 2 * bs);
+		assert_int_equal(dd_pipe_file(p, fd, 0, n, "w"), 0);
+		assert_int_equal(dd_pipe_drain(p), 0);
+		dd_pipe_free(p);
+		assert_int_equal(k.n, 46);
+		check_fixed(&k, &at, img, n, bs, 0);
 		sink_free(&k);
 	}
 	close(fd);
@@ -1352,6 +1392,9 @@ static int teardown_all(void **state)
 
 int main(void)
 {
+	/* the sixteen lanes without their timing, where the CPU has them:
+	 * test_pipe_wide's regions (and every pipeline here) use them */
+	setenv("DEDUP_SHA256_X16", "1", 0);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_is_zero_exhaustive),
 		cmocka_unit_test(test_is_zero_blocks),
@@ -1366,6 +1409,7 @@ int main(void)
 		cmocka_unit_test(test_fastcdc_props),
 		cmocka_unit_test(test_pipe_buffer),
 		cmocka_unit_test(test_pipe_file),
+		cmocka_unit_test(test_pipe_wide),
 		cmocka_unit_test(test_pipe_early_step),
 		cmocka_unit_test(test_pipe_pipe),
 		cmocka_unit_test(test_pipe_sizes),
