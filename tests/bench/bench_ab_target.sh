@@ -6,6 +6,7 @@
 #
 #   tests/bench/bench_ab_target.sh scan OLD_BIN NEW_BIN [ROUNDS]   (issue 17)
 #   tests/bench/bench_ab_target.sh get  OLD_BIN NEW_BIN [ROUNDS]   (issue 18)
+#   tests/bench/bench_ab_target.sh putb OLD_BIN NEW_BIN [ROUNDS]   (issue 18)
 #
 # scan: `dedup scan --json --chunker fixed` and `--chunker fixed,fastcdc`,
 #   128K, over img1+img2+img3 of bench_cdc.sh ($BENCH_DIR/{A,B,C}-1024M,
@@ -16,6 +17,11 @@
 #   /dev/null` (one thread, in the same rounds); S a 128K zstd:1 store of
 #   A made once by NEW ($BENCH_DIR/ab-get-store, default BENCH_DIR
 #   /var/tmp/dd-bench with bench_store.sh's A-1024M and A-1024M.zst).
+# putb: `dedup put S@x B` of bench_store.sh's 5%-changed copy into a
+#   128K zstd:1 store of A (made once by NEW at $BENCH_DIR/ab-putb-store;
+#   the snapshot removed and gc run after each round, so each round stores
+#   B's new blocks again), against `openssl speed -multi 2 -evp sha256
+#   -bytes 131072` measured in every round (the best of them).
 # small: 4 KiB blocks, --compress none (issue 18): `dedup put` of 1 GiB
 #   the store holds already (rand-1 again, into a store of rand-1..4,
 #   1 M entries, made once by NEW at $BENCH_DIR/ab-small-store; the
@@ -26,7 +32,7 @@
 #   4 KiB blocks, kept in the run's directory) into an empty store, S the
 #   store of `small` (made as there).
 set -euo pipefail
-MODE=${1:?scan, get, small or stream} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
+MODE=${1:?scan, get, putb, small or stream} OLD=${2:?old bin dir} NEW=${3:?new bin dir} R=${4:-4}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 declare -A best cpu
@@ -62,13 +68,18 @@ get)
 	A=$D/A-1024M S=$D/ab-get-store
 	NEED=("$A" "$A.zst")
 	;;
+putb)
+	D=${BENCH_DIR:-/var/tmp/dd-bench}
+	A=$D/A-1024M B=$D/B-1024M S=$D/ab-putb-store
+	NEED=("$A" "$B")
+	;;
 small | stream)
 	D=${BENCH_DIR:-/var/tmp/dd-bench}
 	S=$D/ab-small-store
 	NEED=()
 	for i in 1 2 3 4 5; do NEED+=("$D/rand-1073741824-$i"); done
 	;;
-*) echo "bench_ab_target: scan, get, small or stream, not $MODE" >&2; exit 2 ;;
+*) echo "bench_ab_target: scan, get, putb, small or stream, not $MODE" >&2; exit 2 ;;
 esac
 for f in "${NEED[@]}"; do
 	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh / bench_small.sh first" >&2; exit 2; }
@@ -127,6 +138,35 @@ if [[ $MODE == stream ]]; then
 fi
 if [[ $MODE == small ]]; then
 	alternate small_step "old dup" "new dup" "old new" "new new"
+	exit 0
+fi
+if [[ $MODE == putb ]]; then
+	if [[ ! -f $S/ok ]]; then
+		rm -rf "$S"
+		"$NEW/dedup" init --block-size 131072 --compress zstd:1 "$S" >/dev/null
+		"$NEW/dedup" put "$S@a" "$A"
+		touch "$S/ok"
+	fi
+	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
+	"$NEW/dedup" gc "$S" >/dev/null
+	sha=0
+	putb_step() {
+		local bps
+		bps=$(openssl speed -multi 2 -evp sha256 -bytes 131072 -seconds 2 2>/dev/null |
+			awk '/^sha256/ { v = $NF } END { sub(/k$/, "", v); printf "%.0f", v * 1000 }')
+		printf '%-18s %6.0f MB/s\n' "openssl -multi 2" "$(echo "$bps / 1000000" | bc -l)"
+		((bps > sha)) && sha=$bps
+		cat "$B" >/dev/null; sync
+		timed "$1" "$2/dedup" put "$S@x" "$B"
+		"$2/dedup" rm "$S@x" >/dev/null
+		"$2/dedup" gc "$S" >/dev/null
+	}
+	alternate putb_step old new
+	for k in old new; do
+		printf 'put(B) / openssl -multi 2 at 128K (%.0f MB/s): %s %.3f\n' \
+			"$(echo "$sha / 1000000" | bc -l)" "$k" \
+			"$(echo "$(stat -c %s "$B") / ${best[$k]} / $sha" | bc -l)"
+	done
 	exit 0
 fi
 if [[ $MODE == get && ! -f $S/ok ]]; then
