@@ -12,12 +12,13 @@
  * Scrub, gc and the writer call dd_block_read: scrub must check the
  * packs themselves, and bulk reads must not flush the working set.
  *
- * dd_block_read_pair reads two blocks as dd_block_read_cached reads each,
- * but hashes them two at a time (dd_hasher_sum2: with SHA-NI 1.8 times
- * the bytes per second of one at a time): a snapshot read spent more than
- * a quarter of its time in SHA-256.  Either block's bytes are returned
- * only once checked; a block that does not match is DD_ECHECKSUM with
- * the same message as dd_block_read's.
+ * dd_block_read_list reads up to DD_BLOCK_LIST_MAX blocks as
+ * dd_block_read_cached reads each, but hashes those read from packs as
+ * one list (dd_hasher_sum_list: sixteen at a time on AVX-512, else two
+ * on SHA-NI, each 1.5-1.8 times the bytes per second of one at a time):
+ * a snapshot read spent more than a quarter of its time in SHA-256.  A
+ * block's bytes are returned only once checked; a block that does not
+ * match is DD_ECHECKSUM with the same message as dd_block_read's.
  */
 #include <string.h>
 
@@ -132,33 +133,33 @@ static void dd_block_to_cache(dd_store *s, const dd_block_req *req)
 		     req->br_flags);
 }
 
-void dd_block_read_pair(dd_store *s, dd_scratch *sc, dd_block_req *a,
-			dd_block_req *b)
+void dd_block_read_list(dd_store *s, dd_scratch *sc, dd_block_req *req,
+			size_t n)
 {
-	dd_block_req *need[2];
-	uint8_t got[2][DD_HASH_SIZE];
-	size_t n = 0;
+	dd_block_req *need[DD_BLOCK_LIST_MAX];
+	dd_hash_msg m[DD_BLOCK_LIST_MAX] = { { 0 } };
+	uint8_t got[DD_BLOCK_LIST_MAX][DD_HASH_SIZE];
+	size_t nm = 0;
 
-	for (dd_block_req *req = a; req; req = req == a ? b : NULL) {
-		req->br_rc = 0;
-		if (dd_block_from_cache(s, sc, req) == 0)
-			continue;
-		req->br_rc = dd_block_fetch(s, req->br_err, sc, req->br_key,
-					    req->br_ent, req->br_dst);
-		if (!req->br_rc)
-			need[n++] = req;
-	}
-	if (n == 2 && need[0]->br_ent->de_lsize == need[1]->br_ent->de_lsize)
-		dd_hasher_sum2(sc->sc_hasher, need[0]->br_dst, need[1]->br_dst,
-			       need[0]->br_ent->de_lsize, got[0], got[1]);
-	else if (n == 2)
-		dd_hasher_sum2v(sc->sc_hasher, need[0]->br_dst,
-				need[0]->br_ent->de_lsize, need[1]->br_dst,
-				need[1]->br_ent->de_lsize, got[0], got[1]);
-	else if (n == 1)
-		dd_hasher_sum(sc->sc_hasher, need[0]->br_dst,
-			      need[0]->br_ent->de_lsize, got[0]);
 	for (size_t i = 0; i < n; i++) {
+		req[i].br_rc = 0;
+		if (dd_block_from_cache(s, sc, &req[i]) == 0)
+			continue;
+		req[i].br_rc = dd_block_fetch(s, req[i].br_err, sc,
+					      req[i].br_key, req[i].br_ent,
+					      req[i].br_dst);
+		if (req[i].br_rc)
+			continue;
+		need[nm] = &req[i];
+		m[nm] = (dd_hash_msg){ req[i].br_dst, req[i].br_ent->de_lsize,
+				       got[nm] };
+		nm++;
+	}
+	if (nm == 1)
+		dd_hasher_sum(sc->sc_hasher, m[0].hm_p, m[0].hm_len, got[0]);
+	else
+		dd_hasher_sum_list(sc->sc_hasher, m, nm);
+	for (size_t i = 0; i < nm; i++) {
 		need[i]->br_rc = dd_block_check(need[i]->br_err,
 						need[i]->br_key,
 						need[i]->br_ent, got[i]);
@@ -176,6 +177,6 @@ int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 		.br_err = err,
 	};
 
-	dd_block_read_pair(s, sc, &req, NULL);
+	dd_block_read_list(s, sc, &req, 1);
 	return req.br_rc;
 }

@@ -93,11 +93,13 @@ typedef struct dd_rblk {
 	dd_err rb_err;
 } dd_rblk;
 
-/* A job of the pool: the blocks, two an item, and a scratch a worker. */
+/* A job of the pool: the blocks, rj_group an item (dd_read_group), and
+ * a scratch a worker. */
 typedef struct dd_rjob {
 	dd_store *rj_store;
 	dd_rblk *rj_blk;
 	size_t rj_n;
+	size_t rj_group;
 	dd_scratch *rj_sc;
 } dd_rjob;
 
@@ -211,36 +213,60 @@ static void dd_rblk_req(dd_rblk *rb, dd_block_req *req)
 	req->br_err = &rb->rb_err;
 }
 
-/* Blocks a and b (or NULL): whole ones decompress straight into the
- * caller's buffer, hashed two at a time; only partial ones (the ends of
- * a read) go through scratch, one at a time. */
-static void dd_rblk_pair(dd_store *s, dd_scratch *sc, dd_rblk *a, dd_rblk *b)
+/* Blocks blk[0..n), n <= DD_BLOCK_LIST_MAX: whole ones decompress
+ * straight into the caller's buffer, hashed as one list; only partial
+ * ones (the ends of a read) go through scratch, one at a time. */
+static void dd_rblk_list(dd_store *s, dd_scratch *sc, dd_rblk *blk, size_t n)
 {
-	dd_block_req req[2];
-	dd_rblk *who[2];
-	size_t n = 0;
+	dd_block_req req[DD_BLOCK_LIST_MAX];
+	dd_rblk *who[DD_BLOCK_LIST_MAX];
+	size_t nw = 0;
 
-	for (dd_rblk *rb = a; rb; rb = rb == a ? b : NULL) {
-		if (!dd_rblk_whole(rb)) {
-			rb->rb_rc = dd_rblk_read(s, sc, rb);
+	for (size_t i = 0; i < n; i++) {
+		if (!dd_rblk_whole(&blk[i])) {
+			blk[i].rb_rc = dd_rblk_read(s, sc, &blk[i]);
 			continue;
 		}
-		dd_rblk_req(rb, &req[n]);
-		who[n++] = rb;
+		dd_rblk_req(&blk[i], &req[nw]);
+		who[nw++] = &blk[i];
 	}
-	if (n == 0)
+	if (nw == 0)
 		return;
-	dd_block_read_pair(s, sc, &req[0], n == 2 ? &req[1] : NULL);
-	for (size_t i = 0; i < n; i++)
+	dd_block_read_list(s, sc, req, nw);
+	for (size_t i = 0; i < nw; i++)
 		who[i]->rb_rc = req[i].br_rc;
+}
+
+/* Blocks a job item reads, of n, by `threads` threads: one hash list,
+ * so as many as the hasher has lanes (dd_hasher_list_width: a shorter
+ * list leaves lanes idle), unless that leaves a thread without an item;
+ * two at least (a pair is what SHA-NI hashes at once). */
+static size_t dd_read_group(size_t n, unsigned threads)
+{
+	size_t g = dd_hasher_list_width();
+
+	if (threads == 0)
+		threads = 1;
+	if (g > DD_BLOCK_LIST_MAX)
+		g = DD_BLOCK_LIST_MAX;
+	if (n < g * threads)
+		g = (n + threads - 1) / threads;
+	return g < 2 ? 2 : g;
+}
+
+static size_t dd_read_items(const dd_rjob *j)
+{
+	return (j->rj_n + j->rj_group - 1) / j->rj_group;
 }
 
 static void dd_read_job(void *arg, size_t i, unsigned worker)
 {
 	dd_rjob *j = arg;
-	dd_rblk *b = 2 * i + 1 < j->rj_n ? &j->rj_blk[2 * i + 1] : NULL;
+	size_t first = i * j->rj_group;
+	size_t n = j->rj_n - first < j->rj_group ? j->rj_n - first
+						 : j->rj_group;
 
-	dd_rblk_pair(j->rj_store, &j->rj_sc[worker], &j->rj_blk[2 * i], b);
+	dd_rblk_list(j->rj_store, &j->rj_sc[worker], &j->rj_blk[first], n);
 }
 
 /* Feeds the digest with the holes before block idx and idx itself (key,
@@ -354,11 +380,15 @@ static int dd_reader_round(dd_reader *r)
 	int rc;
 
 	if (r->r_nblk > 2 && pthread_mutex_trylock(&s->st_pool_lock) == 0) {
-		dd_pool_run(s->st_pool, dd_read_job, &job, (r->r_nblk + 1) / 2);
+		job.rj_group = dd_read_group(r->r_nblk,
+					     dd_pool_width(s->st_pool));
+		dd_pool_run(s->st_pool, dd_read_job, &job,
+			    dd_read_items(&job));
 		pthread_mutex_unlock(&s->st_pool_lock);
 	} else {
 		job.rj_sc = &r->r_sc;
-		for (size_t i = 0; i < (r->r_nblk + 1) / 2; i++)
+		job.rj_group = dd_read_group(r->r_nblk, 1);
+		for (size_t i = 0; i < dd_read_items(&job); i++)
 			dd_read_job(&job, i, 0);
 	}
 	rc = dd_reader_results(r, r->r_blk, r->r_nblk);
@@ -596,10 +626,12 @@ static void dd_reader_ra_start(dd_reader *r, uint64_t off, uint64_t len)
 	r->r_ra_job = (dd_rjob){
 		.rj_store = r->r_store, .rj_blk = r->r_ra_blk,
 		.rj_n = r->r_ra_nblk, .rj_sc = r->r_ra_sc,
+		.rj_group = dd_read_group(r->r_ra_nblk,
+					  dd_pool_width(r->r_ra_pool)),
 	};
 	if (r->r_ra_nblk) {
 		dd_pool_start(r->r_ra_pool, dd_read_job, &r->r_ra_job,
-			      (r->r_ra_nblk + 1) / 2);
+			      dd_read_items(&r->r_ra_job));
 		r->r_ra_running = true;
 	}
 }

@@ -277,7 +277,7 @@ int dd_block_read_cached(dd_store *s, dd_err *err, dd_scratch *sc,
 			 const dd_ddt_key *key, const dd_ddt_ent *ent,
 			 void *dst, unsigned flags);
 
-/* One whole block of a dd_block_read_pair: in its key, entry, where it
+/* One whole block of a dd_block_read_list: in its key, entry, where it
  * goes and its cache flags; out its result, the message in *br_err. */
 typedef struct dd_block_req {
 	const dd_ddt_key *br_key;
@@ -288,10 +288,13 @@ typedef struct dd_block_req {
 	dd_err *br_err;
 } dd_block_req;
 
-/* dd_block_read_cached of a and b (b may be NULL), the blocks read from
- * their packs hashed two at a time.  Each gets its own result. */
-void dd_block_read_pair(dd_store *s, dd_scratch *sc, dd_block_req *a,
-			dd_block_req *b);
+/* The most blocks of one dd_block_read_list: the AVX-512 lanes. */
+#define DD_BLOCK_LIST_MAX 16
+
+/* dd_block_read_cached of req[0..n), n <= DD_BLOCK_LIST_MAX, the blocks
+ * read from their packs hashed as one list.  Each gets its own result. */
+void dd_block_read_list(dd_store *s, dd_scratch *sc, dd_block_req *req,
+			size_t n);
 
 /* ---- caches.c ----------------------------------------------------------*/
 
