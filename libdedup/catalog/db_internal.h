@@ -37,7 +37,8 @@ struct dd_db {
 	ino_t db_ino;
 	int db_refs;
 	struct dd_db *db_next;
-	void *db_map;              /* LMDB's map, for MADV_RANDOM; set */
+	void *db_map;              /* LMDB's map, for MADV_RANDOM and the
+				      guard's reads (guard.c); set */
 	size_t db_map_len;         /* at open (NULL: not found) */
 	/* guard.c */
 	bool db_guard_off;         /* an LMDB whose page layout the guard and
