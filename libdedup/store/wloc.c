@@ -8,12 +8,14 @@
  * index the map holds with the same key is an LREF, decided without the
  * DDT.  The cursors die with the transactions at every commit
  * (dd_wloc_park) and are opened again on the next snapshot.  The source
- * is adopted once, by whichever worker first matches a candidate, and
- * given up after a long run of misses (another image), so that another
- * may be adopted.
+ * is adopted once, by whichever worker first matches a candidate (every
+ * committed snapshot is one, the likeliest tried first), and given up
+ * after a long run of misses (another image), so that another may be
+ * adopted.
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,7 +23,7 @@
 #include "common/io.h"
 #include "store/writer_internal.h"
 
-#define DD_WLOC_CANDS 8          /* committed snapshots tried as sources */
+#define DD_WLOC_CANDS 8          /* committed snapshots a try checks */
 #define DD_WLOC_TRY_EVERY 64     /* probe hits between two tries */
 #define DD_WLOC_GIVE_UP 1024     /* misses in a row that drop the source */
 #define DD_WLOC_SEEK_AFTER 64    /* steps forward before a seek instead */
@@ -34,8 +36,15 @@ struct dd_wloc_worker {
 	uint64_t lw_pos;
 	dd_ddt_key lw_key;
 	uint64_t lw_hits;         /* probe hits with no source: every
-				     DD_WLOC_TRY_EVERY-th tries the candidates */
+				     DD_WLOC_TRY_EVERY-th tries the next
+				     DD_WLOC_CANDS candidates */
+	size_t lw_next;           /* the first of them, in lc_cand */
 	uint64_t lw_misses;       /* in a row, with a source */
+};
+
+struct dd_wloc_cand {
+	uint64_t lk_id;
+	unsigned lk_score;
 };
 
 struct dd_wloc_range {
@@ -47,11 +56,11 @@ struct dd_wloc {
 	_Atomic uint64_t lc_src;  /* the adopted snapshot id, 0: none */
 	atomic_bool lc_off;       /* too many input ranges to keep: no LREF
 				     from the first one not kept on */
-	/* candidates, best first, with their names' shared prefix lengths
-	 * with lc_name (the writer's, while dd_wloc_open walks) */
-	uint64_t lc_cand[DD_WLOC_CANDS];
-	unsigned lc_score[DD_WLOC_CANDS];
-	unsigned lc_ncand;
+	/* every committed snapshot, best candidate first (dd_wloc_order),
+	 * with its name's shared prefix length with lc_name (the
+	 * writer's, while dd_wloc_open walks) */
+	struct dd_wloc_cand *lc_cand;
+	size_t lc_ncand, lc_capc;
 	const char *lc_name;
 	struct dd_wloc_worker *lc_w;
 	struct dd_wloc_range *lc_r;
@@ -61,34 +70,37 @@ struct dd_wloc {
 
 /* Candidates first by the length of the prefix their name shares with
  * the writer's ("vm7-2026-12-02" finds "vm7-2026-12-01" among a night's
- * other images), then newest first (ids only grow). */
-static bool dd_wloc_before(unsigned sa, uint64_t ida, unsigned sb,
-			   uint64_t idb)
+ * other images), then newest first (ids only grow).  All of them, tried
+ * DD_WLOC_CANDS at a time: a re-put under a name unlike its source's
+ * still finds it behind the newer snapshots of other images. */
+static int dd_wloc_order(const void *a, const void *b)
 {
-	return sa != sb ? sa > sb : ida > idb;
+	const struct dd_wloc_cand *x = a, *y = b;
+
+	if (x->lk_score != y->lk_score)
+		return x->lk_score > y->lk_score ? -1 : 1;
+	return x->lk_id > y->lk_id ? -1 : x->lk_id < y->lk_id;
 }
 
 static int dd_wloc_cand(void *arg, const char *name, const dd_snap_rec *rec)
 {
 	struct dd_wloc *lc = arg;
-	unsigned score = 0, i;
+	unsigned score = 0;
 
 	while (name[score] && name[score] == lc->lc_name[score])
 		score++;
-	if (lc->lc_ncand < DD_WLOC_CANDS)
-		lc->lc_ncand++;
-	else if (!dd_wloc_before(score, rec->sr_id,
-				 lc->lc_score[DD_WLOC_CANDS - 1],
-				 lc->lc_cand[DD_WLOC_CANDS - 1]))
-		return 0;
-	for (i = lc->lc_ncand - 1;
-	     i > 0 && dd_wloc_before(score, rec->sr_id, lc->lc_score[i - 1],
-				     lc->lc_cand[i - 1]); i--) {
-		lc->lc_cand[i] = lc->lc_cand[i - 1];
-		lc->lc_score[i] = lc->lc_score[i - 1];
+	if (lc->lc_ncand == lc->lc_capc) {
+		size_t n = lc->lc_capc ? 2 * lc->lc_capc : 16;
+		struct dd_wloc_cand *c = dd_realloc(lc->lc_cand,
+						    n * sizeof(*c));
+
+		if (!c)
+			return -1;   /* no source: the DDT answers */
+		lc->lc_cand = c;
+		lc->lc_capc = n;
 	}
-	lc->lc_cand[i] = rec->sr_id;
-	lc->lc_score[i] = score;
+	lc->lc_cand[lc->lc_ncand++] = (struct dd_wloc_cand){
+		.lk_id = rec->sr_id, .lk_score = score};
 	return 0;
 }
 
@@ -115,10 +127,12 @@ void dd_wloc_open(dd_writer *w)
 	lc->lc_name = NULL;
 	dd_txn_abort(txn);
 	if (!lc->lc_ncand) {
+		dd_free(lc->lc_cand);
 		dd_free(lc->lc_w);
 		dd_free(lc);
 		return;
 	}
+	qsort(lc->lc_cand, lc->lc_ncand, sizeof(*lc->lc_cand), dd_wloc_order);
 	w->w_loc = lc;
 }
 
@@ -144,6 +158,7 @@ void dd_wloc_free(dd_writer *w)
 		dd_io_close(lc->lc_r[i].lr_fd);
 	dd_free(lc->lc_r);
 	dd_free(lc->lc_w);
+	dd_free(lc->lc_cand);
 	dd_free(lc->lc_cbuf);
 	dd_free(lc);
 	w->w_loc = NULL;
@@ -219,15 +234,17 @@ void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 	if (atomic_load(&lc->lc_src) ||
 	    lw->lw_hits++ % DD_WLOC_TRY_EVERY)
 		return;
-	for (unsigned i = 0; i < lc->lc_ncand; i++) {
-		uint64_t none = 0;
+	for (unsigned t = 0; t < DD_WLOC_CANDS && t < lc->lc_ncand; t++) {
+		uint64_t none = 0, id = lc->lc_cand[lw->lw_next].lk_id;
 		dd_ddt_key key;
 
-		if (!dd_wloc_at(lw, txn, lc->lc_cand[i], bk->bk_idx, &key) ||
+		lw->lw_next = (lw->lw_next + 1) % lc->lc_ncand;
+		if (!dd_wloc_at(lw, txn, id, bk->bk_idx, &key) ||
 		    !dd_wloc_same(&key, bk))
 			continue;
-		atomic_compare_exchange_strong(&lc->lc_src, &none,
-					       lc->lc_cand[i]);
+		/* the best candidates first again at the next try */
+		lw->lw_next = 0;
+		atomic_compare_exchange_strong(&lc->lc_src, &none, id);
 		return;
 	}
 }

@@ -194,9 +194,10 @@ void dd_wub_free(dd_writer *w);
  * image: a sequential read where the DDT would take a random one per
  * block (a disk read each once the DDT outgrows memory).  A deferring
  * writer of fixed blocks fed from files adopts as its source the first
- * of eight committed snapshots -- those whose names share the longest
- * prefix with its own, newest first -- whose map holds, at the index of a
- * block the DDT probe found, the same key; then each worker's cursor in
+ * committed snapshot -- those whose names share the longest prefix with
+ * its own first, newest first among equals, eight at every 64th probe
+ * hit -- whose map holds, at the index of a block the DDT probe found,
+ * the same key; then each worker's cursor in
  * that map answers before the probe.  Such a block is an LREF op: a
  * committed snapshot counts its entry, so it is alive (or dead since this
  * writer began, which gc keeps); its flags are checked at the flush,

@@ -2395,6 +2395,20 @@ static void test_uncounted_scrub(void **state)
 	th_rm_store(path);
 }
 
+/* Nine snapshots PREFIX0..PREFIX8 of one 4 KiB block each, the i-th at
+ * a + i * stride: newer than the snapshots before them, and unlike them. */
+static void put_small_snaps(dd_store *s, const char *prefix, const uint8_t *a,
+			    size_t stride)
+{
+	for (int i = 0; i < 9; i++) {
+		char nm[16];
+
+		snprintf(nm, sizeof(nm), "%s%d", prefix, i);
+		assert_int_equal(th_put(s, nm, a + (size_t)i * stride, 4096,
+					4096), 0);
+	}
+}
+
 /* A re-put of a file finds its blocks in the block map of the snapshot
  * it repeats (wloc.c: dd_writer_stats.map_blocks), and makes the same
  * snapshot with the same counts as probing the DDT would.  A block
@@ -2496,16 +2510,16 @@ static void test_reput_map(void **state)
 	/* the source found by its name among more snapshots than the
 	 * writer tries: "img-2" repeats "img-1", nine snapshots later */
 	assert_int_equal(put_file_stats(s, "img-1", fd, n, &ws), 0);
-	for (int i = 0; i < 9; i++) {
-		char nm[8];
-
-		snprintf(nm, sizeof(nm), "zz%d", i);
-		assert_int_equal(th_put(s, nm, a + (size_t)i * 4096, 4096,
-					4096), 0);
-	}
+	put_small_snaps(s, "zz", a, 4096);
 	assert_int_equal(put_file_stats(s, "img-2", fd, n, &ws), 0);
 	assert_true(ws.map_blocks > nblk * 9 / 10);
 	th_check_image(s, "img-2", a, n);
+	/* ... and under a name like none, behind more newer snapshots than
+	 * one try checks: the later tries go on down the list */
+	put_small_snaps(s, "yy", a, 8192);
+	assert_int_equal(put_file_stats(s, "q", fd, n, &ws), 0);
+	assert_true(ws.map_blocks > nblk * 9 / 10);
+	th_check_image(s, "q", a, n);
 	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
 	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	close(fd);
