@@ -574,6 +574,9 @@ int dd_table_get(dd_txn *txn, dd_err *err, int tree, MDB_val *k, MDB_val *v,
 
 	if (rc)
 		return rc;
+	rc = dd_guard_get(txn, tree, k, v);
+	if (rc >= 0)
+		return rc ? 0 : DD_ENOENT;
 	rc = mdb_get(txn->tx_mdb, txn->tx_db->db_dbi[tree], k, v);
 	if (rc == MDB_NOTFOUND)
 		return DD_ENOENT;

@@ -187,6 +187,11 @@ int dd_guard_begin(dd_txn *txn, dd_err *err);
 void dd_guard_end(dd_txn *txn);
 int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
 		 size_t klen, enum dd_guard_op op);
+/* After dd_guard_key(k, DD_GUARD_READ) in a read transaction: mdb_get's
+ * answer from the leaf that call checked, without LMDB's own descent to
+ * it.  1: found, *v in LMDB's map (valid while the transaction is, as
+ * mdb_get's is); 0: not there; -1: ask mdb_get. */
+int dd_guard_get(dd_txn *txn, int tree, const MDB_val *k, MDB_val *v);
 /* Every page of a tree (before mdb_drop). */
 int dd_guard_table(dd_txn *txn, dd_err *err, int tree);
 

@@ -43,6 +43,10 @@
  * (dd_guard_free_pages): LMDB would hand it to the writer, which would
  * overwrite a live page and commit.
  *
+ * A read transaction's get is answered from the leaf its guard call
+ * checked (dd_guard_get, guard_walk.c): LMDB's own descent would only
+ * repeat the walk.
+ *
  * Pages are read in LMDB's map where dd_db_open found it (lg_read_page),
  * else with pread; bounded by the file's size either way.  (pread cost a
  * re-put into 4 M entries 0.3-0.4 s of its CPU: a copy and a system call

@@ -330,6 +330,40 @@ int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
 	return rc;
 }
 
+/* LMDB's descent for a key reaches the leaf the guard's did, by the same
+ * search on the same bytes (guard.c), and a read transaction's tree is
+ * the committed one the guard walked: a second descent only repeats the
+ * first.  A write transaction reads its own changes, which the guard
+ * does not see; a node whose value is not inline (a table record, an
+ * overflow) and an empty table are left to LMDB. */
+int dd_guard_get(dd_txn *txn, int tree, const MDB_val *k, MDB_val *v)
+{
+	const dd_db *db = txn->tx_db;
+	const struct dd_guard_leaf *c = &txn->tx_guard.gs_leaf[tree];
+	const struct dd_guard_cur *cur = &c->gl_cur;
+	const uint8_t *pg, *node;
+	uint64_t pgno;
+	unsigned i;
+	bool exact;
+
+	if (txn->tx_write || db->db_guard_off || !db->db_map || !c->gl_valid ||
+	    cur->gc_depth == 0)
+		return -1;
+	pgno = cur->gc_lv[cur->gc_depth - 1].pgno;
+	if ((pgno + 1) * db->db_psize > db->db_map_len)
+		return -1;
+	pg = (const uint8_t *)db->db_map + pgno * db->db_psize;
+	i = dd_lm_search(pg, true, k->mv_data, k->mv_size, &exact);
+	if (!exact)
+		return 0;
+	node = dd_lm_node(pg, i);
+	if (dd_lm_node_flags(node) != 0)
+		return -1;
+	v->mv_size = dd_lm_node_dsize(node);
+	v->mv_data = (void *)(node + LM_NODEHDR + dd_lm_node_ksize(node));
+	return 1;
+}
+
 int dd_guard_seek(dd_txn *txn, dd_err *err, struct dd_guard_cur *cur,
 		  const void *key, size_t klen)
 {

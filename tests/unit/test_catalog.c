@@ -337,6 +337,70 @@ static void test_ddt_roundtrip(void **state)
 	dd_txn_abort(txn);
 }
 
+/* A read transaction's gets are answered from the leaf the guard
+ * checked (dd_guard_get), not by a second descent: on a table of three
+ * levels, every key present and absent gets mdb_get's answer (bytes,
+ * and the very address in LMDB's map), and a write transaction still
+ * sees its own uncommitted changes (LMDB answers it). */
+static void test_guard_get(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 20000 };
+	uint8_t k[36] = {0}, v[32];
+	dd_txn *txn = begin(fx, true);
+	MDB_stat st;
+
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t x = i * 2654435761u;   /* spread over the leaves */
+
+		memcpy(k, &x, 4);
+		memset(v, (int)(i & 0xff), sizeof(v));
+		memcpy(v, &i, 4);
+		raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v,
+			sizeof(v));
+	}
+	commit(fx, txn);
+	txn = begin(fx, false);
+	OK(mdb_stat(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_PACKS], &st));
+	assert_true(st.ms_depth >= 3);
+	assert_non_null(fx->fx_db->db_map);   /* else nothing is tested */
+	for (uint32_t i = 0; i < 2 * N; i++) {
+		uint32_t x = (i / 2) * 2654435761u + (i & 1); /* odd: absent */
+		MDB_val mk = {sizeof(k), k}, mv = {0, NULL}, want = {0, NULL};
+		int rc, mrc;
+
+		memcpy(k, &x, 4);
+		OK(dd_guard_key(txn, &fx->fx_err, DD_DBI_PACKS, k, sizeof(k),
+				DD_GUARD_READ));
+		rc = dd_guard_get(txn, DD_DBI_PACKS, &mk, &mv);
+		mrc = mdb_get(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_PACKS],
+			      &mk, &want);
+		assert_int_equal(rc, mrc == 0 ? 1 : 0);
+		if (rc == 1) {
+			assert_int_equal(mv.mv_size, want.mv_size);
+			assert_ptr_equal(mv.mv_data, want.mv_data);
+		}
+	}
+	dd_txn_abort(txn);
+
+	txn = begin(fx, true);
+	memset(k, 0, sizeof(k));
+	memset(v, 0xee, sizeof(v));
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v,
+		sizeof(v));
+	{
+		MDB_val mk = {sizeof(k), k}, mv = {0, NULL};
+
+		OK(dd_table_get(txn, &fx->fx_err, DD_DBI_PACKS, &mk, &mv,
+				"test"));
+		assert_int_equal(mv.mv_size, sizeof(v));
+		assert_memory_equal(mv.mv_data, v, sizeof(v));
+		assert_int_equal(dd_guard_get(txn, DD_DBI_PACKS, &mk, &mv),
+				 -1);
+	}
+	dd_txn_abort(txn);
+}
+
 /* dd_ddt_add_refs: n references in one descent, a dead entry alive
  * again, an absent or MISSING entry refused (DD_ENOENT) and an overflow
  * refused (DD_ECORRUPT), each leaving every entry as it was. */
@@ -2984,6 +3048,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fixture_setup, fixture_teardown)
 		T(test_ddt_roundtrip),
 		T(test_ddt_add_refs),
+		T(test_guard_get),
 		T(test_ddt_encoding_bytes),
 		T(test_ddt_damaged),
 		T(test_ddt_compact),
