@@ -190,12 +190,17 @@ int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx)
 
 /* LMDB does not tell where its map is (me_mapaddr is set only with
  * MDB_FIXEDMAP): find the read-only mapping of data.mdb by device and
- * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint. */
+ * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint.  The guard
+ * reads pages in it only if it is the file's one such mapping: the
+ * registry opens an environment once per process, but a caller's own
+ * LMDB environment on the same file would map it too, and may unmap it
+ * while this one lives. */
 static void dd_db_find_map(dd_db *db)
 {
 	const char *dir;
 	char path[4096], line[4352];
 	struct stat st;
+	unsigned found = 0;
 	FILE *f;
 
 	if (mdb_env_get_path(db->db_env, &dir) != 0)
@@ -209,15 +214,19 @@ static void dd_db_find_map(dd_db *db)
 		char perms[8];
 
 		if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms,
-			   &off, &maj, &min, &ino) == 7 && off == 0 &&
-		    ino == (unsigned long)st.st_ino &&
-		    maj == major(st.st_dev) && min == minor(st.st_dev) &&
-		    perms[1] == '-' && hi - lo > db->db_map_len) {
+			   &off, &maj, &min, &ino) != 7 || off != 0 ||
+		    ino != (unsigned long)st.st_ino ||
+		    maj != major(st.st_dev) || min != minor(st.st_dev) ||
+		    perms[1] != '-')
+			continue;
+		found++;
+		if (hi - lo > db->db_map_len) {
 			db->db_map = (void *)lo;   /* the read-only map */
 			db->db_map_len = hi - lo;
 		}
 	}
 	fclose(f);
+	db->db_map_read = found == 1;
 }
 
 static int dd_txn_start(dd_txn *txn, dd_err *err, bool renew);

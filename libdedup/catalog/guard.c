@@ -187,7 +187,7 @@ static int lg_read_page(dd_txn *txn, dd_err *err, uint64_t pgno, bool leaf,
 	/* in LMDB's own map, where found: the bytes LMDB will read, without
 	 * a copy (dd_guard_page has bounded pgno by the file's size, so no
 	 * SIGBUS); the fault that maps the page is one LMDB would take */
-	if (db->db_map && (pgno + 1) * db->db_psize <= db->db_map_len) {
+	if (db->db_map_read && (pgno + 1) * db->db_psize <= db->db_map_len) {
 		*out = (const uint8_t *)db->db_map + pgno * db->db_psize;
 		return 0;
 	}

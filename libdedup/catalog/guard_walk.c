@@ -346,8 +346,8 @@ int dd_guard_get(dd_txn *txn, int tree, const MDB_val *k, MDB_val *v)
 	unsigned i;
 	bool exact;
 
-	if (txn->tx_write || db->db_guard_off || !db->db_map || !c->gl_valid ||
-	    cur->gc_depth == 0)
+	if (txn->tx_write || db->db_guard_off || !db->db_map_read ||
+	    !c->gl_valid || cur->gc_depth == 0)
 		return -1;
 	pgno = cur->gc_lv[cur->gc_depth - 1].pgno;
 	if ((pgno + 1) * db->db_psize > db->db_map_len)

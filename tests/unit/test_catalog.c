@@ -19,6 +19,7 @@
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -337,6 +338,19 @@ static void test_ddt_roundtrip(void **state)
 	dd_txn_abort(txn);
 }
 
+/* dd_table_get of k in the packs table finds v, and the guard leaves
+ * the answer to LMDB (dd_guard_get: -1). */
+static void get_by_lmdb(struct fixture *fx, dd_txn *txn, void *k,
+			size_t klen, const void *v, size_t vlen)
+{
+	MDB_val mk = {klen, k}, mv = {0, NULL};
+
+	OK(dd_table_get(txn, &fx->fx_err, DD_DBI_PACKS, &mk, &mv, "test"));
+	assert_int_equal(mv.mv_size, vlen);
+	assert_memory_equal(mv.mv_data, v, vlen);
+	assert_int_equal(dd_guard_get(txn, DD_DBI_PACKS, &mk, &mv), -1);
+}
+
 /* A read transaction's gets are answered from the leaf the guard
  * checked (dd_guard_get), not by a second descent: on a table of three
  * levels, every key present and absent gets mdb_get's answer (bytes,
@@ -363,7 +377,7 @@ static void test_guard_get(void **state)
 	txn = begin(fx, false);
 	OK(mdb_stat(txn->tx_mdb, fx->fx_db->db_dbi[DD_DBI_PACKS], &st));
 	assert_true(st.ms_depth >= 3);
-	assert_non_null(fx->fx_db->db_map);   /* else nothing is tested */
+	assert_true(fx->fx_db->db_map_read);   /* else nothing is tested */
 	for (uint32_t i = 0; i < 2 * N; i++) {
 		uint32_t x = (i / 2) * 2654435761u + (i & 1); /* odd: absent */
 		MDB_val mk = {sizeof(k), k}, mv = {0, NULL}, want = {0, NULL};
@@ -388,17 +402,40 @@ static void test_guard_get(void **state)
 	memset(v, 0xee, sizeof(v));
 	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v,
 		sizeof(v));
-	{
-		MDB_val mk = {sizeof(k), k}, mv = {0, NULL};
-
-		OK(dd_table_get(txn, &fx->fx_err, DD_DBI_PACKS, &mk, &mv,
-				"test"));
-		assert_int_equal(mv.mv_size, sizeof(v));
-		assert_memory_equal(mv.mv_data, v, sizeof(v));
-		assert_int_equal(dd_guard_get(txn, DD_DBI_PACKS, &mk, &mv),
-				 -1);
-	}
+	get_by_lmdb(fx, txn, k, sizeof(k), v, sizeof(v));
 	dd_txn_abort(txn);
+}
+
+/* Another map of data.mdb in the process (a caller's own LMDB
+ * environment, say) when the catalog opens: the guard does not read
+ * pages through a map that may be that one, and gets still answer. */
+static void test_guard_foreign_map(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t k[8] = {1, 2, 3}, v[16] = {9, 8, 7};
+	char path[300];
+	dd_txn *txn = begin(fx, true);
+	struct stat st;
+	void *other;
+	int fd;
+
+	raw_put(txn, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v,
+		sizeof(v));
+	commit(fx, txn);
+	dd_db_close(fx->fx_db);
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->fx_dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	other = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(other != MAP_FAILED);
+	close(fd);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	assert_false(fx->fx_db->db_map_read);
+	txn = begin(fx, false);
+	get_by_lmdb(fx, txn, k, sizeof(k), v, sizeof(v));
+	dd_txn_abort(txn);
+	munmap(other, (size_t)st.st_size);
 }
 
 /* dd_ddt_add_refs: n references in one descent, a dead entry alive
@@ -3049,6 +3086,7 @@ int main(void)
 		T(test_ddt_roundtrip),
 		T(test_ddt_add_refs),
 		T(test_guard_get),
+		T(test_guard_foreign_map),
 		T(test_ddt_encoding_bytes),
 		T(test_ddt_damaged),
 		T(test_ddt_compact),
