@@ -190,8 +190,9 @@ int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx)
 
 /* LMDB does not tell where its map is (me_mapaddr is set only with
  * MDB_FIXEDMAP): find the read-only mapping of data.mdb by device and
- * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint.  The guard
- * reads pages in it only if it is the file's one such mapping: the
+ * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint.  A read
+ * transaction's get is answered in it (dd_guard_get) only if it is the
+ * file's one such mapping: the
  * registry opens an environment once per process, but a caller's own
  * LMDB environment on the same file would map it too, and may unmap it
  * while this one lives. */

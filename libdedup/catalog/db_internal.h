@@ -39,8 +39,8 @@ struct dd_db {
 	struct dd_db *db_next;
 	void *db_map;              /* LMDB's map, for MADV_RANDOM; set */
 	size_t db_map_len;         /* at open (NULL: not found) */
-	bool db_map_read;          /* ... and the guard's reads (guard.c):
-				      the only map of the file found */
+	bool db_map_read;          /* ... and dd_guard_get's answers: the
+				      only map of the file found */
 	/* guard.c */
 	bool db_guard_off;         /* an LMDB whose page layout the guard and
 				      the whole-file check do not know */

@@ -47,11 +47,13 @@
  * checked (dd_guard_get, guard_walk.c): LMDB's own descent would only
  * repeat the walk.
  *
- * Pages are read in LMDB's map where dd_db_open found it (lg_read_page),
- * else with pread; bounded by the file's size either way.  (pread cost a
- * re-put into 4 M entries 0.3-0.4 s of its CPU: a copy and a system call
- * for each of ~100,000 DDT leaves its flush checks, whose pages LMDB
- * then maps anyway.)
+ * Pages are read with pread (lg_read_page), bounded by the file's size.
+ * Reading them in LMDB's map instead was tried twice (ae6f531, 693f4dc):
+ * with the page cache warm it saves a copy and a system call a page (a
+ * re-put into 4 M entries: 0.3-0.4 s of CPU), but with the DDT larger
+ * than memory each first look became a synchronous 4 KiB fault
+ * (MADV_RANDOM), where pread has the kernel's read-ahead: a re-put in a
+ * 150 MiB cgroup, page cache dropped, 5.3-7.4 s against 4.0-5.8 s.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -184,13 +186,6 @@ static int lg_read_page(dd_txn *txn, dd_err *err, uint64_t pgno, bool leaf,
 	size_t slot = 0, set;
 	int rc;
 
-	/* in LMDB's own map, where found: the bytes LMDB will read, without
-	 * a copy (dd_guard_page has bounded pgno by the file's size, so no
-	 * SIGBUS); the fault that maps the page is one LMDB would take */
-	if (db->db_map_read && (pgno + 1) * db->db_psize <= db->db_map_len) {
-		*out = (const uint8_t *)db->db_map + pgno * db->db_psize;
-		return 0;
-	}
 	if (!leaf) {
 		if (!gs->gs_nslots && (rc = lg_cache_alloc(txn, err)) != 0)
 			return rc;
