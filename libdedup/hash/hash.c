@@ -130,37 +130,6 @@ void dd_hasher_sum(dd_hasher *h, const void *buf, size_t len,
 		memset(out + 2, 0, DD_HASH_SIZE - 2);
 }
 
-void dd_hasher_sum2(dd_hasher *h, const void *a, const void *b, size_t len,
-		    uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE])
-{
-	if (dd_sha256_x2_ok()) {
-		dd_sha256_x2(a, b, len, out_a, out_b);
-	} else {
-		dd_sha256_with(h->dh_ctx, a, len, out_a);
-		dd_sha256_with(h->dh_ctx, b, len, out_b);
-	}
-	if (h->dh_kind == DD_HASH_TEST_WEAK16) {
-		memset(out_a + 2, 0, DD_HASH_SIZE - 2);
-		memset(out_b + 2, 0, DD_HASH_SIZE - 2);
-	}
-}
-
-void dd_hasher_sum2v(dd_hasher *h, const void *a, size_t la, const void *b,
-		     size_t lb, uint8_t out_a[DD_HASH_SIZE],
-		     uint8_t out_b[DD_HASH_SIZE])
-{
-	if (dd_sha256_x2_ok()) {
-		dd_sha256_x2v(a, la, b, lb, out_a, out_b);
-	} else {
-		dd_sha256_with(h->dh_ctx, a, la, out_a);
-		dd_sha256_with(h->dh_ctx, b, lb, out_b);
-	}
-	if (h->dh_kind == DD_HASH_TEST_WEAK16) {
-		memset(out_a + 2, 0, DD_HASH_SIZE - 2);
-		memset(out_b + 2, 0, DD_HASH_SIZE - 2);
-	}
-}
-
 void dd_hasher_sum_list(dd_hasher *h, const dd_hash_msg *m, size_t n)
 {
 	if ((n >= DD_SHA256_X16_MIN && dd_sha256_x16_ok()) || dd_sha256_x2_ok())

@@ -27,15 +27,6 @@ int dd_hasher_new(dd_hasher **out, int kind);
 void dd_hasher_free(dd_hasher *h);
 void dd_hasher_sum(dd_hasher *h, const void *buf, size_t len,
 		   uint8_t out[DD_HASH_SIZE]);
-/* Two buffers of the same length: with SHA-NI about 1.8x the bytes per
- * second of two dd_hasher_sum calls (sha256x2.c). */
-void dd_hasher_sum2(dd_hasher *h, const void *a, const void *b, size_t len,
-		    uint8_t out_a[DD_HASH_SIZE], uint8_t out_b[DD_HASH_SIZE]);
-/* Two buffers of any lengths (content-defined blocks): two lanes for the
- * shorter one's length, one for the rest of the longer. */
-void dd_hasher_sum2v(dd_hasher *h, const void *a, size_t la, const void *b,
-		     size_t lb, uint8_t out_a[DD_HASH_SIZE],
-		     uint8_t out_b[DD_HASH_SIZE]);
 
 /* One message of a list: its bytes, and where its digest goes. */
 typedef struct dd_hash_msg {

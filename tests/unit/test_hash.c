@@ -280,7 +280,10 @@ static void test_sha256_x2v(void **state)
 		for (int swap = 0; swap < 2; swap++) {
 			size_t la = big[i][swap], lb = big[i][!swap];
 
-			dd_hasher_sum2v(h, buf, la, buf + BIG + 1, lb, xa, xb);
+			dd_hash_msg m[2] = {{buf, la, xa},
+					    {buf + BIG + 1, lb, xb}};
+
+			dd_hasher_sum_list(h, m, 2);
 			dd_sha256(buf, la, ra);
 			dd_sha256(buf + BIG + 1, lb, rb);
 			assert_memory_equal(xa, ra, DD_HASH_SIZE);
@@ -418,20 +421,25 @@ static void test_sha256_x16(void **state)
 	free(buf);
 }
 
-static void test_hasher_sum2(void **state)
+/* A list of two, as a read hashes a pair (dd_block_read_list): the
+ * digests, and the test hash's truncation. */
+static void test_hasher_pair(void **state)
 {
 	uint8_t a[DD_HASH_SIZE], b[DD_HASH_SIZE], z[DD_HASH_SIZE] = {0};
+	dd_hash_msg m[2] = {{"abc", 3, a}, {"xyz", 3, b}};
 	dd_hasher *s, *weak;
 
 	(void)state;
 	assert_int_equal(dd_hasher_new(&s, DD_HASH_SHA256), DD_OK);
 	assert_int_equal(dd_hasher_new(&weak, DD_HASH_TEST_WEAK16), DD_OK);
-	dd_hasher_sum2(s, "abc", "xyz", 3, a, b);
+	dd_hasher_sum_list(s, m, 2);
 	assert_hex(a, hex_abc);
 	dd_sha256("xyz", 3, z);
 	assert_memory_equal(b, z, DD_HASH_SIZE);
 	memset(z, 0, sizeof(z));
-	dd_hasher_sum2(weak, msg_448, msg_448, strlen(msg_448), a, b);
+	m[0] = (dd_hash_msg){msg_448, strlen(msg_448), a};
+	m[1] = (dd_hash_msg){msg_448, strlen(msg_448), b};
+	dd_hasher_sum_list(weak, m, 2);
 	assert_int_equal(a[0], 0x24);
 	assert_int_equal(a[1], 0x8d);
 	assert_memory_equal(a + 2, z, DD_HASH_SIZE - 2);
@@ -518,7 +526,7 @@ int main(void)
 		cmocka_unit_test(test_sha256_x2),
 		cmocka_unit_test(test_sha256_x2v),
 		cmocka_unit_test(test_sha256_x16),
-		cmocka_unit_test(test_hasher_sum2),
+		cmocka_unit_test(test_hasher_pair),
 		cmocka_unit_test(test_hasher_sum_list),
 		cmocka_unit_test(test_hash_hex),
 		cmocka_unit_test(test_fastkey),
