@@ -192,10 +192,9 @@ int dd_db_check_pages(dd_db *db, dd_err *err, dd_db_damage_fn fn, void *ctx)
  * MDB_FIXEDMAP): find the read-only mapping of data.mdb by device and
  * inode in /proc/self/maps.  Without it, no MADV_RANDOM hint.  A read
  * transaction's get is answered in it (dd_guard_get) only if it is the
- * file's one such mapping: the
- * registry opens an environment once per process, but a caller's own
- * LMDB environment on the same file would map it too, and may unmap it
- * while this one lives. */
+ * file's one such mapping: the registry opens an environment once per
+ * process, but a caller's own LMDB environment on the same file would map
+ * it too, and may unmap it while this one lives. */
 static void dd_db_find_map(dd_db *db)
 {
 	const char *dir;

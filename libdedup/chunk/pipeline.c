@@ -500,9 +500,8 @@ size_t dd_pipe_mem(const dd_pipe *p)
 /* Geometry: the alignment (the largest fixed block, or the shortest
  * block a reading cutter cuts), the region (two of the longest blocks at
  * least, so they too are hashed in pairs, up to DD_PIPE_REGION_MIN, and
- * as many as the hasher has lanes if that is at most
- * DD_PIPE_REGION_WIDE), a
- * batch of whole regions, and the block slots: per cutter, its shortest
+ * as many as the hasher has lanes if that is at most DD_PIPE_REGION_WIDE),
+ * a batch of whole regions, and the block slots: per cutter, its shortest
  * blocks, plus one short last block for every image the batch can
  * start. */
 static int dd_pipe_plan(dd_pipe *p, const dd_pipe_cfg *c)

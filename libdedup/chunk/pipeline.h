@@ -71,10 +71,10 @@ typedef struct dd_blk {
  * are at buf + (bk_off - buf_off): each is marked DD_BLK_ZERO (not
  * hashed) or DD_BLK_DATA.  The data blocks are hashed as lists
  * (dd_hasher_sum_list: sixteen AVX-512 lanes, or two SHA-NI lanes at 1.8
- * times the speed of one at a time),
- * a lane taking the next block as soon as its own ends, whatever the
- * lengths and cutters; the zero test first, since most blocks that are
- * not zero differ from it in their first bytes.  A block of a cutter c
+ * times the speed of one at a time), a lane taking the next block as
+ * soon as its own ends, whatever the lengths and cutters; the zero test
+ * first, since most blocks that are not zero differ from it in their
+ * first bytes.  A block of a cutter c
  * with bit c of fast_cuts set is keyed by dd_fastkey instead
  * (hash/fastkey.h: for counting only). */
 void dd_blk_hash(dd_hasher *h, dd_blk *blk, size_t n, const uint8_t *buf,

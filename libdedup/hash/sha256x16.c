@@ -10,8 +10,9 @@
  * wait on one another: rotations are one instruction (vprord), Ch, Maj
  * and the three-way XORs one each (vpternlogd), and lists of 4 KiB blocks
  * hash about 1.75 times the bytes a core of libcrypto's SHA-NI does
- * (bench_hash.sh; 2.2 times in a bare loop over equal blocks).  Small blocks come in lists of equal
- * lengths, which is what sixteen lanes need; it is the technique of
+ * (bench_hash.sh; 2.2 times in a bare loop over equal blocks).  Small
+ * blocks come in lists of equal lengths, which is what sixteen lanes
+ * need; it is the technique of
  * Intel's multi-buffer SHA (isa-l_crypto) and of Linux's former
  * sha256-mb.
  *
@@ -28,10 +29,10 @@
  * (dd_sha256_parts_finish), where that code is usable.
  *
  * Before first use dd_sha256_x16_ok() checks this code against
- * one-message SHA-256 (dd_sha256) on lengths that cover every padding case and
- * on lists that hand over; if any digest differs it is never used.  Where
- * the SHA-NI code is usable too, it then times both once and keeps the
- * faster (dd_x16_faster).
+ * one-message SHA-256 (dd_sha256) on lengths that cover every padding
+ * case and on lists that hand over; if any digest differs it is never
+ * used.  Where the SHA-NI code is usable too, it then times both once and
+ * keeps the faster (dd_x16_faster).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -254,10 +255,10 @@ static bool dd_cpu_has_avx512(void)
 
 /* Known answers against one-message SHA-256, dd_sha256 (OpenSSL's, or the
  * portable code where libcrypto fails; the portable code alone cost each
- * process about 12 ms here, before its first block was hashed): lists of every length around
- * the padding boundaries, each list rotated so that lanes start and end
- * at different blocks; a long message among short ones (the hand-over);
- * and 40 equal 4 KiB blocks, the common case. */
+ * process about 12 ms here, before its first block was hashed): lists of
+ * every length around the padding boundaries, each list rotated so that
+ * lanes start and end at different blocks; a long message among short
+ * ones (the hand-over); and 40 equal 4 KiB blocks, the common case. */
 static bool dd_sha256_x16_selftest(void)
 {
 #ifdef DD_HAVE_X16_CODE
