@@ -522,6 +522,8 @@ int dd_txn_commit(dd_txn *txn, dd_err *err)
 	 * chain of commits (kfilter.h's invariant) */
 	int rc = dd_kf_txn_commit(txn, err);
 
+	if (!rc)   /* and the chain of the unflagged claim (ddt.c) */
+		rc = dd_ddt_txn_commit(txn, err);
 	if (rc) {
 		dd_txn_abort(txn);
 		return rc;

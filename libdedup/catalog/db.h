@@ -212,6 +212,29 @@ int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx);
  * no walk. */
 int dd_ddt_count(dd_txn *txn, dd_err *err, uint64_t *n);
 
+/*
+ * The unflagged claim (format/store.md §2, meta ddt.unflagged): whether
+ * no entry of the DDT is flagged MISSING or DAMAGED, known without a
+ * walk.  Every write transaction of a build that keeps it leaves its own
+ * id there when the claim holds after it, 0 when it may not (it wrote a
+ * flagged entry); a commit of a build that does not keep it leaves the
+ * id stale, and the next one withdraws the claim.  So the claim holds in
+ * txn exactly when meta names the commit txn starts from (*out true).
+ * Absent in older catalogs: unknown until a census.
+ */
+int dd_ddt_unflagged(dd_txn *txn, dd_err *err, bool *out);
+/* Whether meta has the claim at all, true or withdrawn (*out); a writer
+ * takes a census when it has not (dd_db_kf_prepare). */
+int dd_ddt_unflagged_known(dd_txn *txn, dd_err *err, bool *out);
+/* Write transaction: a walk of the whole DDT counts its flagged entries
+ * (*flagged, may be NULL), and the claim becomes what it found. */
+int dd_ddt_census(dd_txn *txn, dd_err *err, uint64_t *flagged);
+/* The same, for a walk of every entry the caller made in txn (the key
+ * filter's rebuild): it found `flagged` of them flagged. */
+void dd_ddt_census_done(dd_txn *txn, uint64_t flagged);
+/* Is this entry flagged MISSING or DAMAGED? */
+bool dd_ddt_ent_flagged(const dd_ddt_ent *e);
+
 /* Rewrites the live DDT into the other table in key order (full pages) and
  * makes that the live one, dropping entries with refcount 0.  *removed
  * gets their count.  Write transaction only. */

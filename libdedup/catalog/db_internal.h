@@ -147,6 +147,12 @@ struct dd_txn {
 	 * ends */
 	MDB_cursor *tx_ddt_cur;
 	int tx_ddt_cur_tree;
+	/* ddt.c: meta ddt.unflagged's claim.  tx_ddt_flagged: this
+	 * transaction wrote an entry flagged MISSING or DAMAGED, or its
+	 * census found one; tx_ddt_census: it walked the whole DDT
+	 * (dd_ddt_census_done), so it knows without the chain */
+	bool tx_ddt_flagged;
+	bool tx_ddt_census;
 };
 
 /* kfilter.c: an insert of hash into the DDT in write txn adds it to the
@@ -155,6 +161,9 @@ struct dd_txn {
  * syncs the bits it set; the catalog's close unmaps. */
 int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash);
 int dd_kf_txn_commit(dd_txn *txn, dd_err *err);
+/* ddt.c: before a write txn commits, meta ddt.unflagged takes its id when
+ * no DDT entry is flagged after it, else 0 (db.h, dd_ddt_unflagged) */
+int dd_ddt_txn_commit(dd_txn *txn, dd_err *err);
 void dd_db_kf_close(dd_db *db);
 
 /* check.c: the structural check of data.mdb (fd, page size psize) for

@@ -109,6 +109,19 @@ static int dd_ddt_val_decode(dd_err *err, const MDB_val *v, dd_ddt_ent *e)
 	return 0;
 }
 
+bool dd_ddt_ent_flagged(const dd_ddt_ent *e)
+{
+	return (e->de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED)) != 0;
+}
+
+/* Every write of an entry passes here: a flagged one withdraws the
+ * unflagged claim at this transaction's commit (dd_ddt_txn_commit). */
+static void dd_ddt_note(dd_txn *txn, const dd_ddt_ent *e)
+{
+	if (dd_ddt_ent_flagged(e))
+		txn->tx_ddt_flagged = true;
+}
+
 /* The guard's name for the live table, or for the other one. */
 static int dd_ddt_tree(const dd_txn *txn, bool live)
 {
@@ -146,6 +159,7 @@ int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		return rc;
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
+	dd_ddt_note(txn, ent);
 	return dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v, 0,
 			    "ddt put");
 }
@@ -229,6 +243,7 @@ int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		out->de_dead_since = 0;  /* alive again */
 	out->de_refcnt += n;
 	dd_ddt_val_encode(vb, out);
+	dd_ddt_note(txn, out);
 	k = (MDB_val){sizeof(kb), kb};   /* not the page's copy it points at */
 	v = (MDB_val){sizeof(vb), vb};
 	/* same size: LMDB rewrites the value in place, no second descent */
@@ -266,6 +281,7 @@ int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
+	dd_ddt_note(txn, ent);
 	rc = dd_kf_txn_add(txn, err, key->dk_hash);
 	if (!rc)
 		rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
@@ -354,6 +370,7 @@ static int dd_compact_one(void *arg, const dd_ddt_key *key,
 				    "ddt entry still pending at compaction");
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
+	dd_ddt_note(cc->cc_txn, ent);
 	rc = mdb_cursor_put(cc->cc_dst, &k, &v, MDB_APPEND);
 	if (rc)
 		return dd_mdb_error(cc->cc_err, rc, "ddt compact put");
@@ -400,5 +417,114 @@ int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
 	txn->tx_ddt_which = next;
 	if (removed)
 		*removed = cc.cc_removed;
+	return 0;
+}
+
+/* ---- the unflagged claim (db.h) ---------------------------------------------*/
+
+#define DD_DDT_UNFLAGGED "ddt.unflagged"
+
+/* meta's claim: *v the commit it names (0: withdrawn), *known false when
+ * the key is absent (an older catalog, no census yet). */
+static int dd_ddt_claim(dd_txn *txn, dd_err *err, uint64_t *v, bool *known)
+{
+	int rc = dd_meta_get_u64(txn, err, DD_DDT_UNFLAGGED, v);
+
+	*known = rc != DD_ENOENT;
+	if (rc == DD_ENOENT) {
+		dd_err_clear(err);
+		*v = 0;
+		return 0;
+	}
+	return rc;
+}
+
+/* The commit txn starts from: a write transaction's id less one, a read
+ * transaction's own (LMDB numbers commits one by one). */
+static uint64_t dd_ddt_base(const dd_txn *txn)
+{
+	uint64_t id = (uint64_t)mdb_txn_id(txn->tx_mdb);
+
+	return txn->tx_write ? id - 1 : id;
+}
+
+int dd_ddt_unflagged(dd_txn *txn, dd_err *err, bool *out)
+{
+	uint64_t v;
+	bool known;
+	int rc;
+
+	*out = false;
+	if (txn->tx_ddt_flagged)
+		return 0;
+	if (txn->tx_ddt_census) {
+		*out = true;
+		return 0;
+	}
+	rc = dd_ddt_claim(txn, err, &v, &known);
+	/* v 0 is a withdrawn claim, never a commit's id */
+	*out = !rc && v != 0 && v == dd_ddt_base(txn);
+	return rc;
+}
+
+int dd_ddt_unflagged_known(dd_txn *txn, dd_err *err, bool *out)
+{
+	uint64_t v;
+
+	return dd_ddt_claim(txn, err, &v, out);
+}
+
+void dd_ddt_census_done(dd_txn *txn, uint64_t flagged)
+{
+	txn->tx_ddt_census = true;
+	txn->tx_ddt_flagged = flagged != 0;
+}
+
+static int dd_ddt_census_one(void *arg, const dd_ddt_key *key,
+			     const dd_ddt_ent *ent)
+{
+	(void)key;
+	*(uint64_t *)arg += dd_ddt_ent_flagged(ent);
+	return 0;
+}
+
+int dd_ddt_census(dd_txn *txn, dd_err *err, uint64_t *flagged)
+{
+	uint64_t n = 0;
+	int rc;
+
+	if (!txn->tx_write)
+		return dd_err_set(err, DD_EINVAL, "ddt census needs a write txn");
+	rc = dd_ddt_walk(txn, err, dd_ddt_census_one, &n);
+	if (rc)
+		return rc;
+	dd_ddt_census_done(txn, n);
+	if (flagged)
+		*flagged = n;
+	return 0;
+}
+
+int dd_ddt_txn_commit(dd_txn *txn, dd_err *err)
+{
+	uint64_t v;
+	bool known, holds;
+	int rc;
+
+	if (!txn->tx_write)
+		return 0;
+	rc = dd_ddt_claim(txn, err, &v, &known);
+	if (rc)
+		return rc;
+	if (txn->tx_ddt_census)
+		holds = !txn->tx_ddt_flagged;
+	else
+		holds = v != 0 && v == dd_ddt_base(txn) && !txn->tx_ddt_flagged;
+	if (holds)
+		return dd_meta_put_u64(txn, err, DD_DDT_UNFLAGGED,
+				       (uint64_t)mdb_txn_id(txn->tx_mdb));
+	/* withdrawn; an absent claim stays absent, for the census a writer
+	 * takes at its start */
+	if (known && v != 0)
+		return dd_meta_put_u64(txn, err, DD_DDT_UNFLAGGED, 0);
 	return 0;
 }

@@ -219,6 +219,8 @@ void dd_db_kf_close(dd_db *db)
 struct dd_kf_build {
 	struct dd_kf kb_kf;        /* over an anonymous buffer */
 	uint64_t kb_n;
+	uint64_t kb_flagged;       /* entries MISSING or DAMAGED: the walk is
+				      the unflagged claim's census too */
 };
 
 static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
@@ -226,9 +228,9 @@ static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
 {
 	struct dd_kf_build *kb = arg;
 
-	(void)ent;
 	dd_kf_set(&kb->kb_kf, key->dk_hash);
 	kb->kb_n++;
+	kb->kb_flagged += dd_ddt_ent_flagged(ent);
 	return 0;
 }
 
@@ -283,6 +285,8 @@ static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t entries,
 	kb.kb_kf.kf_bits = (_Atomic uint64_t *)(buf + DD_KF_HDR_SIZE);
 	kb.kb_kf.kf_nblocks = nblocks;
 	rc = dd_ddt_walk(txn, err, dd_kf_build_one, &kb);
+	if (!rc)
+		dd_ddt_census_done(txn, kb.kb_flagged);
 	if (!rc) {
 		dd_kf_header(buf, nblocks, gen, kb.kb_n);
 		rc = dd_io_replace_file(err, dir, DD_KF_FILE, buf, len);
@@ -313,13 +317,16 @@ static int dd_kf_meta(dd_txn *txn, dd_err *err, const char *key,
 	return rc;
 }
 
-/* The generation meta names and the DDT's entries, as txn sees them. */
+/* The generation meta names and the DDT's entries, as txn sees them, and
+ * whether meta has the unflagged claim (db.h) at all. */
 static int dd_kf_state(dd_txn *txn, dd_err *err, uint64_t *gen,
-		       uint64_t *entries)
+		       uint64_t *entries, bool *claim_known)
 {
 	int rc = dd_kf_meta(txn, err, "ddt.filter", gen);
 
-	return rc ? rc : dd_ddt_count(txn, err, entries);
+	if (!rc)
+		rc = dd_ddt_count(txn, err, entries);
+	return rc ? rc : dd_ddt_unflagged_known(txn, err, claim_known);
 }
 
 /* Whether the filter this process maps is meta's and fits; if not, the
@@ -344,6 +351,7 @@ static bool dd_kf_current(dd_db *db, uint64_t gen, uint64_t entries)
 int dd_db_kf_prepare(dd_db *db, dd_err *err)
 {
 	uint64_t gen, entries;
+	bool known;
 	dd_txn *txn;
 	int rc;
 
@@ -351,18 +359,21 @@ int dd_db_kf_prepare(dd_db *db, dd_err *err)
 	rc = dd_txn_begin(db, err, false, &txn);
 	if (rc)
 		return rc;
-	rc = dd_kf_state(txn, err, &gen, &entries);
+	rc = dd_kf_state(txn, err, &gen, &entries, &known);
 	dd_txn_abort(txn);
-	if (rc || dd_kf_current(db, gen, entries))
+	if (rc || (dd_kf_current(db, gen, entries) && known))
 		return rc;
 	/* rebuild, unless another process did while this one waited for
-	 * the write transaction */
+	 * the write transaction; a catalog without the unflagged claim (an
+	 * older build's) gets it from the rebuild's walk, or one of its own */
 	rc = dd_txn_begin(db, err, true, &txn);
 	if (rc)
 		return rc;
-	rc = dd_kf_state(txn, err, &gen, &entries);
+	rc = dd_kf_state(txn, err, &gen, &entries, &known);
 	if (!rc && !dd_kf_current(db, gen, entries))
 		rc = dd_kf_rebuild(txn, err, entries, &gen);
+	else if (!rc && !known)
+		rc = dd_ddt_census(txn, err, NULL);
 	if (rc) {
 		dd_txn_abort(txn);
 		return rc;

@@ -792,21 +792,48 @@ static int dd_scrub_flag(dd_txn *txn, dd_err *err, const dd_sblk *b,
 	return dd_ddt_put(txn, err, &b->sb_key, &e);
 }
 
+/* Is the DDT's unflagged claim (catalog/db.h) withdrawn, so that a
+ * census would restore it?  Not in a catalog that has never had it: the
+ * first writer takes that census, and a scrub that finds nothing leaves
+ * such a catalog -- an older build's store -- exactly as it was. */
+static bool dd_scrub_withdrawn(dd_store *s)
+{
+	bool known = false, holds = true;
+	dd_txn *txn;
+	dd_err err;
+
+	if (!dd_txn_begin(s->st_db, &err, false, &txn)) {
+		if (dd_ddt_unflagged_known(txn, &err, &known) ||
+		    (known && dd_ddt_unflagged(txn, &err, &holds)))
+			known = false;
+		dd_txn_abort(txn);
+	}
+	return known && !holds;
+}
+
 /* Records what scrub found (format/ddt.md §3): DAMAGED on the entries of
  * bad records -- damage, not an I/O error or a lost block, which has its
  * own flag --, cleared on flagged ones that read well; so a writer that
  * brings one of these blocks stores it anew.  Under the store's lock,
- * shared like any writer's, in one short write transaction.  Skipped
- * (nothing to say) in a read-only handle, or while repair has the store
- * to itself: it rebuilds the DDT anyway. */
+ * shared like any writer's, in one short write transaction.  A scrub that
+ * flags nothing also takes a census of the flags when the unflagged claim
+ * is withdrawn (a heal or a re-put cleared them, or an older build
+ * wrote): re-puts then leave their references uncounted without looking
+ * each entry up (store/wucnt.c).  Skipped (nothing to say) in a
+ * read-only handle, or while repair has the store to itself: it rebuilds
+ * the DDT anyway. */
 static int dd_scrub_mark(dd_scrub *sc)
 {
 	dd_store *s = sc->sc_store;
 	dd_txn *txn = NULL;
+	bool census;
 	int fd = -1, rc;
 
-	if (s->st_opts.readonly || (!sc->sc_bad.n && !sc->sc_good.n) ||
+	if (s->st_opts.readonly ||
 	    sc->sc_pages)   /* nothing is written to a damaged catalog */
+		return 0;
+	census = !sc->sc_bad.n && dd_scrub_withdrawn(s);
+	if (!sc->sc_bad.n && !sc->sc_good.n && !census)
 		return 0;
 	rc = dd_lock_take(s, sc->sc_err, "lock", false, &fd);
 	if (rc == DD_EBUSY)
@@ -821,6 +848,8 @@ static int dd_scrub_mark(dd_scrub *sc)
 	}
 	for (size_t i = 0; !rc && i < sc->sc_good.n; i++)
 		rc = dd_scrub_flag(txn, sc->sc_err, &sc->sc_good.b[i], false);
+	if (!rc && census)
+		rc = dd_ddt_census(txn, sc->sc_err, NULL);
 	if (txn && rc)
 		dd_txn_abort(txn);
 	else if (txn)

@@ -2954,6 +2954,115 @@ static void test_kf_chain(void **state)
 		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
 }
 
+/* ---- the unflagged claim (ddt.c, format/store.md §2) -----------------------*/
+
+/* Does the claim hold, as a read transaction sees the catalog? */
+static bool unflagged(struct fixture *fx)
+{
+	dd_txn *txn = begin(fx, false);
+	bool out = true;
+
+	OK(dd_ddt_unflagged(txn, &fx->fx_err, &out));
+	dd_txn_abort(txn);
+	return out;
+}
+
+/* Writes an entry of hash with these flags; the claim then holds in its
+ * transaction exactly when `holds` says. */
+static void put_flags(struct fixture *fx, const uint8_t *hash, uint16_t flags,
+		      bool holds)
+{
+	dd_ddt_ent e = {.de_pack = 1, .de_offset = 64, .de_psize = 10,
+			.de_lsize = 10, .de_refcnt = 1, .de_flags = flags};
+	dd_ddt_key key = {.dk_variant = 0};
+	dd_txn *txn = begin(fx, true);
+	bool now = !holds;
+
+	if (flags & DD_DDE_MISSING)
+		e.de_pack = 0, e.de_offset = 0, e.de_psize = 0;
+	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
+	OK(dd_ddt_put(txn, &fx->fx_err, &key, &e));
+	/* the transaction itself knows at once */
+	OK(dd_ddt_unflagged(txn, &fx->fx_err, &now));
+	assert_true(now == holds);
+	commit(fx, txn);
+}
+
+static uint64_t census(struct fixture *fx)
+{
+	dd_txn *txn = begin(fx, true);
+	uint64_t n = 99;
+
+	OK(dd_ddt_census(txn, &fx->fx_err, &n));
+	commit(fx, txn);
+	return n;
+}
+
+/* The claim is unknown in a catalog without it, and the first writer's
+ * preparation takes a census; a flagged entry withdraws it until the next
+ * census, and so does a commit of a build that does not keep it (plain
+ * LMDB here), even one that writes nothing flagged: it could have. */
+static void test_ddt_unflagged(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t h[8 * DD_HASH_SIZE];
+	bool known = true;
+	MDB_val mk = {5, "other"}, mv = {1, "x"};
+	MDB_txn *raw;
+	dd_txn *txn;
+
+	fill_random(h, sizeof(h));
+	kf_insert(fx, h, 8);
+	txn = begin(fx, false);
+	OK(dd_ddt_unflagged_known(txn, &fx->fx_err, &known));
+	dd_txn_abort(txn);
+	assert_false(known);
+	assert_false(unflagged(fx));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_true(unflagged(fx));
+	kf_insert(fx, h, 0);          /* this build's commits keep it */
+	put_flags(fx, h, 0, true);
+	assert_true(unflagged(fx));
+
+	put_flags(fx, h + DD_HASH_SIZE, DD_DDE_DAMAGED, false);
+	assert_false(unflagged(fx));
+	put_flags(fx, h + DD_HASH_SIZE, 0, false);   /* healed: not known yet */
+	assert_false(unflagged(fx));
+	put_flags(fx, h + 2 * DD_HASH_SIZE, DD_DDE_MISSING, false);
+	assert_int_equal(census(fx), 1);
+	assert_false(unflagged(fx));
+	put_flags(fx, h + 2 * DD_HASH_SIZE, 0, false);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));  /* known: no census */
+	assert_false(unflagged(fx));
+	assert_int_equal(census(fx), 0);
+	assert_true(unflagged(fx));
+	/* format/store.md §2: the commit's id, 8 bytes little-endian */
+	{
+		MDB_envinfo info;
+		uint8_t want[8];
+		MDB_val v;
+
+		OK(mdb_env_info(fx->fx_db->db_env, &info));
+		dd_put_le64(want, (uint64_t)info.me_last_txnid);
+		txn = begin(fx, false);
+		v = raw_get(txn, fx->fx_db->db_dbi[DD_DBI_META],
+			    "ddt.unflagged", 13);
+		assert_int_equal(v.mv_size, 8);
+		assert_memory_equal(v.mv_data, want, 8);
+		dd_txn_abort(txn);
+	}
+
+	/* the other build, writing only into meta */
+	OK(mdb_txn_begin(fx->fx_db->db_env, NULL, 0, &raw));
+	OK(mdb_put(raw, fx->fx_db->db_dbi[DD_DBI_META], &mk, &mv, 0));
+	OK(mdb_txn_commit(raw));
+	assert_false(unflagged(fx));
+	kf_insert(fx, h, 0);          /* withdrawn by this build's next */
+	assert_false(unflagged(fx));
+	assert_int_equal(census(fx), 0);
+	assert_true(unflagged(fx));
+}
+
 static void hex_in(const char *hex, uint8_t *out, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -3116,6 +3225,7 @@ int main(void)
 		T(test_kf_grows),
 		T(test_kf_damaged),
 		T(test_kf_chain),
+		T(test_ddt_unflagged),
 		T(test_kf_golden),
 		T(test_ucnt_golden),
 #undef T
