@@ -254,6 +254,9 @@ extern bool dd_writer_uncounted;
 /* Runs whose entries a flush checked on the pool (wucnt.c), all flushes
  * of the process together (tests). */
 extern _Atomic uint64_t dd_wub_prechecked;
+/* Key runs a flush left uncounted without looking their entries up: LREF
+ * ops of a source still committed, no entry flagged (store/wucnt.c) */
+extern _Atomic uint64_t dd_wub_unlooked;
 
 /* ---- reader.c ----------------------------------------------------------*/
 

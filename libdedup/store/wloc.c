@@ -28,6 +28,7 @@
 #define DD_WLOC_GIVE_UP 1024     /* misses in a row that drop the source */
 #define DD_WLOC_SEEK_AFTER 64    /* steps forward before a seek instead */
 #define DD_WLOC_RANGES 64        /* input ranges kept between flushes */
+#define DD_WLOC_USED 16          /* sources remembered for the flush */
 
 struct dd_wloc_worker {
 	dd_bmap_cur *lw_cur;
@@ -54,6 +55,12 @@ struct dd_wloc_range {
 
 struct dd_wloc {
 	_Atomic uint64_t lc_src;  /* the adopted snapshot id, 0: none */
+	/* every source adopted since the writer began, for
+	 * dd_wloc_sources_live: a slot is reserved (lc_nused) before its
+	 * id is stored, so a slot still 0 reads as a source gone; past
+	 * DD_WLOC_USED, none is known live */
+	_Atomic uint64_t lc_used[DD_WLOC_USED];
+	atomic_uint lc_nused;
 	atomic_bool lc_off;       /* too many input ranges to keep: no LREF
 				     from the first one not kept on */
 	/* every committed snapshot, best candidate first (dd_wloc_order),
@@ -225,6 +232,40 @@ bool dd_wloc_match(dd_writer *w, unsigned worker, dd_txn *txn,
 	return false;
 }
 
+/* Remembers source id, adopted; an id adopted again is there already. */
+static void dd_wloc_used(struct dd_wloc *lc, uint64_t id)
+{
+	unsigned n = atomic_load(&lc->lc_nused), slot;
+
+	for (unsigned i = 0; i < n && i < DD_WLOC_USED; i++)
+		if (atomic_load(&lc->lc_used[i]) == id)
+			return;
+	slot = atomic_fetch_add(&lc->lc_nused, 1);
+	if (slot < DD_WLOC_USED)
+		atomic_store(&lc->lc_used[slot], id);
+}
+
+bool dd_wloc_sources_live(dd_writer *w, dd_txn *txn)
+{
+	struct dd_wloc *lc = w->w_loc;
+	unsigned n = lc ? atomic_load(&lc->lc_nused) : 0;
+
+	if (n > DD_WLOC_USED)
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t id = atomic_load(&lc->lc_used[i]);
+		char name[DD_NAME_MAX + 1];
+		dd_snap_rec rec;
+		dd_err err;
+
+		/* an rm drops a map's references and its record in one
+		 * transaction: a record still there counts every block */
+		if (!id || dd_snap_find_id(txn, &err, id, name, &rec))
+			return false;
+	}
+	return true;
+}
+
 void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 		   const dd_blk *bk)
 {
@@ -244,7 +285,8 @@ void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 			continue;
 		/* the best candidates first again at the next try */
 		lw->lw_next = 0;
-		atomic_compare_exchange_strong(&lc->lc_src, &none, id);
+		if (atomic_compare_exchange_strong(&lc->lc_src, &none, id))
+			dd_wloc_used(lc, id);
 		return;
 	}
 }

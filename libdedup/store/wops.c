@@ -695,6 +695,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 				  &w->w_txn);
 		if (rc)
 			break;
+		dd_wub_lrefs(w);
 		if (!per_txn) {   /* aborted below if it fails */
 			rc = dd_writer_flush_txn_keys(w, &per_txn);
 			/* one transaction for every op (a re-put): its

@@ -42,7 +42,8 @@ enum {
 	DD_OP_PREF,  /* a reference to a NEW op of this interval */
 	DD_OP_LREF   /* a REF found in the block map of the snapshot a re-put
 			repeats (wloc.c): its entry's flags are checked, and
-			a damaged one healed from the input, at the flush */
+			a damaged one healed from the input, at the flush
+			-- unless no entry is flagged (wucnt.c) */
 };
 
 /* One non-hole block of the image. */
@@ -126,6 +127,10 @@ struct dd_writer {
 					     start: its entry checked on the
 					     pool (dd_wub_precheck), for the
 					     current transaction only */
+		bool wu_lrefs_live;       /* the current transaction's: a
+					     run of LREF ops only is left
+					     uncounted unchecked
+					     (dd_wub_lrefs) */
 	} w_ub;
 	struct dd_wloc *w_loc;    /* a re-put's locality (wloc.c), or NULL */
 	uint64_t w_fed;           /* image bytes given to the pipeline */
@@ -174,6 +179,11 @@ int dd_wub_begin(dd_writer *w);
  * REF and LREF ops' positions become uncounted (*done), and the caller
  * applies only its NEW and PREF ops. */
 int dd_wub_apply(dd_writer *w, dd_wop **run, size_t n, bool *done);
+/* Right after each of a flush's write transactions began: whether in it
+ * a run of LREF ops only is alive without a look at its entry
+ * (wu_lrefs_live): every source map they came from is still committed,
+ * and no entry of the DDT is flagged (meta's unflagged claim). */
+void dd_wub_lrefs(dd_writer *w);
 /* Right after the flush's first write transaction began, when that
  * transaction is to apply every op (a re-put): each run's entry checked
  * on the store's pool, if it is free, in read transactions that see the
@@ -202,7 +212,10 @@ void dd_wub_free(dd_writer *w);
  * committed snapshot counts its entry, so it is alive (or dead since this
  * writer began, which gc keeps); its flags are checked at the flush,
  * which heals a lost or damaged entry with the block read again from the
- * input -- the bytes a probe's NEW would have stored.
+ * input -- the bytes a probe's NEW would have stored.  When the flush's
+ * transaction still has every source the writer adopted and no entry
+ * flagged (the unflagged claim, catalog/db.h), it needs no look at all
+ * (dd_wub_lrefs).
  */
 /* Sets w_loc up when w may use it; failures only leave it off. */
 void dd_wloc_open(dd_writer *w);
@@ -215,6 +228,12 @@ void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 		   const dd_blk *bk);
 /* Closes the workers' cursors before their txns are parked. */
 void dd_wloc_park(dd_writer *w);
+/* In a flush's transaction txn: is every source the writer adopted (and
+ * so every snapshot its LREF ops were read from) still committed?  Then
+ * each LREF's entry is alive in txn: the snapshot counts it, or leaves
+ * it uncounted, which holds it at 1 at least (invariant U).  True when
+ * none was adopted. */
+bool dd_wloc_sources_live(dd_writer *w, dd_txn *txn);
 /* dd_writer_write_file's range [off, off + len) of fd is the image from
  * w_fed on: kept (a dup of fd) for healing until no op names it. */
 int dd_wloc_range(dd_writer *w, int fd, uint64_t off, uint64_t len);

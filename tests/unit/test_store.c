@@ -2404,6 +2404,64 @@ static void put_small_snaps(dd_store *s, const char *prefix, const uint8_t *a,
 	}
 }
 
+/* A re-put whose source snapshot is removed before its flush: the flush
+ * cannot take the source's word that the entries are alive -- the rm took
+ * their counts to 0 -- and looks each up, counting the references it
+ * would have left uncounted (else they would name entries of count 0,
+ * against invariant U, and gc would stop with DD_ECORRUPT).  And the
+ * unflagged claim, withdrawn by a flagged entry, comes back with a scrub
+ * that finds no damage. */
+static void test_reput_source_gone(void **state)
+{
+	const size_t n = 8 * MiB, nblk = n / 4096;
+	char *path = th_tmp_store();
+	uint8_t *a = malloc(n);
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	dd_writer_stats ws = {.version = DD_WRITER_STATS_VERSION};
+	uint64_t unlooked;
+	bool feature;
+	dd_writer *w;
+	int fd;
+
+	(void)state;
+	th_rng_state = 43;
+	fill_random(a, n);
+	fd = temp_file(path, a, n);
+	assert_int_equal(put_file_stats(s, "a", fd, n, &ws), 0);
+	unlooked = dd_wub_unlooked;
+	assert_int_equal(dd_writer_begin(&w, s, "b"), 0);
+	assert_int_equal(dd_writer_write_file(w, fd, 0, n), 0);
+	assert_int_equal(dd_snapshot_delete(s, "a"), 0);
+	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 0);
+	assert_int_equal(dd_writer_commit(w), 0);
+	assert_int_equal(dd_writer_stats_get(w, &ws), 0);
+	dd_writer_free(w);
+	assert_true(ws.map_blocks > nblk / 2);
+	assert_int_equal(dd_wub_unlooked - unlooked, 0);
+	assert_int_equal(ucnt_positions(s, &feature), 0);
+	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 1);
+	assert_int_equal(dd_store_gc(s, NULL, NULL), 0);
+	th_check_image(s, "b", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+
+	/* a flag set and cleared: the claim is withdrawn until a scrub */
+	set_flags(s, a + 7 * 4096, DD_DDE_DAMAGED);
+	set_flags(s, a + 7 * 4096, 0);
+	unlooked = dd_wub_unlooked;
+	assert_int_equal(put_file_stats(s, "c", fd, n, &ws), 0);
+	assert_true(ws.map_blocks > nblk / 2);
+	assert_int_equal(dd_wub_unlooked - unlooked, 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	assert_int_equal(put_file_stats(s, "d", fd, n, &ws), 0);
+	assert_int_equal(dd_wub_unlooked - unlooked, ws.map_blocks);
+	th_check_image(s, "d", a, n);
+	close(fd);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
 /* A re-put of a file finds its blocks in the block map of the snapshot
  * it repeats (wloc.c: dd_writer_stats.map_blocks), and makes the same
  * snapshot with the same counts as probing the DDT would.  A block
@@ -2422,7 +2480,7 @@ static void test_reput_map(void **state)
 	dd_snapshot_info info;
 	dd_ddt_ent e, e2;
 	dd_writer *w;
-	uint64_t pre;
+	uint64_t pre, unlooked;
 	uint8_t x;
 	int fd;
 
@@ -2432,9 +2490,16 @@ static void test_reput_map(void **state)
 	fd = temp_file(path, a, n);
 	assert_int_equal(put_file_stats(s, "a", fd, n, &ws), 0);
 	assert_int_equal(ws.map_blocks, 0);        /* nothing to repeat */
+	pre = dd_wub_prechecked;
+	unlooked = dd_wub_unlooked;
 	assert_int_equal(put_file_stats(s, "b", fd, n, &ws), 0);
 	assert_true(ws.map_blocks > nblk * 9 / 10);
 	assert_int_equal(ws.new_blocks, 0);
+	/* no entry flagged, its source still there: the blocks b took from
+	 * a's map were left uncounted without a look at their entries; the
+	 * probe's, before a was adopted, were looked at */
+	assert_int_equal(dd_wub_unlooked - unlooked, ws.map_blocks);
+	assert_int_equal(dd_wub_prechecked - pre, nblk - ws.map_blocks);
 	th_check_image(s, "b", a, n);
 	/* a counts it; b's reference is uncounted (its entry was alive) */
 	assert_int_equal(block_ent(s, a + 100 * 4096).de_refcnt, 1);
@@ -2452,10 +2517,13 @@ static void test_reput_map(void **state)
 	assert_int_equal(e.de_flags, DD_DDE_DAMAGED);
 	set_flags(s, a + 2009 * 4096, DD_DDE_MISSING);
 	pre = dd_wub_prechecked;
+	unlooked = dd_wub_unlooked;
 	assert_int_equal(put_file_stats(s, "c", fd, n, &ws), 0);
 	/* its flush's entries were checked on the pool (wucnt.c), the two
-	 * flagged ones among them */
+	 * flagged ones among them: with an entry flagged, none is left
+	 * unlooked at */
 	assert_int_equal(dd_wub_prechecked - pre, nblk);
+	assert_int_equal(dd_wub_unlooked - unlooked, 0);
 	assert_true(ws.map_blocks > nblk * 9 / 10);
 	assert_int_equal(ws.new_blocks, 2);  /* the two, stored again */
 	e2 = block_ent(s, a + 2005 * 4096);
@@ -2924,6 +2992,7 @@ int main(void)
 		cmocka_unit_test(test_fault_walk_put_defer),
 		cmocka_unit_test(test_defer_mark_golden),
 		cmocka_unit_test(test_reput_map),
+		cmocka_unit_test(test_reput_source_gone),
 		cmocka_unit_test(test_uncounted_refs),
 		cmocka_unit_test(test_uncounted_flush_txns),
 		cmocka_unit_test(test_uncounted_scrub),
