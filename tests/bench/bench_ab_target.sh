@@ -18,16 +18,20 @@
 #   A made once by NEW ($BENCH_DIR/ab-get-store, default BENCH_DIR
 #   /var/tmp/dd-bench with bench_store.sh's A-1024M and A-1024M.zst).
 # putb: `dedup put S@x B` of bench_store.sh's 5%-changed copy into a
-#   128K zstd:1 store of A (made once by NEW at $BENCH_DIR/ab-putb-store;
+#   128K zstd:1 store of A (made once by each build, as for small: NEW's
+#   at $BENCH_DIR/ab-putb-store, OLD's at ab-putb-store-old;
 #   the snapshot removed and gc run after each round, so each round stores
 #   B's new blocks again), against `openssl speed -multi 2 -evp sha256
 #   -bytes 131072` measured in every round (the best of them).
 # small: 4 KiB blocks, --compress none (issue 18): `dedup put` of 1 GiB
 #   the store holds already (rand-1 again, into a store of rand-1..4,
-#   1 M entries, made once by NEW at $BENCH_DIR/ab-small-store; the
-#   snapshot removed after each round), and of 1 GiB of new data (rand-5)
-#   into an empty store; `sync` and a second's pause before each.  The
-#   data is bench_small.sh's ($BENCH_DIR/rand-1073741824-{1..5}).
+#   1 M entries, made once by each build: NEW's at
+#   $BENCH_DIR/ab-small-store, OLD's at ab-small-store-old, since a commit
+#   of one build may void what the other keeps in meta, such as the
+#   unflagged claim a re-put relies on; the snapshot removed after each
+#   round), and of 1 GiB of new data (rand-5) into an empty store; `sync`
+#   and a second's pause before each.  The data is bench_small.sh's
+#   ($BENCH_DIR/rand-1073741824-{1..5}).
 # stream: `ddsend S@r1 > /dev/null` and `ddrecv` of its stream (1 GiB of
 #   4 KiB blocks, kept in the run's directory) into an empty store, S the
 #   store of `small` (made as there).
@@ -84,20 +88,27 @@ esac
 for f in "${NEED[@]}"; do
 	[[ -f $f ]] || { echo "bench_ab_target: $f missing: run bench_cdc.sh / bench_store.sh / bench_small.sh first" >&2; exit 2; }
 done
-if [[ $MODE == small || $MODE == stream ]]; then
-	if [[ ! -f $S/ok ]]; then
-		rm -rf "$S"
-		"$NEW/dedup" init --block-size 4096 --compress none "$S" >/dev/null
-		for i in 1 2 3 4; do "$NEW/dedup" put "$S@r$i" "${NEED[$((i - 1))]}"; done
-		touch "$S/ok"
+# small_store BIN STORE: the 1 M-entry store of rand-1..4, made once by BIN
+small_store() {
+	if [[ ! -f $2/ok ]]; then
+		rm -rf "$2"
+		"$1/dedup" init --block-size 4096 --compress none "$2" >/dev/null
+		for i in 1 2 3 4; do "$1/dedup" put "$2@r$i" "${NEED[$((i - 1))]}"; done
+		touch "$2/ok"
 	fi
-	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
+	"$1/dedup" rm "$2@x" >/dev/null 2>&1 || true   # an interrupted run's
+}
+if [[ $MODE == small || $MODE == stream ]]; then
+	small_store "$NEW" "$S"
+	[[ $MODE == stream ]] || small_store "$OLD" "$S-old"
 fi
 # The 4 KiB modes' timed steps for one build: STEP V BIN.
 small_step() {
+	local s=$S
+	[[ $1 == new ]] || s=$S-old
 	sync; sleep 1
-	timed "$1 dup" "$2/dedup" put "$S@x" "${NEED[0]}"
-	"$2/dedup" rm "$S@x" >/dev/null
+	timed "$1 dup" "$2/dedup" put "$s@x" "${NEED[0]}"
+	"$2/dedup" rm "$s@x" >/dev/null
 	rm -rf "$W/new"
 	"$2/dedup" init --block-size 4096 --compress none "$W/new" >/dev/null
 	sync; sleep 1
@@ -141,14 +152,19 @@ if [[ $MODE == small ]]; then
 	exit 0
 fi
 if [[ $MODE == putb ]]; then
-	if [[ ! -f $S/ok ]]; then
-		rm -rf "$S"
-		"$NEW/dedup" init --block-size 131072 --compress zstd:1 "$S" >/dev/null
-		"$NEW/dedup" put "$S@a" "$A"
-		touch "$S/ok"
-	fi
-	"$NEW/dedup" rm "$S@x" >/dev/null 2>&1 || true   # an interrupted run's
-	"$NEW/dedup" gc "$S" >/dev/null
+	# putb_store BIN STORE: the store of A, made once by BIN
+	putb_store() {
+		if [[ ! -f $2/ok ]]; then
+			rm -rf "$2"
+			"$1/dedup" init --block-size 131072 --compress zstd:1 "$2" >/dev/null
+			"$1/dedup" put "$2@a" "$A"
+			touch "$2/ok"
+		fi
+		"$1/dedup" rm "$2@x" >/dev/null 2>&1 || true   # an interrupted run's
+		"$1/dedup" gc "$2" >/dev/null
+	}
+	putb_store "$NEW" "$S"
+	putb_store "$OLD" "$S-old"
 	sha=0
 	putb_step() {
 		local bps
@@ -156,10 +172,12 @@ if [[ $MODE == putb ]]; then
 			awk '/^sha256/ { v = $NF } END { sub(/k$/, "", v); printf "%.0f", v * 1000 }')
 		printf '%-18s %6.0f MB/s\n' "openssl -multi 2" "$(echo "$bps / 1000000" | bc -l)"
 		((bps > sha)) && sha=$bps
+		local s=$S
+		[[ $1 == new ]] || s=$S-old
 		cat "$B" >/dev/null; sync
-		timed "$1" "$2/dedup" put "$S@x" "$B"
-		"$2/dedup" rm "$S@x" >/dev/null
-		"$2/dedup" gc "$S" >/dev/null
+		timed "$1" "$2/dedup" put "$s@x" "$B"
+		"$2/dedup" rm "$s@x" >/dev/null
+		"$2/dedup" gc "$s" >/dev/null
 	}
 	alternate putb_step old new
 	for k in old new; do

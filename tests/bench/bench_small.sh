@@ -200,5 +200,5 @@ done
 echo "duplicate data, best round: $(ratio "$best_dup") x (target >= 0.6: $(verdict "$(ratio "$best_dup")" 0.6))"
 echo "flat: last round / first = $FLAT, 0 to $ENTRIES entries (target >= 0.8: $(verdict "$FLAT" 0.8)); catalog $((DDT >> 20)) MiB"
 [[ -n $(get memdup_lookups_without_disk_pct) ]] &&
-	echo "DDT at 10x budget ($(($(get cgroup_limit_bytes) >> 20)) MiB cgroup): re-put lookups without a disk read $(get memdup_lookups_without_disk_pct) % (every major fault counted as one; target >= 95), $(get memdup_map_blocks) of $BLOCKS blocks found in the map of the snapshot it repeats, $(($(get memdup_read_kib) >> 10)) MiB read from disk in all (the input, the map, the flush's DDT pages); new put: $(($(get memnew_read_kib) >> 10)) MiB read, lookups without a disk read $(get memnew_lookups_without_disk_pct) %"
+	echo "DDT at 10x budget ($(($(get cgroup_limit_bytes) >> 20)) MiB cgroup): re-put lookups without a disk read $(get memdup_lookups_without_disk_pct) % (every major fault counted as one; target >= 95), $(get memdup_map_blocks) of $BLOCKS blocks found in the map of the snapshot it repeats, $(($(get memdup_read_kib) >> 10)) MiB read from disk in all (the input, the maps, and any DDT pages still looked up); new put: $(($(get memnew_read_kib) >> 10)) MiB read, lookups without a disk read $(get memnew_lookups_without_disk_pct) %"
 exit 0
