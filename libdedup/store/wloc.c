@@ -55,10 +55,10 @@ struct dd_wloc_range {
 
 struct dd_wloc {
 	_Atomic uint64_t lc_src;  /* the adopted snapshot id, 0: none */
-	/* every source adopted since the writer began, for
-	 * dd_wloc_sources_live: a slot is reserved (lc_nused) before its
-	 * id is stored, so a slot still 0 reads as a source gone; past
-	 * DD_WLOC_USED, none is known live */
+	/* every source adopted since the writer began, each stored before
+	 * lc_src names it, for dd_wloc_sources_live: a slot is reserved
+	 * (lc_nused) before its id is stored, so a slot still 0 reads as a
+	 * source gone; past DD_WLOC_USED, none is known live */
 	_Atomic uint64_t lc_used[DD_WLOC_USED];
 	atomic_uint lc_nused;
 	atomic_bool lc_off;       /* too many input ranges to keep: no LREF
@@ -232,7 +232,8 @@ bool dd_wloc_match(dd_writer *w, unsigned worker, dd_txn *txn,
 	return false;
 }
 
-/* Remembers source id, adopted; an id adopted again is there already. */
+/* Remembers source id, about to be adopted; an id adopted before is
+ * there already. */
 static void dd_wloc_used(struct dd_wloc *lc, uint64_t id)
 {
 	unsigned n = atomic_load(&lc->lc_nused), slot;
@@ -285,8 +286,12 @@ void dd_wloc_adopt(dd_writer *w, unsigned worker, dd_txn *txn,
 			continue;
 		/* the best candidates first again at the next try */
 		lw->lw_next = 0;
-		if (atomic_compare_exchange_strong(&lc->lc_src, &none, id))
-			dd_wloc_used(lc, id);
+		/* remembered before any worker can read it as the source and
+		 * make an LREF of it, which a flush may apply while this
+		 * worker is still on its block: one that loses the race below
+		 * is remembered too, and only costs a look */
+		dd_wloc_used(lc, id);
+		atomic_compare_exchange_strong(&lc->lc_src, &none, id);
 		return;
 	}
 }
