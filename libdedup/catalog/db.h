@@ -226,6 +226,11 @@ int dd_ddt_unflagged(dd_txn *txn, dd_err *err, bool *out);
 /* Whether meta has the claim at all, true or withdrawn (*out); a writer
  * takes a census when it has not (dd_db_kf_prepare). */
 int dd_ddt_unflagged_known(dd_txn *txn, dd_err *err, bool *out);
+/* Whether meta has the claim and it does not hold in txn (*out): what a
+ * census may restore after flags were cleared (scrub, heal).  A catalog
+ * without the claim is not: its first writer takes the census, and
+ * readers leave an older build's catalog as it was. */
+int dd_ddt_unflagged_withdrawn(dd_txn *txn, dd_err *err, bool *out);
 /* Write transaction: a walk of the whole DDT counts its flagged entries
  * (*flagged, may be NULL), and the claim becomes what it found. */
 int dd_ddt_census(dd_txn *txn, dd_err *err, uint64_t *flagged);

@@ -474,6 +474,17 @@ int dd_ddt_unflagged_known(dd_txn *txn, dd_err *err, bool *out)
 	return dd_ddt_claim(txn, err, &v, out);
 }
 
+int dd_ddt_unflagged_withdrawn(dd_txn *txn, dd_err *err, bool *out)
+{
+	bool known, holds = false;
+	int rc = dd_ddt_unflagged_known(txn, err, &known);
+
+	if (!rc && known)
+		rc = dd_ddt_unflagged(txn, err, &holds);
+	*out = !rc && known && !holds;
+	return rc;
+}
+
 void dd_ddt_census_done(dd_txn *txn, uint64_t flagged)
 {
 	txn->tx_ddt_census = true;

@@ -340,6 +340,19 @@ static int dd_heal_apply(dd_txn *txn, dd_err *err, const dd_hblk *b,
 	return dd_ddt_put(txn, err, &b->hb_key, &e);
 }
 
+/* A heal that left none of the flags it knew of: when that was every
+ * flag (the unflagged claim withdrawn, and a census finds none in its
+ * transaction), re-puts may again leave references uncounted without a
+ * look (store/wucnt.c) -- one walk of the DDT, as the heal's own start
+ * took. */
+static int dd_heal_census(dd_txn *txn, dd_err *err)
+{
+	bool withdrawn;
+	int rc = dd_ddt_unflagged_withdrawn(txn, err, &withdrawn);
+
+	return rc || !withdrawn ? rc : dd_ddt_census(txn, err, NULL);
+}
+
 int dd_heal_finish(dd_heal *h, dd_err *err, dd_heal_report_fn report,
 		   void *ctx, dd_heal_result *out)
 {
@@ -365,6 +378,8 @@ int dd_heal_finish(dd_heal *h, dd_err *err, dd_heal_report_fn report,
 	for (size_t i = 0; !rc && i < h->h_npacks; i++)
 		rc = dd_packs_put(txn, err, dd_pack_id(h->h_packs[i]),
 				  dd_pack_end(h->h_packs[i]));
+	if (!rc && !res.missing)
+		rc = dd_heal_census(txn, err);
 	if (rc && txn)
 		dd_txn_abort(txn);
 	else if (!rc)

@@ -793,22 +793,21 @@ static int dd_scrub_flag(dd_txn *txn, dd_err *err, const dd_sblk *b,
 }
 
 /* Is the DDT's unflagged claim (catalog/db.h) withdrawn, so that a
- * census would restore it?  Not in a catalog that has never had it: the
- * first writer takes that census, and a scrub that finds nothing leaves
- * such a catalog -- an older build's store -- exactly as it was. */
+ * census would restore it?  Not in a catalog that has never had it: a
+ * scrub that finds nothing leaves an older build's store exactly as it
+ * was. */
 static bool dd_scrub_withdrawn(dd_store *s)
 {
-	bool known = false, holds = true;
+	bool withdrawn = false;
 	dd_txn *txn;
 	dd_err err;
 
 	if (!dd_txn_begin(s->st_db, &err, false, &txn)) {
-		if (dd_ddt_unflagged_known(txn, &err, &known) ||
-		    (known && dd_ddt_unflagged(txn, &err, &holds)))
-			known = false;
+		if (dd_ddt_unflagged_withdrawn(txn, &err, &withdrawn))
+			withdrawn = false;
 		dd_txn_abort(txn);
 	}
-	return known && !holds;
+	return withdrawn;
 }
 
 /* Records what scrub found (format/ddt.md §3): DAMAGED on the entries of

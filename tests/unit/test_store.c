@@ -2410,7 +2410,7 @@ static void put_small_snaps(dd_store *s, const char *prefix, const uint8_t *a,
  * would have left uncounted (else they would name entries of count 0,
  * against invariant U, and gc would stop with DD_ECORRUPT).  And the
  * unflagged claim, withdrawn by a flagged entry, comes back with a scrub
- * that finds no damage. */
+ * that finds no damage, or with a heal that leaves none. */
 static void test_reput_source_gone(void **state)
 {
 	const size_t n = 8 * MiB, nblk = n / 4096;
@@ -2419,7 +2419,11 @@ static void test_reput_source_gone(void **state)
 	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
 			     DD_HASH_SHA256);
 	dd_writer_stats ws = {.version = DD_WRITER_STATS_VERSION};
+	dd_heal_opts ho = DD_HEAL_OPTS_INIT;
+	dd_heal_result hr;
 	uint64_t unlooked;
+	char *good;
+	dd_store *g;
 	bool feature;
 	dd_writer *w;
 	int fd;
@@ -2456,10 +2460,31 @@ static void test_reput_source_gone(void **state)
 	assert_int_equal(put_file_stats(s, "d", fd, n, &ws), 0);
 	assert_int_equal(dd_wub_unlooked - unlooked, ws.map_blocks);
 	th_check_image(s, "d", a, n);
+
+	/* a record damaged and flagged by scrub, then healed from a good
+	 * copy: the heal's census brings the claim back */
+	good = th_tmp_store();
+	g = create(good, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	assert_int_equal(th_put(g, "good", a, n, n), 0);
+	dd_store_close(g);
+	dd_store_close(s);
+	flip_block(path, 1, 9);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), DD_ECHECKSUM);
+	ho.source = good;
+	assert_int_equal(dd_store_heal_from(s, &ho, &hr), 0);
+	assert_int_equal(hr.healed, 1);
+	assert_int_equal(hr.missing, 0);
+	unlooked = dd_wub_unlooked;
+	assert_int_equal(put_file_stats(s, "e", fd, n, &ws), 0);
+	assert_int_equal(dd_wub_unlooked - unlooked, ws.map_blocks);
+	th_check_image(s, "e", a, n);
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
 	close(fd);
 	dd_store_close(s);
 	free(a);
 	th_rm_store(path);
+	th_rm_store(good);
 }
 
 /* A re-put of a file finds its blocks in the block map of the snapshot
