@@ -448,22 +448,23 @@ static uint64_t dd_ddt_base(const dd_txn *txn)
 	return txn->tx_write ? id - 1 : id;
 }
 
+/* Does the claim hold in txn, meta naming commit v?  A flagged write or a
+ * census of this transaction decides; else meta must name exactly the
+ * commit txn starts from (v 0 is a withdrawn claim, never a commit's id). */
+static bool dd_ddt_claim_holds(const dd_txn *txn, uint64_t v)
+{
+	if (txn->tx_ddt_flagged)
+		return false;
+	return txn->tx_ddt_census || (v != 0 && v == dd_ddt_base(txn));
+}
+
 int dd_ddt_unflagged(dd_txn *txn, dd_err *err, bool *out)
 {
 	uint64_t v;
 	bool known;
-	int rc;
+	int rc = dd_ddt_claim(txn, err, &v, &known);
 
-	*out = false;
-	if (txn->tx_ddt_flagged)
-		return 0;
-	if (txn->tx_ddt_census) {
-		*out = true;
-		return 0;
-	}
-	rc = dd_ddt_claim(txn, err, &v, &known);
-	/* v 0 is a withdrawn claim, never a commit's id */
-	*out = !rc && v != 0 && v == dd_ddt_base(txn);
+	*out = !rc && dd_ddt_claim_holds(txn, v);
 	return rc;
 }
 
@@ -476,12 +477,11 @@ int dd_ddt_unflagged_known(dd_txn *txn, dd_err *err, bool *out)
 
 int dd_ddt_unflagged_withdrawn(dd_txn *txn, dd_err *err, bool *out)
 {
-	bool known, holds = false;
-	int rc = dd_ddt_unflagged_known(txn, err, &known);
+	uint64_t v;
+	bool known;
+	int rc = dd_ddt_claim(txn, err, &v, &known);
 
-	if (!rc && known)
-		rc = dd_ddt_unflagged(txn, err, &holds);
-	*out = !rc && known && !holds;
+	*out = !rc && known && !dd_ddt_claim_holds(txn, v);
 	return rc;
 }
 
@@ -518,7 +518,7 @@ int dd_ddt_census(dd_txn *txn, dd_err *err, uint64_t *flagged)
 int dd_ddt_txn_commit(dd_txn *txn, dd_err *err)
 {
 	uint64_t v;
-	bool known, holds;
+	bool known;
 	int rc;
 
 	if (!txn->tx_write)
@@ -526,11 +526,7 @@ int dd_ddt_txn_commit(dd_txn *txn, dd_err *err)
 	rc = dd_ddt_claim(txn, err, &v, &known);
 	if (rc)
 		return rc;
-	if (txn->tx_ddt_census)
-		holds = !txn->tx_ddt_flagged;
-	else
-		holds = v != 0 && v == dd_ddt_base(txn) && !txn->tx_ddt_flagged;
-	if (holds)
+	if (dd_ddt_claim_holds(txn, v))
 		return dd_meta_put_u64(txn, err, DD_DDT_UNFLAGGED,
 				       (uint64_t)mdb_txn_id(txn->tx_mdb));
 	/* withdrawn; an absent claim stays absent, for the census a writer

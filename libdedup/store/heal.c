@@ -65,7 +65,7 @@ static int dd_heal_collect(void *arg, const dd_ddt_key *key,
 	dd_err *err = ctx[1];
 
 	/* in use: a dead entry heals by any writer's copy (ddt.md §1) */
-	if (!(e->de_flags & (DD_DDE_DAMAGED | DD_DDE_MISSING)) ||
+	if (!dd_ddt_ent_flagged(e) ||
 	    e->de_refcnt == 0)
 		return 0;
 	if (h->h_n == h->h_cap) {
@@ -323,7 +323,7 @@ static int dd_heal_apply(dd_txn *txn, dd_err *err, const dd_hblk *b,
 		return 0;
 	if (rc)
 		return rc;
-	if (!(e.de_flags & (DD_DDE_DAMAGED | DD_DDE_MISSING)))
+	if (!dd_ddt_ent_flagged(&e))
 		return 0;
 	*state = -1;
 	if (!b->hb_have || e.de_refcnt == 0 ||

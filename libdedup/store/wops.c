@@ -272,7 +272,7 @@ static int dd_apply_new(dd_writer *w, dd_wop *op, uint64_t refs)
 		}
 		if (rc != DD_EEXIST)
 			return rc;
-		if (ent.de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED))
+		if (dd_ddt_ent_flagged(&ent))
 			/* a block repair found no copy of, or scrub found
 			 * damaged: this is it */
 			return dd_apply_takeover(w, op, &key, &ent, &ours);

@@ -63,7 +63,7 @@ int dd_writer_fail(dd_writer *w, int rc)
 bool dd_writer_usable(const dd_writer *w, const dd_ddt_ent *ent)
 {
 	/* lost, or its record found damaged: the writer brings a copy */
-	if (ent->de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED))
+	if (dd_ddt_ent_flagged(ent))
 		return false;
 	return ent->de_refcnt > 0 || ent->de_dead_since > w->w_start;
 }

@@ -101,7 +101,7 @@ static size_t dd_wub_slot(const struct dd_wubits *ub, uint64_t pos)
 static bool dd_wub_alive(const dd_ddt_ent *ent)
 {
 	return ent->de_refcnt > 0 &&
-	       !(ent->de_flags & (DD_DDE_MISSING | DD_DDE_DAMAGED));
+	       !dd_ddt_ent_flagged(ent);
 }
 
 /* Are the n ops of run all LREF? */
