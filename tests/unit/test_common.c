@@ -753,6 +753,77 @@ static void test_hmap_write_fault(void **state)
 	dd_hmap_free(m);
 }
 
+/* The default budget (16 MiB) holds a 1 GiB stream of 4 KiB blocks --
+ * 262,144 keys -- in RAM: with every write and read of a spill file made
+ * to fail, none of the puts and gets touches one. */
+static void test_hmap_ram_holds_1g_of_4k(void **state)
+{
+	const uint64_t n = 262144;
+	dd_hmap *m;
+	dd_err err;
+	uint8_t key[32];
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(dd_hmap_new(&m, &err, 0, NULL), 0);
+	dd_fault_arm(DD_FAULT_WRITE, 1, EIO, 1);
+	dd_fault_arm(DD_FAULT_READ, 1, EIO, 1);
+	dd_fault_arm(DD_FAULT_OPEN, 1, EIO, 1);
+	for (uint64_t i = 0; i < n; i++) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_put(m, &err, key, i), 0);
+	}
+	for (uint64_t i = 0; i < n + 1000; i += 3) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_get(m, &err, key, &v),
+				 i < n ? 0 : DD_ENOENT);
+		if (i < n)
+			assert_int_equal(v, i);
+	}
+	assert_int_equal(dd_fault_hits(DD_FAULT_WRITE), 0);
+	assert_int_equal(dd_fault_hits(DD_FAULT_READ), 0);
+	dd_hmap_free(m);
+}
+
+/* Past RAM, a key never put is answered by the spill's filter, not by a
+ * read of the spill file: with reads failing, nearly every such get is
+ * still DD_ENOENT (the filter's false positives read, and fail). */
+static void test_hmap_spill_filter(void **state)
+{
+	const uint64_t n = 100000, absent = 10000;
+	dd_hmap *m;
+	dd_err err;
+	uint8_t key[32];
+	uint64_t v, failed = 0;
+
+	(void)state;
+	/* 1 MiB: ~22,000 keys in RAM, the rest spilled, a 128 KiB filter */
+	assert_int_equal(dd_hmap_new(&m, &err, 1 << 20, NULL), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		hmap_key(key, i);
+		assert_int_equal(dd_hmap_put(m, &err, key, i), 0);
+	}
+	hmap_key(key, n - 1);   /* spilled: the file answers */
+	assert_int_equal(dd_hmap_get(m, &err, key, &v), 0);
+	assert_int_equal(v, n - 1);
+	dd_fault_arm(DD_FAULT_READ, 1, EIO, 1);
+	for (uint64_t i = n; i < n + absent; i++) {
+		int rc;
+
+		hmap_key(key, i);
+		rc = dd_hmap_get(m, &err, key, &v);
+		if (rc == DD_EIO)
+			failed++;
+		else
+			assert_int_equal(rc, DD_ENOENT);
+	}
+	/* 78,000 spilled keys in 1 Mbit, 4 probes: about 0.5% */
+	assert_true(failed < absent / 50);
+	hmap_key(key, n - 1);   /* a spilled key is read from the file */
+	assert_int_equal(dd_hmap_get(m, &err, key, &v), DD_EIO);
+	dd_hmap_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -772,6 +843,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_pool_args, teardown_faults),
 		cmocka_unit_test(test_hmap_spill),
 		cmocka_unit_test_teardown(test_hmap_write_fault, teardown_faults),
+		cmocka_unit_test_teardown(test_hmap_ram_holds_1g_of_4k,
+					  teardown_faults),
+		cmocka_unit_test_teardown(test_hmap_spill_filter,
+					  teardown_faults),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
