@@ -47,6 +47,19 @@ bench_init small
 if ((QUICK)); then SIZE=$((256 << 20)); else SIZE=$((1 << 30)); fi
 BLOCKS=$((SIZE / 4096))
 
+# Room first: the store takes about 1.15 x SIZE a round of new data (its
+# packs and catalog), the cgroup's new put one more, `dd`'s copy one
+# more while it runs, and the inputs not made yet SIZE each.  Running out
+# at the last step (the 16-round run did, on a disk holding other bench
+# stores) wastes the whole run.
+need=$(((ROUNDS + 2) * SIZE / 100 * 115))
+for ((i = 1; i <= ROUNDS + 1; i++)); do
+	[[ -f $BENCH_DIR/rand-$SIZE-$i.ok ]] || need=$((need + SIZE))
+done
+avail=$(df --output=avail -B1 "$BENCH_DIR" | tail -n 1 | tr -d ' ')
+((avail >= need)) ||
+	bench_die "$((need >> 30)) GiB needed in $BENCH_DIR for $ROUNDS rounds, $((avail >> 30)) GiB free: free some, or run fewer --rounds"
+
 # Random data, one file per round (+1 for the memory-limited new put):
 # AES-CTR of zeros, so the bytes depend on the round alone.
 data_file() {
