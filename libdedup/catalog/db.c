@@ -425,7 +425,8 @@ void dd_db_close(dd_db *db)
 	dd_free(db);
 }
 
-/* The live DDT is named in meta (format/ddt.md §4); read once per txn. */
+/* The live DDT is named in meta (format/ddt.md §4), and its runs
+ * counted (§5); read once per txn. */
 static int dd_txn_load_ddt(dd_txn *txn, dd_err *err)
 {
 	uint64_t which = 0;
@@ -442,7 +443,7 @@ static int dd_txn_load_ddt(dd_txn *txn, dd_err *err)
 	txn->tx_ddt = txn->tx_db->db_dbi[which ? DD_DBI_DDT1 : DD_DBI_DDT0];
 	txn->tx_ddt_other = txn->tx_db->db_dbi[which ? DD_DBI_DDT0 : DD_DBI_DDT1];
 	txn->tx_ddt_which = (unsigned)which;
-	return 0;
+	return dd_ddt_runs_load(txn, err);
 }
 
 /* Begins txn's LMDB transaction (or renews a parked read one) and the
@@ -726,6 +727,19 @@ static int dd_reader_line(const char *msg, void *arg)
 	if (sscanf(msg, "%d %31s %llu", &pid, tid, &txnid) == 3 &&
 	    txnid < rs->rs_oldest)
 		rs->rs_oldest = txnid;
+	return 0;
+}
+
+int dd_db_last_commit(dd_db *db, dd_err *err, uint64_t *txnid)
+{
+	MDB_envinfo info;
+	int rc = mdb_env_info(db->db_env, &info);
+
+	if (rc)
+		return dd_mdb_error(err, rc, "lmdb env info");
+	*txnid = (uint64_t)info.me_last_txnid;
+	/* what was set before that commit, as this process reads it next */
+	atomic_thread_fence(memory_order_acquire);
 	return 0;
 }
 

@@ -198,6 +198,30 @@ int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
  * when it was (one descent of the tree where get + put take two). */
 int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		  const dd_ddt_ent *ent, dd_ddt_ent *old);
+/* dd_ddt_insert of a key whose hash no committed DDT state txn starts
+ * from holds -- the key filter said so while the chain of commits held
+ * (format/ddt.md §5): no part is looked in first. */
+int dd_ddt_insert_absent(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+			 const dd_ddt_ent *ent, dd_ddt_ent *old);
+/* The longest table key of a DDT entry: a run's (format/ddt.md §5). */
+#define DD_DDT_PART_KEY_MAX 74
+/* dd_ddt_get in a transaction that passes over damaged pages
+ * (dd_txn_skip): DD_ENOENT when no part it reads holds key; *passed_len
+ * is then not 0 when a part the key might be in lies in a range passed
+ * over, and passed[] that part's table key (dd_scrub_pages_find). */
+int dd_ddt_get_past(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    dd_ddt_ent *out, uint8_t passed[DD_DDT_PART_KEY_MAX],
+		    size_t *passed_len);
+/* Whether this write transaction's inserts go to a sorted run
+ * (format/ddt.md §5): a flush of many new keys says so. */
+void dd_ddt_use_runs(dd_txn *txn, bool on);
+/* The DDT's sorted runs as txn sees them (meta ddt.runs). */
+uint64_t dd_ddt_runs(const dd_txn *txn);
+/* At most this many runs: a flush that would start one more first folds
+ * them into the main table (dd_ddt_fold). */
+#define DD_DDT_RUNS_MAX 32
+/* meta `features` bit: the live DDT may hold runs (format/store.md §2) */
+#define DD_META_FEATURE_DDT_RUNS 0x4u
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key);
 
 /* The live DDT's table, "ddt0" or "ddt1" (format/ddt.md §4). */
@@ -208,6 +232,10 @@ const char *dd_ddt_live_table(const dd_txn *txn);
 typedef int (*dd_ddt_walk_fn)(void *ctx, const dd_ddt_key *key,
 			      const dd_ddt_ent *ent);
 int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx);
+/* Every entry once, not in key order (the main part, then each run:
+ * format/ddt.md §5) -- one cursor, for a walk that only counts or
+ * collects; fn as dd_ddt_walk's. */
+int dd_ddt_scan(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx);
 /* The number of DDT entries (live and dead) as txn sees it: LMDB's count,
  * no walk. */
 int dd_ddt_count(dd_txn *txn, dd_err *err, uint64_t *n);
@@ -244,6 +272,8 @@ bool dd_ddt_ent_flagged(const dd_ddt_ent *e);
  * makes that the live one, dropping entries with refcount 0.  *removed
  * gets their count.  Write transaction only. */
 int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed);
+/* The same, keeping every entry: folds the runs into one table. */
+int dd_ddt_fold(dd_txn *txn, dd_err *err);
 
 typedef struct dd_db_usage {
 	uint64_t ddt_entries;
@@ -392,6 +422,8 @@ int dd_packs_walk_doomed(dd_txn *txn, dd_err *err, dd_doomed_walk_fn fn,
 /* The id this transaction has (a write transaction: the one it commits
  * as). */
 uint64_t dd_txn_id(const dd_txn *txn);
+/* The id of the environment's last commit, in any process. */
+int dd_db_last_commit(dd_db *db, dd_err *err, uint64_t *txnid);
 /* The oldest transaction id a live reader of the environment holds, in
  * any process; UINT64_MAX when there is none.  Clears stale readers. */
 int dd_db_oldest_reader(dd_db *db, dd_err *err, uint64_t *txnid);

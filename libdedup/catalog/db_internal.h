@@ -141,6 +141,9 @@ struct dd_txn {
 	 * bit was set in, to sync before the commit */
 	bool tx_kf_checked;
 	bool tx_kf_rebuilt;
+	bool tx_kf_holds;          /* it holds every key of the commit the
+				      txn starts from (dd_kf_txn_holds) */
+	bool tx_kf_damaged;        /* a block's sum failed: withdrawn */
 	struct dd_kf *tx_kf_dirty;
 	/* ddt.c: a write transaction's cursor on a DDT table (tx_ddt_cur_tree),
 	 * opened at its first update; LMDB closes it when the transaction
@@ -153,13 +156,25 @@ struct dd_txn {
 	 * (dd_ddt_census_done), so it knows without the chain */
 	bool tx_ddt_flagged;
 	bool tx_ddt_census;
+	/* ddt_run.c: the sorted runs 1..tx_ddt_runs (meta ddt.runs); the
+	 * part a key was last found in (0: main); whether this write
+	 * transaction's inserts go to a run (dd_ddt_use_runs), the run it
+	 * appends to (0: none yet), its last key, and its cursor there */
+	uint64_t tx_ddt_runs;
+	uint64_t tx_ddt_hit;
+	bool tx_ddt_to_runs;
+	uint64_t tx_ddt_run;
+	uint8_t tx_ddt_run_last[DD_DDT_KEY_SIZE];
+	MDB_cursor *tx_ddt_run_cur;
 };
+
 
 /* kfilter.c: an insert of hash into the DDT in write txn adds it to the
  * filter; before a write txn commits, it leaves its id in meta (the
  * filter is withdrawn when the previous commit's was not there) and
  * syncs the bits it set; the catalog's close unmaps. */
 int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash);
+
 int dd_kf_txn_commit(dd_txn *txn, dd_err *err);
 /* ddt.c: before a write txn commits, meta ddt.unflagged takes its id when
  * no DDT entry is flagged after it, else 0 (db.h, dd_ddt_unflagged) */
@@ -246,6 +261,39 @@ typedef int (*dd_table_fn)(void *ctx, dd_err *err, const MDB_val *k,
 			   const MDB_val *v);
 int dd_table_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
 		  void *ctx, const char *what);
+
+/*
+ * ddt_run.c: the DDT's sorted runs (format/ddt.md §5).  A run entry's
+ * key is 33 bytes 0xff, the run (BE64), the entry's key.
+ */
+#define DD_RUN_KEY_SIZE DD_DDT_PART_KEY_MAX
+_Static_assert(DD_RUN_KEY_SIZE == 2 * DD_DDT_KEY_SIZE + 8, "run key size");
+/* Reads meta ddt.runs into txn (at its begin). */
+int dd_ddt_runs_load(dd_txn *txn, dd_err *err);
+/* Finds the entry of key kb in table `tree`'s parts: 0 with *v its value
+ * and rk, *rklen its table key; DD_ENOENT in none.  cur NULL: by mdb_get;
+ * else cur is left at the entry (a write transaction's update).  A part
+ * whose key lies in a range txn passes over (dd_txn_skip) is not looked
+ * in: passed (when not NULL) gets the first such key, *passed_len its
+ * length (0: none). */
+int dd_ddt_locate(dd_txn *txn, dd_err *err, int tree,
+		  const uint8_t kb[DD_DDT_KEY_SIZE], MDB_cursor *cur,
+		  uint8_t rk[DD_RUN_KEY_SIZE], size_t *rklen, MDB_val *v,
+		  uint8_t *passed, size_t *passed_len);
+/* Appends kb's entry to a run (kb is in no part: the caller knows). */
+int dd_ddt_run_append(dd_txn *txn, dd_err *err,
+		      const uint8_t kb[DD_DDT_KEY_SIZE],
+		      const uint8_t vb[DD_DDT_VAL_SIZE]);
+/* Every entry of table `tree`, its parts merged in key order; k is the
+ * entry's 33-byte key.  A key met twice is damage. */
+int dd_ddt_parts_walk(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
+		      void *ctx);
+/* The same in table order -- main, then each run: one cursor, no merge,
+ * for walks that only count or collect (a key met twice is not seen). */
+int dd_ddt_parts_scan(dd_txn *txn, dd_err *err, int tree, dd_table_fn fn,
+		      void *ctx);
+/* After a compaction wrote every part into one table: no runs. */
+int dd_ddt_runs_folded(dd_txn *txn, dd_err *err);
 
 /* Translates an LMDB return code into a DD_E* code with a message. */
 int dd_mdb_error(dd_err *err, int rc, const char *what);

@@ -13,6 +13,10 @@
  * stays until gc removes it with its pack bytes.  Random hash keys leave
  * LMDB pages about half full, so gc rewrites the table in key order into
  * the other of ddt0/ddt1 (MDB_APPEND: full pages) -- §4.
+ *
+ * A large flush appends its new entries to a sorted run at the table's
+ * end instead (ddt_run.c, §5): every operation here finds a key in the
+ * part it is in, and walks merge the parts.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -133,35 +137,55 @@ const char *dd_ddt_live_table(const dd_txn *txn)
 	return dd_db_names[dd_ddt_tree(txn, true)];
 }
 
-int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
-	       dd_ddt_ent *out)
+int dd_ddt_get_past(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		    dd_ddt_ent *out, uint8_t passed[DD_DDT_PART_KEY_MAX],
+		    size_t *passed_len)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE];
-	MDB_val k = {sizeof(kb), kb}, v;
+	uint8_t kb[DD_DDT_KEY_SIZE], rk[DD_RUN_KEY_SIZE];
+	size_t rklen;
+	MDB_val v;
 	int rc;
 
 	dd_ddt_key_encode(kb, key);
-	rc = dd_table_get(txn, err, dd_ddt_tree(txn, true), &k, &v, "ddt get");
+	rc = dd_ddt_locate(txn, err, dd_ddt_tree(txn, true), kb, NULL, rk,
+			   &rklen, &v, passed, passed_len);
 	if (rc)
 		return rc;
 	return dd_ddt_val_decode(err, &v, out);
 }
 
+int dd_ddt_get(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+	       dd_ddt_ent *out)
+{
+	return dd_ddt_get_past(txn, err, key, out, NULL, NULL);
+}
+
+/* Overwrites key's entry in the part it is in, or adds it to main. */
 int dd_ddt_put(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	       const dd_ddt_ent *ent)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
-	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
-
+	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE], rk[DD_RUN_KEY_SIZE];
+	size_t rklen = DD_DDT_KEY_SIZE;
+	MDB_val k, v;
+	int tree = dd_ddt_tree(txn, true);
 	int rc = dd_kf_txn_add(txn, err, key->dk_hash);
 
 	if (rc)
 		return rc;
 	dd_ddt_key_encode(kb, key);
+	/* without runs, main is the only place: LMDB's put finds it */
+	rc = txn->tx_ddt_runs ? dd_ddt_locate(txn, err, tree, kb, NULL, rk,
+					      &rklen, &v, NULL, NULL)
+			      : DD_ENOENT;
+	if (rc == DD_ENOENT)
+		memcpy(rk, kb, rklen = DD_DDT_KEY_SIZE);
+	else if (rc)
+		return rc;
 	dd_ddt_val_encode(vb, ent);
 	dd_ddt_note(txn, ent);
-	return dd_table_put(txn, err, dd_ddt_tree(txn, true), &k, &v, 0,
-			    "ddt put");
+	k = (MDB_val){rklen, rk};
+	v = (MDB_val){sizeof(vb), vb};
+	return dd_table_put(txn, err, tree, &k, &v, 0, "ddt put");
 }
 
 /* The write transaction's cursor on DDT table `tree` (db_internal.h).
@@ -189,46 +213,44 @@ static int dd_ddt_wcur(dd_txn *txn, dd_err *err, int tree, MDB_cursor **out)
 	return 0;
 }
 
-/* Puts the write txn's cursor at key's entry (DD_ENOENT: none), *out. */
+/* Puts the write txn's cursor at key's entry (DD_ENOENT: none), *out;
+ * rk, *rklen the entry's table key (format/ddt.md §5). */
 static int dd_ddt_wseek(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
-			uint8_t kb[DD_DDT_KEY_SIZE], MDB_cursor **cur,
-			dd_ddt_ent *out)
+			uint8_t rk[DD_RUN_KEY_SIZE], size_t *rklen,
+			MDB_cursor **cur, dd_ddt_ent *out)
 {
-	MDB_val k = {DD_DDT_KEY_SIZE, kb}, v;
-	int tree = dd_ddt_tree(txn, true);
-	int rc;
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	MDB_val v;
+	int rc = dd_ddt_wcur(txn, err, dd_ddt_tree(txn, true), cur);
 
-	dd_ddt_key_encode(kb, key);
-	/* the pages the cursor's descent reads, and a put rewrites */
-	rc = dd_guard_key(txn, err, tree, kb, DD_DDT_KEY_SIZE, DD_GUARD_PUT);
-	if (!rc)
-		rc = dd_ddt_wcur(txn, err, tree, cur);
 	if (rc)
 		return rc;
-	rc = mdb_cursor_get(*cur, &k, &v, MDB_SET_KEY);
-	if (rc == MDB_NOTFOUND)
-		return DD_ENOENT;
-	if (rc)
-		return dd_mdb_error(err, rc, "ddt get");
-	return dd_ddt_val_decode(err, &v, out);
+	dd_ddt_key_encode(kb, key);
+	/* the guard checks the pages each descent reads, and a put
+	 * rewrites */
+	rc = dd_ddt_locate(txn, err, dd_ddt_tree(txn, true), kb, *cur, rk,
+			   rklen, &v, NULL, NULL);
+	return rc ? rc : dd_ddt_val_decode(err, &v, out);
 }
 
 int dd_ddt_get_w(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		 dd_ddt_ent *out)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE];
+	uint8_t rk[DD_RUN_KEY_SIZE];
+	size_t rklen;
 	MDB_cursor *cur = NULL;
 
-	return dd_ddt_wseek(txn, err, key, kb, &cur, out);
+	return dd_ddt_wseek(txn, err, key, rk, &rklen, &cur, out);
 }
 
 int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		    uint64_t n, dd_ddt_ent *out)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	uint8_t rk[DD_RUN_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
+	size_t rklen;
 	MDB_val k, v;
 	MDB_cursor *cur = NULL;
-	int rc = dd_ddt_wseek(txn, err, key, kb, &cur, out);
+	int rc = dd_ddt_wseek(txn, err, key, rk, &rklen, &cur, out);
 
 	if (rc)
 		return rc;
@@ -244,7 +266,7 @@ int dd_ddt_add_refs(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	out->de_refcnt += n;
 	dd_ddt_val_encode(vb, out);
 	dd_ddt_note(txn, out);
-	k = (MDB_val){sizeof(kb), kb};   /* not the page's copy it points at */
+	k = (MDB_val){rklen, rk};        /* not the page's copy it points at */
 	v = (MDB_val){sizeof(vb), vb};
 	/* same size: LMDB rewrites the value in place, no second descent */
 	rc = mdb_cursor_put(cur, &k, &v, MDB_CURRENT);
@@ -270,21 +292,37 @@ int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
 	return DD_ENOENT;
 }
 
-int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
-		  const dd_ddt_ent *ent, dd_ddt_ent *old)
+/* An insert: look says whether key may be in a part already (else the
+ * caller knows it is in none).  New entries go to a run when the
+ * transaction says so (dd_ddt_use_runs), else to the main part. */
+static int dd_ddt_insert_as(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+			    const dd_ddt_ent *ent, dd_ddt_ent *old, bool look)
 {
 	uint8_t kb[DD_DDT_KEY_SIZE], vb[DD_DDT_VAL_SIZE];
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
 	MDB_cursor *cur = NULL;
 	int tree = dd_ddt_tree(txn, true);
-	int rc;
+	int rc = dd_kf_txn_add(txn, err, key->dk_hash);
 
+	/* without runs, main's own insert below is the look */
+	if (!rc && look && (txn->tx_ddt_runs || txn->tx_ddt_to_runs)) {
+		uint8_t rk[DD_RUN_KEY_SIZE];
+		size_t rklen;
+
+		rc = dd_ddt_wseek(txn, err, key, rk, &rklen, &cur, old);
+		if (rc == 0)
+			return DD_EEXIST;
+		if (rc == DD_ENOENT)
+			rc = 0;
+	}
+	if (rc)
+		return rc;
 	dd_ddt_key_encode(kb, key);
 	dd_ddt_val_encode(vb, ent);
 	dd_ddt_note(txn, ent);
-	rc = dd_kf_txn_add(txn, err, key->dk_hash);
-	if (!rc)
-		rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
+	if (txn->tx_ddt_to_runs)
+		return dd_ddt_run_append(txn, err, kb, vb);
+	rc = dd_guard_key(txn, err, tree, kb, sizeof(kb), DD_GUARD_PUT);
 	if (!rc)
 		rc = dd_ddt_wcur(txn, err, tree, &cur);
 	if (rc)
@@ -300,13 +338,42 @@ int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	return rc ? rc : DD_EEXIST;
 }
 
+int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+		  const dd_ddt_ent *ent, dd_ddt_ent *old)
+{
+	return dd_ddt_insert_as(txn, err, key, ent, old, true);
+}
+
+int dd_ddt_insert_absent(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
+			 const dd_ddt_ent *ent, dd_ddt_ent *old)
+{
+	return dd_ddt_insert_as(txn, err, key, ent, old, false);
+}
+
+void dd_ddt_use_runs(dd_txn *txn, bool on)
+{
+	txn->tx_ddt_to_runs = on;
+}
+
 int dd_ddt_del(dd_txn *txn, dd_err *err, const dd_ddt_key *key)
 {
-	uint8_t kb[DD_DDT_KEY_SIZE];
-	MDB_val k = {sizeof(kb), kb};
+	uint8_t kb[DD_DDT_KEY_SIZE], rk[DD_RUN_KEY_SIZE];
+	size_t rklen;
+	MDB_val k, v;
+	int tree = dd_ddt_tree(txn, true);
+	int rc;
 
 	dd_ddt_key_encode(kb, key);
-	return dd_table_del(txn, err, dd_ddt_tree(txn, true), &k, "ddt del");
+	if (!txn->tx_ddt_runs) {   /* main is the only place */
+		k = (MDB_val){sizeof(kb), kb};
+		return dd_table_del(txn, err, tree, &k, "ddt del");
+	}
+	rc = dd_ddt_locate(txn, err, tree, kb, NULL, rk, &rklen, &v, NULL,
+			   NULL);
+	if (rc)
+		return rc;
+	k = (MDB_val){rklen, rk};
+	return dd_table_del(txn, err, tree, &k, "ddt del");
 }
 
 int dd_ddt_count(dd_txn *txn, dd_err *err, uint64_t *n)
@@ -342,14 +409,23 @@ int dd_ddt_walk(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx)
 {
 	struct dd_ddt_walk_ctx dw = {fn, ctx};
 
-	return dd_table_walk(txn, err, dd_ddt_tree(txn, true), dd_ddt_walk_one,
-			     &dw, "ddt walk");
+	return dd_ddt_parts_walk(txn, err, dd_ddt_tree(txn, true),
+				 dd_ddt_walk_one, &dw);
+}
+
+int dd_ddt_scan(dd_txn *txn, dd_err *err, dd_ddt_walk_fn fn, void *ctx)
+{
+	struct dd_ddt_walk_ctx dw = {fn, ctx};
+
+	return dd_ddt_parts_scan(txn, err, dd_ddt_tree(txn, true),
+				 dd_ddt_walk_one, &dw);
 }
 
 struct dd_compact_ctx {
 	dd_txn *cc_txn;
 	dd_err *cc_err;
 	MDB_cursor *cc_dst;
+	bool cc_keep_dead;         /* a fold: every entry goes */
 	uint64_t cc_removed;
 };
 
@@ -361,7 +437,7 @@ static int dd_compact_one(void *arg, const dd_ddt_key *key,
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
 	int rc;
 
-	if (ent->de_refcnt == 0) {
+	if (ent->de_refcnt == 0 && !cc->cc_keep_dead) {
 		cc->cc_removed++;
 		return 0;
 	}
@@ -377,9 +453,12 @@ static int dd_compact_one(void *arg, const dd_ddt_key *key,
 	return 0;
 }
 
-int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
+/* Writes every part of the live table (its runs merged in) into the
+ * other one in key order, and makes that the live one. */
+static int dd_ddt_compact_as(dd_txn *txn, dd_err *err, bool keep_dead,
+			     uint64_t *removed)
 {
-	struct dd_compact_ctx cc = {txn, err, NULL, 0};
+	struct dd_compact_ctx cc = {txn, err, NULL, keep_dead, 0};
 	unsigned next = txn->tx_ddt_which ^ 1u;
 	int rc;
 
@@ -417,7 +496,17 @@ int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
 	txn->tx_ddt_which = next;
 	if (removed)
 		*removed = cc.cc_removed;
-	return 0;
+	return dd_ddt_runs_folded(txn, err);
+}
+
+int dd_ddt_compact(dd_txn *txn, dd_err *err, uint64_t *removed)
+{
+	return dd_ddt_compact_as(txn, err, false, removed);
+}
+
+int dd_ddt_fold(dd_txn *txn, dd_err *err)
+{
+	return dd_ddt_compact_as(txn, err, true, NULL);
 }
 
 /* ---- the unflagged claim (db.h) ---------------------------------------------*/
@@ -506,7 +595,7 @@ int dd_ddt_census(dd_txn *txn, dd_err *err, uint64_t *flagged)
 
 	if (!txn->tx_write)
 		return dd_err_set(err, DD_EINVAL, "ddt census needs a write txn");
-	rc = dd_ddt_walk(txn, err, dd_ddt_census_one, &n);
+	rc = dd_ddt_scan(txn, err, dd_ddt_census_one, &n);
 	if (rc)
 		return rc;
 	dd_ddt_census_done(txn, n);

@@ -34,6 +34,7 @@ struct dd_kf {
 	uint8_t *kf_map;           /* the whole file */
 	size_t kf_len;
 	_Atomic uint64_t *kf_bits; /* kf_nblocks blocks of 8 words */
+	uint8_t *kf_sums;          /* each block's CRC-32C, LE32 (§1) */
 	uint64_t kf_nblocks;
 	uint64_t kf_gen;
 	struct dd_kf *kf_retired;  /* mappings made before this one */
@@ -78,13 +79,34 @@ static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
 	return true;
 }
 
-/* Sets a hash's bits; true if one was not set. */
-static bool dd_kf_set(struct dd_kf *kf, const uint8_t *hash)
+/* A block's sum (format/kfilter.md §1).  Bits change only inside write
+ * transactions, one at a time (LMDB's writer lock): a writer reads a
+ * block no other writer is changing.  Probes read bits meanwhile and
+ * never the sums. */
+static uint32_t dd_kf_block_sum(const struct dd_kf *kf, uint64_t b)
 {
-	uint64_t bits, b = dd_kf_block(kf->kf_nblocks, hash, &bits);
-	_Atomic uint64_t *w = kf->kf_bits + b * 8;
+	return dd_crc32c(0, (const void *)(kf->kf_bits + b * 8), DD_KF_BLOCK);
+}
+
+static bool dd_kf_block_ok(const struct dd_kf *kf, uint64_t b)
+{
+	return dd_get_le32(kf->kf_sums + b * 4) == dd_kf_block_sum(kf, b);
+}
+
+static void dd_kf_block_seal(struct dd_kf *kf, uint64_t b)
+{
+	dd_put_le32(kf->kf_sums + b * 4, dd_kf_block_sum(kf, b));
+}
+
+/* Sets a hash's bits in block *b; true if one was not set. */
+static bool dd_kf_set(struct dd_kf *kf, const uint8_t *hash, uint64_t *b)
+{
+	uint64_t bits;
+	_Atomic uint64_t *w;
 	bool changed = false;
 
+	*b = dd_kf_block(kf->kf_nblocks, hash, &bits);
+	w = kf->kf_bits + *b * 8;
 	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
 		unsigned bit = bits & 511;
 		uint64_t m = (uint64_t)1 << (bit & 63);
@@ -114,6 +136,19 @@ static void dd_kf_header(uint8_t *h, uint64_t nblocks, uint64_t gen,
 	dd_put_le32(h + 60, dd_crc32c(0, h, 60));
 }
 
+/* A file of nblocks: the header, the blocks, their sums (§1). */
+static uint64_t dd_kf_file_size(uint64_t nblocks)
+{
+	return DD_KF_HDR_SIZE + nblocks * (DD_KF_BLOCK + 4);
+}
+
+static void dd_kf_lay_out(struct dd_kf *kf, uint8_t *file, uint64_t nblocks)
+{
+	kf->kf_bits = (_Atomic uint64_t *)(file + DD_KF_HDR_SIZE);
+	kf->kf_sums = file + DD_KF_HDR_SIZE + nblocks * DD_KF_BLOCK;
+	kf->kf_nblocks = nblocks;
+}
+
 /* The header's fields, if it is one this build writes, for a file of len
  * bytes. */
 static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
@@ -127,7 +162,7 @@ static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
 	*nblocks = dd_get_le64(h + 16);
 	*gen = dd_get_le64(h + 24);
 	return *nblocks >= 1 && *nblocks <= DD_KF_MAX_BLOCKS &&
-	       len == DD_KF_HDR_SIZE + *nblocks * DD_KF_BLOCK;
+	       len == dd_kf_file_size(*nblocks);
 }
 
 static int dd_kf_path(dd_db *db, char *out, size_t cap)
@@ -172,9 +207,17 @@ static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 	}
 	kf->kf_map = map;
 	kf->kf_len = (size_t)st.st_size;
-	kf->kf_bits = (_Atomic uint64_t *)(kf->kf_map + DD_KF_HDR_SIZE);
-	kf->kf_nblocks = nblocks;
+	dd_kf_lay_out(kf, kf->kf_map, nblocks);
 	kf->kf_gen = gen;
+	/* every block's sum: a damaged one is no filter, and is rebuilt
+	 * (about a millisecond per 4 M DDT entries) */
+	for (uint64_t b = 0; b < nblocks; b++)
+		if (!dd_kf_block_ok(kf, b)) {
+			munmap(map, (size_t)st.st_size);
+			dd_free(kf);
+			kf = NULL;
+			break;
+		}
 out:
 	close(fd);
 	return kf;
@@ -216,22 +259,57 @@ void dd_db_kf_close(dd_db *db)
 
 /* ---- building ---------------------------------------------------------------*/
 
+/* A build sets the bits of millions of keys at random places in a
+ * buffer of megabytes, a cache miss each: it names each key's block
+ * DD_KF_AHEAD keys before it sets the bits there (prefetched meanwhile),
+ * and with plain stores -- the buffer is its own until it is a file. */
+#define DD_KF_AHEAD 16
+
+struct dd_kf_pending {
+	uint64_t kp_block, kp_bits;
+};
+
 struct dd_kf_build {
 	struct dd_kf kb_kf;        /* over an anonymous buffer */
+	uint64_t *kb_words;        /* kb_kf's bits, for plain stores */
+	struct dd_kf_pending kb_ring[DD_KF_AHEAD];
 	uint64_t kb_n;
 	uint64_t kb_flagged;       /* entries MISSING or DAMAGED: the walk is
 				      the unflagged claim's census too */
 };
 
+static void dd_kf_build_set(struct dd_kf_build *kb,
+			    const struct dd_kf_pending *kp)
+{
+	uint64_t *w = kb->kb_words + kp->kp_block * 8, bits = kp->kp_bits;
+
+	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9)
+		w[(bits & 511) >> 6] |= (uint64_t)1 << (bits & 63);
+}
+
 static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
 			   const dd_ddt_ent *ent)
 {
 	struct dd_kf_build *kb = arg;
+	struct dd_kf_pending *kp = &kb->kb_ring[kb->kb_n % DD_KF_AHEAD];
 
-	dd_kf_set(&kb->kb_kf, key->dk_hash);
+	if (kb->kb_n >= DD_KF_AHEAD)
+		dd_kf_build_set(kb, kp);
+	kp->kp_block = dd_kf_block(kb->kb_kf.kf_nblocks, key->dk_hash,
+				   &kp->kp_bits);
+	__builtin_prefetch(kb->kb_words + kp->kp_block * 8, 1);
 	kb->kb_n++;
 	kb->kb_flagged += dd_ddt_ent_flagged(ent);
 	return 0;
+}
+
+/* The keys still in the ring. */
+static void dd_kf_build_end(struct dd_kf_build *kb)
+{
+	uint64_t from = kb->kb_n > DD_KF_AHEAD ? kb->kb_n - DD_KF_AHEAD : 0;
+
+	for (uint64_t i = from; i < kb->kb_n; i++)
+		dd_kf_build_set(kb, &kb->kb_ring[i % DD_KF_AHEAD]);
 }
 
 static uint64_t dd_kf_blocks_for(uint64_t entries)
@@ -265,7 +343,7 @@ static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t entries,
 	dd_db *db = txn->tx_db;
 	struct dd_kf_build kb;
 	uint64_t nblocks = dd_kf_blocks_for(entries);
-	size_t len = DD_KF_HDR_SIZE + nblocks * DD_KF_BLOCK;
+	size_t len = (size_t)dd_kf_file_size(nblocks);
 	uint64_t gen, last = 0;
 	const char *dir;
 	uint8_t *buf;
@@ -282,9 +360,13 @@ static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t entries,
 	buf = dd_calloc(1, len);
 	if (!buf)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	kb.kb_kf.kf_bits = (_Atomic uint64_t *)(buf + DD_KF_HDR_SIZE);
-	kb.kb_kf.kf_nblocks = nblocks;
-	rc = dd_ddt_walk(txn, err, dd_kf_build_one, &kb);
+	dd_kf_lay_out(&kb.kb_kf, buf, nblocks);
+	kb.kb_words = (uint64_t *)(buf + DD_KF_HDR_SIZE);
+	/* order does not matter here: one cursor, not the runs' merge */
+	rc = dd_ddt_scan(txn, err, dd_kf_build_one, &kb);
+	dd_kf_build_end(&kb);
+	for (uint64_t b = 0; !rc && b < nblocks; b++)
+		dd_kf_block_seal(&kb.kb_kf, b);
 	if (!rc)
 		dd_ddt_census_done(txn, kb.kb_flagged);
 	if (!rc) {
@@ -405,28 +487,19 @@ static int dd_kf_sync(struct dd_kf *kf, dd_err *err)
 	return 0;
 }
 
-bool dd_db_kf_add(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
-{
-	struct dd_kf *kf = atomic_load(&db->db_kf);
-
-	return kf && !atomic_load(&db->db_kf_detached) && dd_kf_set(kf, hash);
-}
-
-int dd_db_kf_sync(dd_db *db, dd_err *err)
-{
-	struct dd_kf *kf = atomic_load(&db->db_kf);
-
-	return kf ? dd_kf_sync(kf, err) : 0;
-}
-
 /* ---- inserts (ddt.c) and commits (db.c) ----------------------------------*/
 
-int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
+/* The filter of the generation meta names, mapped, for txn's inserts
+ * (NULL: none, or found damaged in txn); read once per write txn, and
+ * whether it holds every key of the commit txn starts from (the chain of
+ * commits, format/kfilter.md §3). */
+static int dd_kf_txn_filter(dd_txn *txn, dd_err *err, struct dd_kf **out)
 {
 	dd_db *db = txn->tx_db;
 	struct dd_kf *kf;
 
-	if (!db->db_kf_enabled)
+	*out = NULL;
+	if (!db->db_kf_enabled || txn->tx_kf_damaged)
 		return 0;
 	if (!txn->tx_kf_checked) {
 		uint64_t gen;
@@ -440,11 +513,61 @@ int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
 			kf = gen ? dd_kf_map(db, gen) : NULL;
 			dd_kf_attach(db, kf);
 		}
+		rc = dd_kf_txn_holds(txn, err, gen, &txn->tx_kf_holds);
+		if (rc)
+			return rc;
 	}
 	kf = atomic_load(&db->db_kf);
-	if (kf && !db->db_kf_detached && dd_kf_set(kf, hash))
-		txn->tx_kf_dirty = kf;
+	if (kf && !db->db_kf_detached)
+		*out = kf;
 	return 0;
+}
+
+/* A block whose sum fails: the file was damaged since it was mapped.
+ * The transaction adds to it no more, and withdraws it at its commit
+ * (ddt.filter 0): the next writer rebuilds it. */
+static void dd_kf_txn_damaged(dd_txn *txn)
+{
+	txn->tx_kf_damaged = true;
+	txn->tx_kf_holds = false;
+}
+
+int dd_kf_txn_test_add(dd_txn *txn, dd_err *err, const uint8_t *hash,
+		       bool *absent)
+{
+	struct dd_kf *kf;
+	uint64_t bits, b;
+	int rc = dd_kf_txn_filter(txn, err, &kf);
+
+	*absent = false;
+	if (rc || !kf)
+		return rc;
+	b = dd_kf_block(kf->kf_nblocks, hash, &bits);
+	if (!dd_kf_block_ok(kf, b)) {
+		dd_kf_txn_damaged(txn);
+		return 0;
+	}
+	*absent = txn->tx_kf_holds && !dd_kf_test(kf, hash);
+	if (dd_kf_set(kf, hash, &b)) {
+		dd_kf_block_seal(kf, b);
+		txn->tx_kf_dirty = kf;
+	}
+	return 0;
+}
+
+int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
+{
+	bool absent;
+
+	return dd_kf_txn_test_add(txn, err, hash, &absent);
+}
+
+uint64_t dd_kf_txn_gen(dd_txn *txn)
+{
+	struct dd_kf *kf = atomic_load(&txn->tx_db->db_kf);
+
+	return txn->tx_kf_checked && !txn->tx_kf_damaged && kf &&
+	       !txn->tx_db->db_kf_detached ? kf->kf_gen : 0;
 }
 
 /* Every write transaction of a build that knows the filter leaves its id
@@ -458,7 +581,8 @@ static int dd_kf_txn_chain(dd_txn *txn, dd_err *err)
 	uint64_t id = (uint64_t)mdb_txn_id(txn->tx_mdb), last;
 	int rc = dd_kf_meta(txn, err, "ddt.filter.txn", &last);
 
-	if (!rc && last != id - 1 && !txn->tx_kf_rebuilt) {
+	if (!rc && ((last != id - 1 && !txn->tx_kf_rebuilt) ||
+		    txn->tx_kf_damaged)) {
 		uint64_t gen;
 
 		rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
@@ -466,6 +590,18 @@ static int dd_kf_txn_chain(dd_txn *txn, dd_err *err)
 			rc = dd_meta_put_u64(txn, err, "ddt.filter", 0);
 	}
 	return rc ? rc : dd_meta_put_u64(txn, err, "ddt.filter.txn", id);
+}
+
+int dd_kf_txn_holds(dd_txn *txn, dd_err *err, uint64_t gen, bool *out)
+{
+	uint64_t id = (uint64_t)mdb_txn_id(txn->tx_mdb), in_force, last;
+	int rc = dd_kf_meta(txn, err, "ddt.filter", &in_force);
+
+	if (!rc)
+		rc = dd_kf_meta(txn, err, "ddt.filter.txn", &last);
+	*out = !rc && gen && in_force == gen &&
+	       last == (txn->tx_write ? id - 1 : id);
+	return rc;
 }
 
 int dd_kf_txn_commit(dd_txn *txn, dd_err *err)

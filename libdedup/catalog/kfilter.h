@@ -18,8 +18,8 @@
  *
  * The filter is rebuilt from a walk of the DDT, inside a write
  * transaction so that no insert runs meanwhile, when a writer finds it
- * missing, damaged, of another generation or under 8 bits per entry
- * (dd_db_kf_prepare); it is built at 16 bits per entry, so rebuilds come
+ * missing, damaged, of another generation or under 16 bits per entry
+ * (dd_db_kf_prepare); it is built at 32 bits per entry, so rebuilds come
  * at each doubling of the DDT.
  */
 #ifndef DD_CATALOG_KFILTER_H
@@ -33,12 +33,12 @@
 
 #define DD_KF_FILE "keys.flt"
 #define DD_KF_MAGIC "DDKEYFLT"
-#define DD_KF_VERSION 1
+#define DD_KF_VERSION 2
 #define DD_KF_HDR_SIZE 64
 #define DD_KF_BLOCK 64            /* bytes: one cache line */
 #define DD_KF_PROBES 6            /* bits set per key, in one block */
-#define DD_KF_BUILD_BITS 16       /* per DDT entry, at a rebuild */
-#define DD_KF_MIN_BITS 8          /* per entry: fewer, and it is rebuilt */
+#define DD_KF_BUILD_BITS 32       /* per DDT entry, at a rebuild */
+#define DD_KF_MIN_BITS 16         /* per entry: fewer, and it is rebuilt */
 #define DD_KF_MIN_BLOCKS 4096     /* 256 KiB */
 #define DD_KF_MAX_BLOCKS ((uint64_t)1 << 32)
 
@@ -53,12 +53,19 @@ int dd_db_kf_prepare(dd_db *db, dd_err *err);
  * true: it may -- or there is no filter. */
 bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
 
-/* Sets the bits of a hash in the mapped filter (true: one was not set),
- * and syncs them: a writer about to insert many does it before a series
- * of transactions, which then set no bit and sync nothing.  The inserts
- * add them again in any case (a rebuild may come in between). */
-bool dd_db_kf_add(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
-int dd_db_kf_sync(dd_db *db, dd_err *err);
+/* Does the filter of generation gen hold every hash of the DDT txn
+ * starts from?  meta ddt.filter names gen, and ddt.filter.txn that very
+ * commit: no build that does not know the filter committed since. */
+int dd_kf_txn_holds(dd_txn *txn, dd_err *err, uint64_t gen, bool *out);
+/* Write txn: adds hash to the filter, as an insert does, and first
+ * *absent: the filter says no key of the DDT txn starts from has this
+ * hash, and may be trusted to (its block's sum checks, and it holds
+ * every key of that commit: format/ddt.md §5).  A block whose sum fails
+ * withdraws the filter at txn's commit. */
+int dd_kf_txn_test_add(dd_txn *txn, dd_err *err, const uint8_t *hash,
+		       bool *absent);
+/* The generation of the filter write txn adds to (0: none). */
+uint64_t dd_kf_txn_gen(dd_txn *txn);
 
 /* Is the filter in use (prepared, mapped) in this process? */
 bool dd_db_kf_mapped(dd_db *db);

@@ -246,7 +246,8 @@ int dd_store_meta_read(dd_txn *txn, dd_err *err, const char *path,
 				  "is newer than this build reads (1)", path,
 				  (unsigned long long)fmt);
 	if (features & ~(uint64_t)(DD_META_FEATURE_VARBLOCK |
-				   DD_META_FEATURE_UCNT))
+				   DD_META_FEATURE_UCNT |
+				   DD_META_FEATURE_DDT_RUNS))
 		return dd_err_set(err, DD_ENOTSUP,
 				  "%s: store uses features %#llx this build "
 				  "does not know", path,

@@ -385,7 +385,7 @@ static int dd_names_pack(void *ctx, const dd_ddt_key *key,
 static int dd_pack_unnamed(dd_txn *txn, dd_err *err, uint32_t id)
 {
 	char name[16];           /* dd_pack_name's size */
-	int rc = dd_ddt_walk(txn, err, dd_names_pack, &id);
+	int rc = dd_ddt_scan(txn, err, dd_names_pack, &id);
 
 	if (rc != 1)
 		return rc;

@@ -352,7 +352,8 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 {
 	uint64_t idx, next = 0, bs = r->sr_block_size;
 	bool var = sc->sc_store->st_chunker != DD_CHUNKER_FIXED;
-	uint8_t got[DD_HASH_SIZE];
+	uint8_t got[DD_HASH_SIZE], passed[DD_DDT_PART_KEY_MAX];
+	size_t passed_len;
 	const dd_spage *pg;
 	dd_ddt_key key;
 	dd_ddt_ent ent;
@@ -371,7 +372,15 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 		if (!var)
 			len = idx + 1 < r->sr_blocks ? bs
 						     : r->sr_size - idx * bs;
-		pg = dd_scrub_pages_ddt(sc->sc_pages, sc->sc_txn, &key);
+		/* a part of the DDT the key may be in (format/ddt.md §5)
+		 * on a damaged page: the block cannot be located */
+		rc = dd_ddt_get_past(sc->sc_txn, sc->sc_err, &key, &ent,
+				     passed, &passed_len);
+		pg = rc == DD_ENOENT && passed_len && sc->sc_pages
+			     ? dd_scrub_pages_find(sc->sc_pages,
+						   dd_ddt_live_table(sc->sc_txn),
+						   passed, passed_len)
+			     : NULL;
 		if (pg) {
 			rc = dd_scrub_run_add(sc, run, pg, var ? idx : idx * bs,
 					      len);
@@ -379,7 +388,6 @@ static int dd_scrub_map_check(dd_scrub *sc, dd_digest *dg, dd_bmap_cur *cur,
 				return rc;
 			goto digest;
 		}
-		rc = dd_ddt_get(sc->sc_txn, sc->sc_err, &key, &ent);
 		if (rc == DD_ENOENT)
 			return dd_err_set(sc->sc_err, DD_ECORRUPT, "block %llu "
 					  "is not in the ddt",

@@ -266,18 +266,6 @@ const dd_spage *dd_scrub_pages_find(const dd_scrub_pages *sp,
 	return dd_sp_find(sp, dd_sp_table_of(table), key, klen);
 }
 
-const dd_spage *dd_scrub_pages_ddt(const dd_scrub_pages *sp, dd_txn *txn,
-				   const dd_ddt_key *key)
-{
-	uint8_t kb[DD_DDT_KEY_SIZE];
-
-	if (!sp)
-		return NULL;
-	memcpy(kb, key->dk_hash, DD_HASH_SIZE);
-	kb[DD_HASH_SIZE] = key->dk_variant;
-	return dd_scrub_pages_find(sp, dd_ddt_live_table(txn), kb, sizeof(kb));
-}
-
 uint64_t dd_spage_pgno(const dd_spage *pg)
 {
 	return pg->sp_pgno;
@@ -307,6 +295,20 @@ static void dd_sp_bound(char *out, size_t len, int t, const uint8_t *k,
 	switch (t) {
 	case DD_SP_DDT0:
 	case DD_SP_DDT1:
+		if (klen == DD_DDT_PART_KEY_MAX && k[0] == 0xff) {
+			/* a run's key (format/ddt.md §5): its run, then the
+			 * hash it holds */
+			int n = snprintf(out, len, "run %llu ",
+					 (unsigned long long)dd_get_be64(
+						 k + DD_DDT_KEY_SIZE));
+
+			if (n < 0 || (size_t)n >= len)
+				return;
+			out += n;
+			len -= (size_t)n;
+			k += DD_DDT_KEY_SIZE + 8;
+			klen = DD_DDT_KEY_SIZE;
+		}
 		for (size_t i = 0; i < 8 && i < klen && 2 * i + 3 <= len; i++)
 			snprintf(out + 2 * i, 3, "%02x", k[i]);
 		if (klen == 0)

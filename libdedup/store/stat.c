@@ -99,7 +99,7 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 	sw = (struct dd_stat_walk){&st, NULL, &err};
 	rc = dd_ucnt_extra(txn, &err, &sw.sw_extra);
 	if (!rc)
-		rc = dd_ddt_walk(txn, &err, dd_stat_ddt, &sw);
+		rc = dd_ddt_scan(txn, &err, dd_stat_ddt, &sw);
 	dd_hmap_free(sw.sw_extra);
 	if (!rc)
 		rc = dd_store_snap_walk(s, &err, txn, dd_stat_snap, &st);

@@ -372,9 +372,6 @@ bool dd_scrub_pages_has(const dd_scrub_pages *sp, const char *table);
 const dd_spage *dd_scrub_pages_find(const dd_scrub_pages *sp,
 				    const char *table, const void *key,
 				    size_t klen);
-/* ... of the live DDT (txn's), that held key's entry. */
-const dd_spage *dd_scrub_pages_ddt(const dd_scrub_pages *sp, dd_txn *txn,
-				   const dd_ddt_key *key);
 uint64_t dd_spage_pgno(const dd_spage *pg);
 const char *dd_spage_table(const dd_spage *pg);
 /* Its check's line, without the DD_ECORRUPT symbol. */

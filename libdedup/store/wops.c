@@ -265,7 +265,11 @@ static int dd_apply_new(dd_writer *w, dd_wop *op, uint64_t refs)
 		int rc;
 
 		key.dk_variant = (uint8_t)v;
-		rc = dd_ddt_insert(w->w_txn, &w->w_err, &key, &ours, &ent);
+		rc = op->op_absent && w->w_absent_ok && v == 0
+			     ? dd_ddt_insert_absent(w->w_txn, &w->w_err, &key,
+						    &ours, &ent)
+			     : dd_ddt_insert(w->w_txn, &w->w_err, &key, &ours,
+					     &ent);
 		if (rc == 0) {
 			op->op_key = key;
 			return 0;
@@ -644,7 +648,8 @@ static uint64_t dd_writer_flush_changing(const dd_writer *w)
 	return w->w_ub.wu_n ? w->w_ops.wo_nnew : w->w_ops.wo_nkeys;
 }
 
-static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
+static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn,
+				    uint64_t *entries)
 {
 	uint64_t k = dd_writer_flush_changing(w);
 	uint64_t e, scaled;
@@ -652,6 +657,7 @@ static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
 
 	if (rc)
 		return rc;
+	*entries = e;
 	*per_txn = dd_writer_flush_keys ? dd_writer_flush_keys : 1;
 	if (!dd_writer_flush_leaf || !k)
 		return 0;
@@ -660,6 +666,67 @@ static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn)
 	if (scaled > *per_txn)
 		*per_txn = scaled;
 	return 0;
+}
+
+/*
+ * In a flush's first transaction: every new key's bits into the key
+ * filter -- synced once, at its commit, not by each transaction --
+ * and, asked first, which of them no entry of the DDT it starts from
+ * has (op_absent; format/ddt.md §5).  Not in verify mode, where a
+ * hash's match is only where comparing starts.  *gen: the filter asked
+ * (0: no answer is trusted after this transaction).
+ */
+static int dd_flush_absent(dd_writer *w, uint64_t *gen)
+{
+	dd_wops *wo = &w->w_ops;
+	bool verify = w->w_store->st_verify;
+	int rc = 0;
+
+	for (size_t k = 0; k < wo->wo_n; k++) {
+		dd_wop *op = &wo->wo_op[k];
+		bool absent = false;
+
+		if (!rc && op->op_kind == DD_OP_NEW)
+			rc = dd_kf_txn_test_add(w->w_txn, &w->w_err,
+						op->op_key.dk_hash, &absent);
+		op->op_absent = absent && !verify &&
+				op->op_key.dk_variant == 0;
+	}
+	*gen = rc ? 0 : dd_kf_txn_gen(w->w_txn);
+	w->w_absent_ok = !rc;
+	return rc;
+}
+
+/* May a later transaction of the flush trust the ops' op_absent?  Only
+ * while the DDT it starts from is the one they were asked about with
+ * only this flush's earlier transactions on it: it starts from *expect,
+ * the flush's previous commit, and the filter asked still holds every
+ * key of it (a rebuild, a damaged block, or a commit of a build that
+ * does not keep it breaks that).  *expect moves to this one. */
+static int dd_flush_trusts(dd_writer *w, uint64_t *expect, uint64_t *gen)
+{
+	uint64_t id = dd_txn_id(w->w_txn);
+	bool holds = false;
+	int rc = 0;
+
+	if (*gen && id - 1 == *expect)
+		rc = dd_kf_txn_holds(w->w_txn, &w->w_err, *gen, &holds);
+	if (!holds)
+		*gen = 0;    /* broken once, broken for the rest */
+	w->w_absent_ok = holds;
+	*expect = id;
+	return rc;
+}
+
+/* Does a flush of `nnew` new keys into a DDT of `entries` append them to
+ * a sorted run (format/ddt.md §5)?  Into the main table they cost up to
+ * a leaf each (random keys, few per leaf); a run costs a page per ~50 of
+ * them, plus its share of the fold every DD_DDT_RUNS_MAX runs (the whole
+ * table rewritten in order: about entries / 50 / 32 pages per run).  So
+ * a run once the new keys are about 1/1024 of the table or more. */
+static bool dd_flush_to_runs(uint64_t nnew, uint64_t entries)
+{
+	return nnew && nnew >= entries / 1024;
 }
 
 /* Applies every op held, in key order, dd_writer_flush_keys keys that
@@ -674,17 +741,8 @@ static int dd_writer_flush(dd_writer *w, bool last)
 	dd_defer_mark m = w->w_mark;
 	size_t i = 0;
 	int rc = dd_wops_sort(w);
-	uint64_t per_txn = 0;
-	bool added = false;
-
-	/* the filter's bits of every key new here, synced once, instead of
-	 * by each transaction (kfilter.h) */
-	for (size_t k = 0; !rc && k < wo->wo_n; k++)
-		if (wo->wo_op[k].op_kind == DD_OP_NEW)
-			added |= dd_db_kf_add(w->w_store->st_db,
-					      wo->wo_op[k].op_key.dk_hash);
-	if (!rc && added)
-		rc = dd_db_kf_sync(w->w_store->st_db, &w->w_err);
+	uint64_t per_txn = 0, expect = 0, gen = 0, entries = 0;
+	bool to_runs = false;
 
 	if (!rc)
 		rc = dd_wub_begin(w);
@@ -695,14 +753,29 @@ static int dd_writer_flush(dd_writer *w, bool last)
 				  &w->w_txn);
 		if (rc)
 			break;
+		if (!per_txn) {
+			rc = dd_flush_absent(w, &gen);
+			expect = dd_txn_id(w->w_txn);
+		} else {
+			rc = dd_flush_trusts(w, &expect, &gen);
+		}
 		dd_wub_lrefs(w);
-		if (!per_txn) {   /* aborted below if it fails */
-			rc = dd_writer_flush_txn_keys(w, &per_txn);
+		if (!rc && !per_txn) {   /* aborted below if it fails */
+			rc = dd_writer_flush_txn_keys(w, &per_txn, &entries);
+			to_runs = dd_flush_to_runs(wo->wo_nnew, entries);
+			/* appended to a run, new keys cost what they would
+			 * in an empty table: a page per ~50 */
+			if (to_runs && dd_writer_flush_leaf &&
+			    per_txn < (uint64_t)dd_writer_flush_keys *
+					      dd_writer_flush_leaf)
+				per_txn = (uint64_t)dd_writer_flush_keys *
+					  dd_writer_flush_leaf;
 			/* one transaction for every op (a re-put): its
 			 * checks first, on the pool */
 			if (!rc && dd_writer_flush_changing(w) <= per_txn)
 				dd_wub_precheck(w);
 		}
+		dd_ddt_use_runs(w->w_txn, to_runs);
 		/* keys that change the DDT: runs left uncounted dirty no
 		 * leaf, and a re-put's flush is one transaction */
 		for (uint64_t keys = 0; !rc && i < wo->wo_n &&
@@ -734,6 +807,7 @@ static int dd_writer_flush(dd_writer *w, bool last)
 		if (!rc)
 			w->w_mark = m;
 	}
+	w->w_absent_ok = false;
 	dd_wub_free(w);
 	return rc;
 }

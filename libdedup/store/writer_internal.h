@@ -56,6 +56,8 @@ typedef struct dd_wop {
 	uint8_t op_kind;
 	uint8_t op_codec;         /* NEW: the record, once placed */
 	bool op_placed;
+	bool op_absent;           /* NEW, in a flush: the key filter said no
+				     entry has its hash (dd_flush_absent) */
 	uint32_t op_lsize;
 	uint32_t op_psize;
 	uint32_t op_pack;
@@ -115,6 +117,8 @@ struct dd_writer {
 				     (store/defer.h): a put without verify */
 	dd_defer_mark w_mark;     /* its mark, as its `pend` value has it */
 	uint64_t w_defer_min, w_defer_max; /* ops before a flush (wops.c) */
+	bool w_absent_ok;         /* this flush transaction may trust
+				     op_absent (wops.c, dd_flush_absent) */
 	/* a flush's uncounted positions (catalog/ucnt.h), one row of bits
 	 * per DD_UCNT_SPAN positions its ops fall in, written in each of
 	 * its transactions (wops.c); wu_n 0: every reference counted */

@@ -6,7 +6,7 @@
 # damage is the guard (catalog/guard.c) -- the pages each operation will
 # read, and for a writer the free list against the pages in use -- and
 # scrub's whole-file check (format/store.md §7, the policy).  Here a store
-# whose catalog is over 64 MiB (360,000 distinct 4 KiB blocks that
+# whose catalog is over 64 MiB (400,000 distinct 4 KiB blocks that
 # compress to almost nothing, and two small snapshots) gets random byte
 # flips in data.mdb, and every command -- ls, stat, get, scrub, then the
 # writers put, rm and gc -- either works exactly or refuses with one line
@@ -25,7 +25,7 @@ else
 	ROUNDS=${DD_CATALOG_BIG_ROUNDS:-6}
 fi
 SEED=${DD_CATALOG_BIG_SEED:-$$}
-NBLOCKS=360000
+NBLOCKS=400000
 note "rounds=$ROUNDS seed=$SEED (repeat with DD_CATALOG_BIG_SEED=$SEED)"
 
 # block i: its number and a seed, then zeros: distinct, and tiny once

@@ -173,12 +173,33 @@ for n in names:
     blocks[n] = [(o, len(img[o:o + bs]),
                   hashlib.sha256(img[o:o + bs]).digest() + b'\0')
                  for o in range(0, len(img), bs) if any(img[o:o + bs])]
-ddt = db.table_leaves('ddt0')
+# the live DDT table, and where each key is in it: its main part, or a
+# sorted run (format/ddt.md §5: 0xff x 33, the run, the key)
+meta = db.entries('meta')
+live = 'ddt%d' % struct.unpack('<Q', meta.get(b'ddt.live', bytes(8)))[0]
+nruns = struct.unpack('<Q', meta.get(b'ddt.runs', bytes(8)))[0]
+ddt_keys = set(db.entries(live))
+def part_key(key):
+    if key in ddt_keys:
+        return key
+    runs = [b'\xff' * 33 + struct.pack('>Q', r) + key
+            for r in range(1, nruns + 1)
+            if b'\xff' * 33 + struct.pack('>Q', r) + key in ddt_keys]
+    assert len(runs) == 1, key.hex()
+    return runs[0]
+for n in names:
+    blocks[n] = [(o, ln, part_key(k)) for o, ln, k in blocks[n]]
+print('live', live, nruns)
+ddt = db.table_leaves(live)
 snap = db.table_leaves('snap')
-if len(ddt) < 4 or len(snap) < 3:
-    sys.exit('%d DDT leaves, %d snapshot leaves' % (len(ddt), len(snap)))
-e30 = [n for n in names if n.startswith('e30-')][0]
-dleaf = [l for l in ddt if in_range(blocks[e30][0][2], l[1], l[2])][0]
+if len(ddt) < 4 or len(snap) < 3 or nruns < 2:
+    sys.exit('%d DDT leaves, %d snapshot leaves, %d runs' %
+             (len(ddt), len(snap), nruns))
+# a leaf of a run: e50 is in one (each put of a few new blocks appends
+# one, and the 33rd folded the first 32 into the main part)
+e50 = [n for n in names if n.startswith('e50-')][0]
+assert blocks[e50][0][2][0] == 0xff, 'e50 not in a run'
+dleaf = [l for l in ddt if in_range(blocks[e50][0][2], l[1], l[2])][0]
 if dleaf[1] is None or dleaf[2] is None:
     dleaf = ddt[len(ddt) // 2]
 sleaf = snap[len(snap) // 2]
@@ -211,6 +232,8 @@ db.zero(sleaf[0])
 db.save()
 EOF
 DDTPG=$(awk '$1 == "ddt" {print $2}' "$T/expect2")
+LIVE=$(awk '$1 == "live" {print $2}' "$T/expect2")
+note "the live DDT is $LIVE, with $(awk '$1 == "live" {print $3}' "$T/expect2") runs"
 SNAPPG=$(awk '$1 == "snap" {print $2}' "$T/expect2")
 read -r _ FLIPIMG FLIPOFF FLIPNAME < <(grep '^flip ' "$T/expect2")
 awk '$1 == "run" {print $2, $3, $4}' "$T/expect2" | sort >"$T/runs"
@@ -227,13 +250,13 @@ assert_rc 1 "scrub of a store with damaged DDT and snapshot pages"
 assert_one_line "scrub's error"
 assert_grep "^dedup: DD_ECORRUPT: $(wc -l <"$T/named") snapshots with damaged metadata, e\.g\. " \
 	"$T/err" "scrub's last line counts the damaged snapshots"
-assert_grep "^damaged catalog page $DDTPG of table ddt0: .*page $DDTPG of LMDB table 'ddt0'.*: it held the DDT entries of the blocks whose hashes run from [0-9a-f]{16} to [0-9a-f]{16}: .*; the catalog is an index of the packs and manifests: dedup repair $S2 rebuilds it\$" \
+assert_grep "^damaged catalog page $DDTPG of table $LIVE: .*page $DDTPG of LMDB table '$LIVE'.*: it held the DDT entries of the blocks whose hashes run from (run [0-9]+ )?[0-9a-f]{16} to (run [0-9]+ )?[0-9a-f]{16}: .*; the catalog is an index of the packs and manifests: dedup repair $S2 rebuilds it\$" \
 	"$T/out" "scrub reports the DDT page, what it held and the way out"
 assert_grep "^damaged catalog page $SNAPPG of table snap: .*page $SNAPPG of LMDB table 'snap'.*: it held the records of the snapshots named from 'e[0-9]+-x+' to 'e[0-9]+-x+': .*dedup repair $S2 rebuilds it\$" \
 	"$T/out" "scrub reports the snapshot page"
 assert_eq 2 "$(grep -c '^damaged catalog page [0-9]* of table [a-z0-9]*: ' "$T/out")" \
 	"two damaged pages"
-sed -n "s/^damaged catalog page $DDTPG of table ddt0 affects \([^ ]*\) at offsets \([0-9]*\) to \([0-9]*\)\$/\1 \2 \3/p" "$T/out" |
+sed -n "s/^damaged catalog page $DDTPG of table $LIVE affects \([^ ]*\) at offsets \([0-9]*\) to \([0-9]*\)\$/\1 \2 \3/p" "$T/out" |
 	awk '{print $1, $2, $3 - $2}' | sort >"$T/got_runs"
 diff "$T/runs" "$T/got_runs" >"$T/err" ||
 	fail "scrub's runs of the DDT page are not the expected ones (diff below)"
@@ -251,7 +274,7 @@ diff "$T/named" "$T/got_named" >"$T/err" ||
 # snapshot page's for a snapshot whose record is lost too
 while read -r _ name n runs from to; do
 	[ "$runs" = 1 ] && s="" || s=s
-	page="$DDTPG of LMDB table 'ddt0'"
+	page="$DDTPG of LMDB table '$LIVE'"
 	grep -q "^$name " "$T/lost" && page="$SNAPPG of LMDB table 'snap'"
 	assert_grep "^damaged snapshot $name: DD_ECORRUPT: snapshot '$name': (its record .*; )?$n of its blocks, in $runs run$s from offset $from to $to, have their DDT entries on damaged catalog pages and cannot be located; .*page $page: .*run dedup repair\$" \
 		"$T/out" "scrub names $name's blocks on the DDT page"
@@ -270,10 +293,10 @@ diff "$T/before" "$T/after" >"$T/err" ||
 run "$DEDUP" scrub --json "$S2"
 assert_rc 1 "scrub --json"
 assert_json "$T/out" "scrub --json"
-assert_eq "[[\"ddt0\", $DDTPG, \"DD_ECORRUPT\"], [\"snap\", $SNAPPG, \"DD_ECORRUPT\"]]" \
+assert_eq "[[\"$LIVE\", $DDTPG, \"DD_ECORRUPT\"], [\"snap\", $SNAPPG, \"DD_ECORRUPT\"]]" \
 	"$(json_get "$T/out" "sorted([p['table'], p['page'], p['error']] for p in j['damaged_pages'])")" \
 	"scrub --json: the damaged pages"
-json_get "$T/out" "'\\n'.join(sorted('%s %d %d' % (r['snapshot'], r['offset'], r['length']) for r in j['affected_ranges'] if r['table'] == 'ddt0' and r['page'] == $DDTPG))" >"$T/got_runs"
+json_get "$T/out" "'\\n'.join(sorted('%s %d %d' % (r['snapshot'], r['offset'], r['length']) for r in j['affected_ranges'] if r['table'] == '$LIVE' and r['page'] == $DDTPG))" >"$T/got_runs"
 diff "$T/runs" "$T/got_runs" >"$T/err" ||
 	fail "scrub --json: the DDT page's runs (diff below)"
 json_get "$T/out" "'\\n'.join(sorted('%s %d %d' % (r['snapshot'], r['offset'], r['length']) for r in j['affected_ranges'] if r['table'] == 'snap' and r['page'] == $SNAPPG))" >"$T/got_lost"

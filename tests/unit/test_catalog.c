@@ -850,6 +850,332 @@ static void test_ddt_compact(void **state)
 	free(ce);
 }
 
+/* ---- sorted runs (format/ddt.md §5) ---------------------------------------*/
+
+#define NRUNKEYS 600
+
+struct run_ent {
+	dd_ddt_key re_key;
+	dd_ddt_ent re_ent;
+	bool re_gone;
+};
+
+static int run_ent_cmp(const void *a, const void *b)
+{
+	const struct run_ent *x = a, *y = b;
+	int c = memcmp(x->re_key.dk_hash, y->re_key.dk_hash, DD_HASH_SIZE);
+
+	return c ? c : (int)x->re_key.dk_variant - (int)y->re_key.dk_variant;
+}
+
+static dd_ddt_ent run_ent_make(int i)
+{
+	return (dd_ddt_ent){.de_codec = (uint8_t)(i & 1),
+			    .de_pack = (uint32_t)(1 + i / 50),
+			    .de_offset = (uint64_t)i * 4160,
+			    .de_psize = (uint32_t)(1 + i % 4000),
+			    .de_lsize = 4096,
+			    .de_refcnt = (uint64_t)(i % 9 + 1)};
+}
+
+struct run_walk {
+	const struct run_ent *rw_ref;
+	size_t rw_n, rw_seen;
+	uint8_t rw_last[DD_DDT_KEY_SIZE];
+};
+
+static int run_walk_one(void *ctx, const dd_ddt_key *key,
+			const dd_ddt_ent *ent)
+{
+	struct run_walk *rw = ctx;
+	uint8_t kb[DD_DDT_KEY_SIZE];
+	struct run_ent probe = {.re_key = *key}, *hit;
+
+	memcpy(kb, key->dk_hash, DD_HASH_SIZE);
+	kb[DD_HASH_SIZE] = key->dk_variant;
+	/* strictly increasing over all parts */
+	if (rw->rw_seen)
+		assert_true(memcmp(rw->rw_last, kb, sizeof(kb)) < 0);
+	memcpy(rw->rw_last, kb, sizeof(kb));
+	hit = bsearch(&probe, rw->rw_ref, rw->rw_n, sizeof(probe),
+		      run_ent_cmp);
+	assert_non_null(hit);
+	assert_false(hit->re_gone);
+	assert_ent_equal(ent, &hit->re_ent);
+	rw->rw_seen++;
+	return 0;
+}
+
+/* Every entry not gone is found by get and by the merged walk, in key
+ * order, and the count is theirs. */
+static void check_runs(struct fixture *fx, struct run_ent *re, size_t n,
+		       size_t live)
+{
+	struct run_walk rw = {re, n, 0, {0}};
+	dd_txn *txn = begin(fx, false);
+	uint64_t count;
+
+	for (size_t i = 0; i < n; i++) {
+		dd_ddt_ent got;
+		int rc = dd_ddt_get(txn, &fx->fx_err, &re[i].re_key, &got);
+
+		if (re[i].re_gone) {
+			assert_int_equal(rc, DD_ENOENT);
+			continue;
+		}
+		OK(rc);
+		assert_ent_equal(&got, &re[i].re_ent);
+	}
+	OK(dd_ddt_walk(txn, &fx->fx_err, run_walk_one, &rw));
+	assert_int_equal(rw.rw_seen, live);
+	OK(dd_ddt_count(txn, &fx->fx_err, &count));
+	assert_int_equal(count, live);
+	dd_txn_abort(txn);
+}
+
+static uint64_t meta_u64(struct fixture *fx, const char *key)
+{
+	dd_txn *txn = begin(fx, false);
+	uint64_t v = 0;
+	int rc = dd_meta_get_u64(txn, &fx->fx_err, key, &v);
+
+	dd_txn_abort(txn);
+	assert_true(rc == 0 || rc == DD_ENOENT);
+	return v;
+}
+
+/* Inserts re[from..to) in key order, in a transaction whose inserts go
+ * to a run; absent: by dd_ddt_insert_absent. */
+static void runs_insert(struct fixture *fx, struct run_ent *re, size_t from,
+			size_t to, bool absent)
+{
+	dd_txn *txn = begin(fx, true);
+
+	dd_ddt_use_runs(txn, true);
+	for (size_t i = from; i < to; i++) {
+		dd_ddt_ent old;
+
+		OK(absent ? dd_ddt_insert_absent(txn, &fx->fx_err,
+						 &re[i].re_key, &re[i].re_ent,
+						 &old)
+			  : dd_ddt_insert(txn, &fx->fx_err, &re[i].re_key,
+					  &re[i].re_ent, &old));
+	}
+	commit(fx, txn);
+}
+
+static void test_ddt_runs(void **state)
+{
+	struct fixture *fx = *state;
+	struct run_ent *re = calloc(NRUNKEYS, sizeof(*re));
+	struct run_ent *main_part, *run_part;
+	uint8_t rk[DD_DDT_PART_KEY_MAX];
+	dd_ddt_ent got, old;
+	dd_txn *txn;
+	MDB_val v;
+
+	assert_non_null(re);
+	for (int i = 0; i < NRUNKEYS; i++) {
+		fill_random(re[i].re_key.dk_hash, DD_HASH_SIZE);
+		re[i].re_ent = run_ent_make(i);
+	}
+	/* 200 in the main part, in random order */
+	main_part = re;
+	txn = begin(fx, true);
+	for (int i = 0; i < 200; i++)
+		OK(dd_ddt_put(txn, &fx->fx_err, &main_part[i].re_key,
+			      &main_part[i].re_ent));
+	commit(fx, txn);
+	assert_int_equal(meta_u64(fx, "features") & DD_META_FEATURE_DDT_RUNS,
+			 0);
+
+	/* 400 more in runs: sorted, as a flush inserts them */
+	run_part = re + 200;
+	qsort(run_part, 400, sizeof(*re), run_ent_cmp);
+	runs_insert(fx, run_part, 0, 150, false);       /* run 1 */
+	assert_int_equal(meta_u64(fx, "ddt.runs"), 1);
+	assert_true(meta_u64(fx, "features") & DD_META_FEATURE_DDT_RUNS);
+	/* keys past run 1's last go on with it, from another transaction */
+	runs_insert(fx, run_part, 150, 250, true);
+	assert_int_equal(meta_u64(fx, "ddt.runs"), 1);
+	/* every other key of the rest, in two passes: the first goes on
+	 * with run 1, the second starts over from a lower key: run 2 */
+	{
+		struct run_ent tail[150];
+		size_t n = 0;
+
+		for (size_t i = 250; i < 400; i += 2)
+			tail[n++] = run_part[i];
+		for (size_t i = 251; i < 400; i += 2)
+			tail[n++] = run_part[i];
+		runs_insert(fx, tail, 0, 75, true);
+		assert_int_equal(meta_u64(fx, "ddt.runs"), 1);
+		runs_insert(fx, tail, 75, 150, false);
+	}
+	assert_int_equal(meta_u64(fx, "ddt.runs"), 2);
+	qsort(re, NRUNKEYS, sizeof(*re), run_ent_cmp);
+	check_runs(fx, re, NRUNKEYS, NRUNKEYS);
+
+	/* the layout of §5: 0xff x 33, the run (BE64), the key */
+	txn = begin(fx, false);
+	{
+		struct run_ent probe = {.re_key = run_part[0].re_key};
+		struct run_ent *e = bsearch(&probe, re, NRUNKEYS, sizeof(*re),
+					    run_ent_cmp);
+
+		assert_non_null(e);
+		memset(rk, 0xff, DD_DDT_KEY_SIZE);
+		dd_put_be64(rk + DD_DDT_KEY_SIZE, 1);
+		memcpy(rk + DD_DDT_KEY_SIZE + 8, e->re_key.dk_hash,
+		       DD_HASH_SIZE);
+		rk[DD_DDT_PART_KEY_MAX - 1] = e->re_key.dk_variant;
+		v = raw_get(txn, txn->tx_ddt, rk, sizeof(rk));
+		assert_int_equal(v.mv_size, DD_DDT_VAL_SIZE);
+		/* and not in the main part */
+		{
+			MDB_val mk = {DD_DDT_KEY_SIZE,
+				      rk + DD_DDT_KEY_SIZE + 8};
+
+			assert_int_equal(mdb_get(txn->tx_mdb, txn->tx_ddt,
+						 &mk, &v), MDB_NOTFOUND);
+		}
+	}
+	dd_txn_abort(txn);
+
+	/* an insert finds a key in any part; changes land where it is */
+	txn = begin(fx, true);
+	dd_ddt_use_runs(txn, true);
+	for (int i = 0; i < NRUNKEYS; i += 7)
+		assert_int_equal(dd_ddt_insert(txn, &fx->fx_err, &re[i].re_key,
+					       &re[i].re_ent, &old),
+				 DD_EEXIST);
+	for (int i = 0; i < NRUNKEYS; i += 5) {
+		OK(dd_ddt_add_refs(txn, &fx->fx_err, &re[i].re_key, 3, &got));
+		re[i].re_ent.de_refcnt += 3;
+		assert_ent_equal(&got, &re[i].re_ent);
+	}
+	for (int i = 1; i < NRUNKEYS; i += 11) {
+		re[i].re_ent.de_pack += 1000;
+		OK(dd_ddt_put(txn, &fx->fx_err, &re[i].re_key, &re[i].re_ent));
+	}
+	for (int i = 2; i < NRUNKEYS; i += 13) {
+		OK(dd_ddt_del(txn, &fx->fx_err, &re[i].re_key));
+		re[i].re_gone = true;
+	}
+	commit(fx, txn);
+	{
+		size_t live = 0;
+
+		for (int i = 0; i < NRUNKEYS; i++)
+			live += !re[i].re_gone;
+		check_runs(fx, re, NRUNKEYS, live);
+		assert_int_equal(meta_u64(fx, "ddt.runs"), 2);
+
+		/* gc's compaction folds them: one table, no runs */
+		txn = begin(fx, true);
+		OK(dd_ddt_compact(txn, &fx->fx_err, NULL));
+		assert_int_equal(dd_ddt_runs(txn), 0);
+		commit(fx, txn);
+		assert_int_equal(meta_u64(fx, "ddt.runs"), 0);
+		assert_int_equal(meta_u64(fx, "features") &
+				 DD_META_FEATURE_DDT_RUNS, 0);
+		check_runs(fx, re, NRUNKEYS, live);
+	}
+	free(re);
+}
+
+/* A flush that would start run 33 folds the 32 first, keeping dead
+ * entries (only gc removes those). */
+static void test_ddt_runs_fold(void **state)
+{
+	struct fixture *fx = *state;
+	struct run_ent re[DD_DDT_RUNS_MAX + 1];
+	dd_txn *txn;
+
+	for (int i = 0; i <= DD_DDT_RUNS_MAX; i++) {
+		fill_random(re[i].re_key.dk_hash, DD_HASH_SIZE);
+		re[i].re_key.dk_hash[0] = (uint8_t)(200 - i); /* descending */
+		re[i].re_key.dk_variant = 0;
+		re[i].re_ent = run_ent_make(i);
+		re[i].re_ent.de_refcnt = i % 3 ? 1 : 0;
+		re[i].re_ent.de_dead_since = i % 3 ? 0 : 77;
+		re[i].re_gone = false;
+	}
+	for (int i = 0; i < DD_DDT_RUNS_MAX; i++) {
+		runs_insert(fx, re, (size_t)i, (size_t)i + 1, true);
+		assert_int_equal(meta_u64(fx, "ddt.runs"), i + 1);
+	}
+	txn = begin(fx, false);
+	assert_int_equal(txn->tx_ddt_which, 0);
+	dd_txn_abort(txn);
+	runs_insert(fx, re, DD_DDT_RUNS_MAX, DD_DDT_RUNS_MAX + 1, true);
+	txn = begin(fx, false);
+	assert_int_equal(txn->tx_ddt_which, 1);  /* folded into ddt1 */
+	assert_int_equal(dd_ddt_runs(txn), 1);   /* and the new run */
+	dd_txn_abort(txn);
+	qsort(re, DD_DDT_RUNS_MAX + 1, sizeof(*re), run_ent_cmp);
+	check_runs(fx, re, DD_DDT_RUNS_MAX + 1, DD_DDT_RUNS_MAX + 1);
+}
+
+/* The merged walk stops with DD_ECORRUPT, its message naming `what`. */
+static void walk_damaged(struct fixture *fx, const struct run_ent *re,
+			 size_t n, const char *what)
+{
+	struct run_walk rw = {re, n, 0, {0}};
+	dd_txn *txn = begin(fx, false);
+
+	assert_int_equal(dd_ddt_walk(txn, &fx->fx_err, run_walk_one, &rw),
+			 DD_ECORRUPT);
+	assert_non_null(strstr(fx->fx_err.de_msg, what));
+	dd_txn_abort(txn);
+}
+
+/* A key in two parts -- what a damaged key filter could let a flush do
+ * -- is damage the merged walk reports; meta ddt.runs out of range and
+ * a run key past it are damage too. */
+static void test_ddt_runs_damage(void **state)
+{
+	struct fixture *fx = *state;
+	struct run_ent re[3];
+	uint8_t rk[DD_DDT_PART_KEY_MAX], vb[DD_DDT_VAL_SIZE] = {1};
+	dd_txn *txn;
+
+	for (int i = 0; i < 3; i++) {
+		fill_random(re[i].re_key.dk_hash, DD_HASH_SIZE);
+		re[i].re_key.dk_variant = 0;
+		re[i].re_ent = run_ent_make(i);
+		re[i].re_gone = false;
+	}
+	qsort(re, 3, sizeof(*re), run_ent_cmp);
+	txn = begin(fx, true);
+	OK(dd_ddt_put(txn, &fx->fx_err, &re[1].re_key, &re[1].re_ent));
+	commit(fx, txn);
+	runs_insert(fx, re, 0, 3, true);   /* re[1] is in main already */
+	walk_damaged(fx, re, 3, "two places");
+
+	/* a run past meta ddt.runs */
+	txn = begin(fx, true);
+	memset(rk, 0xff, DD_DDT_KEY_SIZE);
+	dd_put_be64(rk + DD_DDT_KEY_SIZE, 9);
+	memcpy(rk + DD_DDT_KEY_SIZE + 8, re[0].re_key.dk_hash, DD_HASH_SIZE);
+	rk[DD_DDT_PART_KEY_MAX - 1] = 0;
+	raw_put(txn, txn->tx_ddt, rk, sizeof(rk), vb, sizeof(vb));
+	OK(dd_ddt_del(txn, &fx->fx_err, &re[1].re_key));  /* from main */
+	commit(fx, txn);
+	walk_damaged(fx, re, 3, "past meta");
+
+	txn = begin(fx, true);
+	OK(dd_meta_put_u64(txn, &fx->fx_err, "ddt.runs", DD_DDT_RUNS_MAX + 1));
+	commit(fx, txn);
+	{
+		dd_txn *bad = NULL;
+
+		assert_int_equal(dd_txn_begin(fx->fx_db, &fx->fx_err, false,
+					      &bad), DD_ECORRUPT);
+		assert_null(bad);
+	}
+}
+
 /* meta ddt.live must be 0 or 1 and 8 bytes; otherwise no txn begins. */
 static void test_ddt_live_meta(void **state)
 {
@@ -2756,6 +3082,20 @@ static uint64_t kf_meta_gen(struct fixture *fx)
 	return gen;
 }
 
+/* Closes and reopens the catalog, as another process would map the file
+ * afresh: its writer rebuilt the filter as generation gen, with the n
+ * hashes at h. */
+static void kf_reopen_rebuilt(struct fixture *fx, const uint8_t *h, size_t n,
+			      uint64_t gen)
+{
+	dd_db_close(fx->fx_db);
+	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), gen);
+	for (size_t i = 0; i < n; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+}
+
 static void kf_path(struct fixture *fx, char *out, size_t cap)
 {
 	snprintf(out, cap, "%s/%s", fx->fx_dir, DD_KF_FILE);
@@ -2803,7 +3143,7 @@ static void test_kf_build_insert(void **state)
 	assert_true(dd_db_kf_mapped(fx->fx_db));
 	assert_int_equal(kf_meta_gen(fx), 1);
 	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
-				       DD_KF_MIN_BLOCKS * DD_KF_BLOCK);
+				       DD_KF_MIN_BLOCKS * (DD_KF_BLOCK + 4));
 	/* inserted after the build: the insert adds them */
 	kf_insert(fx, h + N * DD_HASH_SIZE, M);
 	for (size_t i = 0; i < N + M; i++)
@@ -2816,7 +3156,8 @@ static void test_kf_build_insert(void **state)
 	free(h);
 }
 
-/* Under 8 bits per entry it is rebuilt at 16, and keeps every key. */
+/* Under DD_KF_MIN_BITS per entry it is rebuilt at DD_KF_BUILD_BITS, and
+ * keeps every key. */
 static void test_kf_grows(void **state)
 {
 	struct fixture *fx = *state;
@@ -2837,7 +3178,8 @@ static void test_kf_grows(void **state)
 	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
 	assert_int_equal(kf_meta_gen(fx), 2);
 	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
-				       (N * 16 + 511) / 512 * DD_KF_BLOCK);
+				       (N * DD_KF_BUILD_BITS + 511) / 512 *
+					       (DD_KF_BLOCK + 4));
 	for (size_t i = 0; i < N; i++)
 		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
 	assert_true(kf_false_maybes(fx, 20000) < fp / 4);
@@ -2868,12 +3210,7 @@ static void test_kf_damaged(void **state)
 	close(fd);
 	/* the mapping of generation 1 is this process's; a writer of
 	 * another process would map the file afresh: close and reopen */
-	dd_db_close(fx->fx_db);
-	OK(dd_db_open(&fx->fx_db, &fx->fx_err, fx->fx_dir, false, false));
-	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
-	assert_int_equal(kf_meta_gen(fx), 2);
-	for (size_t i = 0; i < N; i++)
-		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+	kf_reopen_rebuilt(fx, h, N, 2);
 
 	/* cut short */
 	OK(truncate(path, 1000));
@@ -2882,7 +3219,7 @@ static void test_kf_damaged(void **state)
 	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
 	assert_int_equal(kf_meta_gen(fx), 3);
 	assert_int_equal(kf_size(fx), DD_KF_HDR_SIZE +
-				       DD_KF_MIN_BLOCKS * DD_KF_BLOCK);
+				       DD_KF_MIN_BLOCKS * (DD_KF_BLOCK + 4));
 
 	/* gone */
 	OK(unlink(path));
@@ -2906,6 +3243,73 @@ static void test_kf_damaged(void **state)
 	assert_true(dd_db_kf_maybe(fx->fx_db, late));
 	for (size_t i = 0; i < N; i++)
 		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+}
+
+/* Every block's bits zeroed, their sums left. */
+static void kf_zero_blocks(struct fixture *fx, const char *path)
+{
+	uint8_t zero[DD_KF_BLOCK] = {0};
+	off_t nblocks = (kf_size(fx) - DD_KF_HDR_SIZE) / (DD_KF_BLOCK + 4);
+	int fd = open(path, O_RDWR);
+
+	assert_true(fd >= 0);
+	for (off_t b = 0; b < nblocks; b++)
+		assert_int_equal(pwrite(fd, zero, sizeof(zero),
+					DD_KF_HDR_SIZE + b * DD_KF_BLOCK),
+				 (ssize_t)sizeof(zero));
+	close(fd);
+}
+
+/* A block's bits damaged -- zeroed, as a lost write leaves them: its sum
+ * fails.  A process that maps the file then rebuilds it; one that mapped
+ * it before finds the sum failing at the block, trusts no "no" of it,
+ * and withdraws the filter at its commit; the next writer rebuilds. */
+static void test_kf_block_sums(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = 3000 };
+	uint8_t h[N * DD_HASH_SIZE];
+	char path[128];
+	bool absent = true;
+	dd_txn *txn;
+
+	fill_random(h, sizeof(h));
+	kf_insert(fx, h, N);
+	kf_path(fx, path, sizeof(path));
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 1);
+
+	/* at open: the file is rebuilt, every key in it */
+	kf_zero_blocks(fx, path);
+	kf_reopen_rebuilt(fx, h, N, 2);
+
+	/* while mapped: zeroed under this process */
+	kf_zero_blocks(fx, path);
+	/* the probe may say "no" now (it costs a copy)... */
+	assert_false(dd_db_kf_maybe(fx->fx_db, h));
+	/* ...but a flush's question is not answered */
+	txn = begin(fx, true);
+	OK(dd_kf_txn_test_add(txn, &fx->fx_err, h, &absent));
+	assert_false(absent);
+	assert_int_equal(dd_kf_txn_gen(txn), 0);
+	commit(fx, txn);
+	assert_int_equal(kf_meta_gen(fx), 0);   /* withdrawn */
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 3);
+	for (size_t i = 0; i < N; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+	/* and a hash not in the DDT is a trusted "no" again */
+	{
+		uint8_t other[DD_HASH_SIZE];
+
+		do
+			fill_random(other, sizeof(other));
+		while (dd_db_kf_maybe(fx->fx_db, other));
+		txn = begin(fx, true);
+		OK(dd_kf_txn_test_add(txn, &fx->fx_err, other, &absent));
+		assert_true(absent);
+		dd_txn_abort(txn);
+	}
 }
 
 /* A commit of a build that knows no filter (plain LMDB here) inserts a
@@ -3130,16 +3534,17 @@ static void test_ucnt_golden(void **state)
 
 /* The bytes of format/kfilter.md: the header, and exactly the bits §2
  * names, as an independent implementation computed them
- * (tests/golden/kfilter_v1.txt). */
+ * (tests/golden/kfilter_v2.txt). */
 static void test_kf_golden(void **state)
 {
 	struct fixture *fx = *state;
 	uint8_t hdr[DD_KF_HDR_SIZE], want_hdr[DD_KF_HDR_SIZE];
 	uint8_t hashes[3][DD_HASH_SIZE], *file;
-	unsigned blk[3], bit[3][6];
+	unsigned blk[3], bit[3][6], sum_blk[3], sum[3], zero = 0;
 	char line[512], path[128];
-	size_t nh = 0, len, set = 0;
-	FILE *g = fopen(DD_GOLDEN_DIR "/kfilter_v1.txt", "r");
+	size_t nh = 0, ns = 0, len, set = 0;
+	FILE *g = fopen(DD_GOLDEN_DIR "/kfilter_v2.txt", "r");
+	const uint8_t *sums;
 	int fd;
 
 	assert_non_null(g);
@@ -3157,15 +3562,24 @@ static void test_kf_golden(void **state)
 						&bit[nh][4], &bit[nh][5]), 8);
 			hex_in(hex, hashes[nh], DD_HASH_SIZE);
 			nh++;
+		} else if (!strncmp(line, "sum ", 4)) {
+			assert_true(ns < 3);
+			assert_int_equal(sscanf(line + 4, "%u %x", &sum_blk[ns],
+						&sum[ns]), 2);
+			ns++;
+		} else if (!strncmp(line, "zero ", 5)) {
+			assert_int_equal(sscanf(line + 5, "%x", &zero), 1);
 		}
 	}
 	fclose(g);
 	assert_int_equal(nh, 3);
+	assert_int_equal(ns, 3);
 	kf_insert(fx, hashes[0], 3);
 	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
 	kf_path(fx, path, sizeof(path));
 	len = (size_t)kf_size(fx);
-	assert_int_equal(len, DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK);
+	/* the header, 4096 blocks, their sums (format/kfilter.md §1) */
+	assert_int_equal(len, DD_KF_HDR_SIZE + 4096 * (DD_KF_BLOCK + 4));
 	file = malloc(len);
 	assert_non_null(file);
 	fd = open(path, O_RDONLY);
@@ -3181,9 +3595,19 @@ static void test_kf_golden(void **state)
 
 			assert_true(b[bit[i][j] / 8] & (1u << (bit[i][j] % 8)));
 		}
-	for (size_t i = DD_KF_HDR_SIZE; i < len; i++)
+	for (size_t i = DD_KF_HDR_SIZE; i < DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK;
+	     i++)
 		set += (size_t)__builtin_popcount(file[i]);
 	assert_true(set <= 18);   /* no bit the three do not name */
+	sums = file + DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK;
+	for (unsigned b = 0; b < 4096; b++) {
+		unsigned want = zero;
+
+		for (size_t i = 0; i < ns; i++)
+			if (sum_blk[i] == b)
+				want = sum[i];
+		assert_int_equal(dd_get_le32(sums + 4 * b), want);
+	}
 	free(file);
 }
 
@@ -3200,6 +3624,9 @@ int main(void)
 		T(test_ddt_damaged),
 		T(test_ddt_compact),
 		T(test_ddt_live_meta),
+		T(test_ddt_runs),
+		T(test_ddt_runs_fold),
+		T(test_ddt_runs_damage),
 		T(test_snap),
 		T(test_snap_damaged),
 		T(test_bmap_seek),
@@ -3224,6 +3651,7 @@ int main(void)
 		T(test_kf_build_insert),
 		T(test_kf_grows),
 		T(test_kf_damaged),
+		T(test_kf_block_sums),
 		T(test_kf_chain),
 		T(test_ddt_unflagged),
 		T(test_kf_golden),
