@@ -60,18 +60,8 @@ avail=$(df --output=avail -B1 "$BENCH_DIR" | tail -n 1 | tr -d ' ')
 ((avail >= need)) ||
 	bench_die "$((need >> 30)) GiB needed in $BENCH_DIR for $ROUNDS rounds, $((avail >> 30)) GiB free: free some, or run fewer --rounds"
 
-# Random data, one file per round (+1 for the memory-limited new put):
-# AES-CTR of zeros, so the bytes depend on the round alone.
-data_file() {
-	local f=$BENCH_DIR/rand-$SIZE-$1
-	if [[ ! -f $f.ok ]]; then
-		bench_log "making $f"
-		openssl enc -aes-128-ctr -nosalt -pbkdf2 -pass "pass:libdedup-small-$1" \
-			-in /dev/zero 2>/dev/null | head -c "$SIZE" >"$f"
-		touch "$f.ok"
-	fi
-	echo "$f"
-}
+# Random data, one file per round (+1 for the memory-limited new put).
+data_file() { bench_rand_file "$SIZE" "$1"; }
 
 # measure KEY CMD...: runs CMD (under /usr/bin/time), records KEY_seconds,
 # KEY_anon_kib (peak RssAnon of the command, sampled every 50 ms without
@@ -100,17 +90,9 @@ REF1=$(bench_openssl_sha256 4096 2)
 S=$BENCH_RUN/s
 "$DD" init --block-size 4K --compress none "$S" >/dev/null
 
-# Guest memory of a VM costs at its first touch (here 2-3 s a GiB: the
-# host backs the page then), and page cache for new packs is such memory
-# unless something freed it just before: which round is fast would then
-# depend on what ran before it.  So before each timed command 3 GiB of
-# anonymous memory is touched and freed, and the page cache the command
+# before each timed command (bench_prefault, lib.sh) the page cache it
 # fills comes from backed pages, for the put and its reference alike.
-prefault() {
-	python3 -c 'import mmap
-m = mmap.mmap(-1, 3 << 30)
-for o in range(0, 3 << 30, 4096): m[o] = 1'
-}
+prefault() { bench_prefault; }
 # Each new round, the same bytes written to a new file too (dd conv=
 # fdatasync: the put syncs its packs), measured the same way: what writing
 # them costs on this machine.

@@ -269,3 +269,28 @@ bench_ceph_up() {
 bench_ceph_down() {
 	[[ -z $BENCH_CLUSTER ]] || bash "$BENCH_REPO/tests/ceph/cluster.sh" down "$BENCH_CLUSTER" || true
 }
+
+# bench_rand_file SIZE N: the path of round N's random input of SIZE bytes
+# (bench_small.sh, bench_flat.sh), made when missing: AES-CTR of zeros,
+# so the bytes depend on the round alone.
+bench_rand_file() {
+	local f=$BENCH_DIR/rand-$1-$2
+	if [[ ! -f $f.ok ]]; then
+		bench_log "making $f"
+		openssl enc -aes-128-ctr -nosalt -pbkdf2 -pass "pass:libdedup-small-$2" \
+			-in /dev/zero 2>/dev/null | head -c "$1" >"$f"
+		touch "$f.ok"
+	fi
+	echo "$f"
+}
+
+# bench_prefault: touches 3 GiB of anonymous memory and frees it.  Guest
+# memory of a VM costs at its first touch (here 2-3 s a GiB: the host backs
+# the page then), and page cache for new packs is such memory unless
+# something freed it just before; so before a timed put the page cache it
+# fills comes from backed pages.
+bench_prefault() {
+	python3 -c 'import mmap
+m = mmap.mmap(-1, 3 << 30)
+for o in range(0, 3 << 30, 4096): m[o] = 1'
+}
