@@ -13,6 +13,7 @@
  * never a wrong answer about data -- and inserts always go to the file
  * of the generation meta names, read once per write transaction.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -82,20 +83,37 @@ static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
 /* A block's sum (format/kfilter.md §1).  Bits change only inside write
  * transactions, one at a time (LMDB's writer lock): a writer reads a
  * block no other writer is changing.  Probes read bits meanwhile and
- * never the sums. */
+ * never the sums; a process mapping the file checks every sum without
+ * the lock (dd_kf_map), so bits and sums are read atomically, and a
+ * block caught between its bits and its sum only makes that mapping
+ * fail -- the writer then maps it again under the lock
+ * (dd_db_kf_prepare). */
 static uint32_t dd_kf_block_sum(const struct dd_kf *kf, uint64_t b)
 {
-	return dd_crc32c(0, (const void *)(kf->kf_bits + b * 8), DD_KF_BLOCK);
+	uint64_t words[8];
+
+	for (int i = 0; i < 8; i++)
+		words[i] = atomic_load_explicit(&kf->kf_bits[b * 8 + i],
+						memory_order_relaxed);
+	return dd_crc32c(0, words, sizeof(words));
+}
+
+static uint32_t *dd_kf_sum_at(const struct dd_kf *kf, uint64_t b)
+{
+	return (uint32_t *)(void *)(kf->kf_sums + b * 4);
 }
 
 static bool dd_kf_block_ok(const struct dd_kf *kf, uint64_t b)
 {
-	return dd_get_le32(kf->kf_sums + b * 4) == dd_kf_block_sum(kf, b);
+	uint32_t le = __atomic_load_n(dd_kf_sum_at(kf, b), __ATOMIC_RELAXED);
+
+	return le32toh(le) == dd_kf_block_sum(kf, b);
 }
 
 static void dd_kf_block_seal(struct dd_kf *kf, uint64_t b)
 {
-	dd_put_le32(kf->kf_sums + b * 4, dd_kf_block_sum(kf, b));
+	__atomic_store_n(dd_kf_sum_at(kf, b), htole32(dd_kf_block_sum(kf, b)),
+			 __ATOMIC_RELAXED);
 }
 
 /* Sets a hash's bits in block *b; true if one was not set. */
