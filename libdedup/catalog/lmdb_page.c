@@ -99,6 +99,11 @@ static const char *dd_lm_leaf_node(const uint8_t *node, size_t room,
 	return NULL;
 }
 
+static size_t dd_lm_even(size_t n)
+{
+	return (n + 1) & ~(size_t)1;
+}
+
 const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 			   uint64_t last_pg, bool leaf, enum dd_lm_tree_kind kind)
 {
@@ -106,6 +111,7 @@ const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 	unsigned nkeys, min_keys;
 	const uint8_t *prev = NULL;
 	unsigned prev_len = 0;
+	size_t node_bytes = 0;     /* the nodes' sizes, as LMDB packs them */
 
 	if (dd_get_le64(pg) != pgno)
 		return "its header names another page";
@@ -136,7 +142,11 @@ const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 					   kind);
 			if (why)
 				return why;
+			node_bytes += dd_lm_even(LM_NODEHDR + ksize +
+				(dd_lm_node_flags(node) & LM_F_BIGDATA
+					 ? 8 : dd_lm_node_dsize(node)));
 		} else {
+			node_bytes += dd_lm_even(LM_NODEHDR + ksize);
 			uint64_t child = dd_lm_node_child(node);
 
 			if (child < 2 || child > last_pg)
@@ -152,6 +162,13 @@ const char *dd_lm_page_verify(const uint8_t *pg, uint32_t psize, uint64_t pgno,
 		prev = dd_lm_node_key(node);
 		prev_len = ksize;
 	}
+	/* LMDB packs nodes from the page's end down to upper, each an even
+	 * number of bytes, and closes the gap a deleted one leaves: they
+	 * fill psize - upper exactly.  A size that lies (a flipped byte of
+	 * a node header) fails that -- where each node alone still fits,
+	 * and LMDB would move the wrong bytes when it shifts them. */
+	if (node_bytes != psize - upper)
+		return "its nodes' sizes do not fill its node area";
 	return NULL;
 }
 
