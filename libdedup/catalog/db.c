@@ -676,6 +676,19 @@ int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t val)
 	return dd_table_put(txn, err, DD_DBI_META, &k, &v, 0, "lmdb put meta");
 }
 
+int dd_meta_feature(dd_txn *txn, dd_err *err, uint64_t bit, bool on)
+{
+	uint64_t f = 0, want;
+	int rc = dd_meta_get_u64(txn, err, "features", &f);
+
+	if (rc == DD_ENOENT)
+		dd_err_clear(err);
+	else if (rc)
+		return rc;
+	want = on ? f | bit : f & ~bit;
+	return want == f ? 0 : dd_meta_put_u64(txn, err, "features", want);
+}
+
 int dd_db_usage_get(dd_txn *txn, dd_err *err, dd_db_usage *out)
 {
 	MDB_stat st;

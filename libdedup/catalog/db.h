@@ -126,6 +126,9 @@ int dd_txn_renew(dd_txn *txn, dd_err *err);
 /* DD_ENOENT when absent; DD_ECORRUPT when the value is not 8 bytes. */
 int dd_meta_get_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t *out);
 int dd_meta_put_u64(dd_txn *txn, dd_err *err, const char *key, uint64_t v);
+/* Sets (on) or clears a bit of meta `features` (format/store.md §2),
+ * writing only when it changes; an absent key is 0. */
+int dd_meta_feature(dd_txn *txn, dd_err *err, uint64_t bit, bool on);
 
 /* ---- the dedup table (format/ddt.md) -------------------------------------*/
 

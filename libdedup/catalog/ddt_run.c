@@ -33,7 +33,6 @@
 
 #include "dedup.h"
 #include "catalog/db_internal.h"
-#include "catalog/ucnt.h"
 #include "common/alloc.h"
 #include "common/endian.h"
 
@@ -72,6 +71,23 @@ static uint64_t dd_run_of(const MDB_val *k, const uint8_t **kb)
 			return UINT64_MAX;
 	*kb = p + DD_RUN_HEAD_SIZE;
 	return dd_get_be64(p + DD_RUN_PREFIX_SIZE);
+}
+
+/* A walk's table key: *run its part (0: main) and *kb the entry's key,
+ * or damage -- a key of no part, or of a run past the last: no walk may
+ * pass over an entry unseen. */
+static int dd_run_check(dd_err *err, const MDB_val *k, uint64_t runs,
+			uint64_t *run, const uint8_t **kb)
+{
+	*run = dd_run_of(k, kb);
+	if (*run == UINT64_MAX)
+		return dd_db_damage(err, "ddt key of %zu bytes, expected %d",
+				    k->mv_size, DD_DDT_KEY_SIZE);
+	if (*run > runs)
+		return dd_db_damage(err, "ddt run %llu past meta %s (%llu)",
+				    (unsigned long long)*run, DD_DDT_RUNS_META,
+				    (unsigned long long)runs);
+	return 0;
 }
 
 int dd_ddt_runs_load(dd_txn *txn, dd_err *err)
@@ -162,20 +178,11 @@ int dd_ddt_locate(dd_txn *txn, dd_err *err, int tree,
 
 /* ---- appending to a run --------------------------------------------------*/
 
-/* The table's features say runs may exist (store.md §2): builds that do
- * not know them stay out until a compaction folds them. */
+/* meta `features` bit 2 while runs may exist (store.md §2): builds that
+ * do not know them stay out until a compaction folds them. */
 static int dd_ddt_runs_feature(dd_txn *txn, dd_err *err, bool on)
 {
-	uint64_t f = 0, want;
-	int rc = dd_meta_get_u64(txn, err, "features", &f);
-
-	if (rc == DD_ENOENT)
-		dd_err_clear(err);
-	else if (rc)
-		return rc;
-	want = on ? f | DD_META_FEATURE_DDT_RUNS
-		  : f & ~(uint64_t)DD_META_FEATURE_DDT_RUNS;
-	return want == f ? 0 : dd_meta_put_u64(txn, err, "features", want);
+	return dd_meta_feature(txn, err, DD_META_FEATURE_DDT_RUNS, on);
 }
 
 int dd_ddt_runs_folded(dd_txn *txn, dd_err *err)
@@ -274,9 +281,7 @@ struct dd_ddt_part {
 	MDB_val dp_k, dp_v;
 };
 
-/* rc from a cursor move (1: on an entry): is it still in its part?  A
- * key of no part, or of a run past the last, is damage: no walk may pass
- * over an entry unseen. */
+/* rc from a cursor move (1: on an entry): is it still in its part? */
 static int dd_ddt_part_moved(dd_err *err, struct dd_ddt_part *p,
 			     uint64_t runs, int rc)
 {
@@ -285,16 +290,9 @@ static int dd_ddt_part_moved(dd_err *err, struct dd_ddt_part *p,
 	p->dp_at = false;
 	if (rc != 1)
 		return rc;
-	run = dd_run_of(&p->dp_k, &p->dp_kb);
-	if (run == UINT64_MAX)
-		return dd_db_damage(err, "ddt key of %zu bytes, expected %d",
-				    p->dp_k.mv_size, DD_DDT_KEY_SIZE);
-	if (run > runs)
-		return dd_db_damage(err, "ddt run %llu past meta %s (%llu)",
-				    (unsigned long long)run, DD_DDT_RUNS_META,
-				    (unsigned long long)runs);
-	p->dp_at = run == p->dp_run;
-	return 0;
+	rc = dd_run_check(err, &p->dp_k, runs, &run, &p->dp_kb);
+	p->dp_at = !rc && run == p->dp_run;
+	return rc;
 }
 
 static int dd_ddt_part_open(dd_txn *txn, dd_err *err, int tree,
@@ -394,16 +392,12 @@ static int dd_ddt_scan_one(void *arg, dd_err *err, const MDB_val *k,
 {
 	struct dd_ddt_scan *ds = arg;
 	const uint8_t *kb = NULL;
-	uint64_t run = dd_run_of(k, &kb);
+	uint64_t run;
 	MDB_val key = {DD_DDT_KEY_SIZE, NULL};
+	int rc = dd_run_check(err, k, ds->ds_runs, &run, &kb);
 
-	if (run == UINT64_MAX)
-		return dd_db_damage(err, "ddt key of %zu bytes, expected %d",
-				    k->mv_size, DD_DDT_KEY_SIZE);
-	if (run > ds->ds_runs)
-		return dd_db_damage(err, "ddt run %llu past meta %s (%llu)",
-				    (unsigned long long)run, DD_DDT_RUNS_META,
-				    (unsigned long long)ds->ds_runs);
+	if (rc)
+		return rc;
 	key.mv_data = (void *)kb;
 	return ds->ds_fn(ds->ds_ctx, err, &key, v);
 }

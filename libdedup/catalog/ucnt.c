@@ -123,14 +123,7 @@ void dd_ucnt_free(dd_ucnt_set *set)
  * (meta `features`, checked at every open, store/layout.c). */
 static int dd_ucnt_feature(dd_txn *txn, dd_err *err)
 {
-	uint64_t f = 0;
-	int rc = dd_meta_get_u64(txn, err, "features", &f);
-
-	if (rc && rc != DD_ENOENT)
-		return rc;
-	if (f & DD_META_FEATURE_UCNT)
-		return 0;
-	return dd_meta_put_u64(txn, err, "features", f | DD_META_FEATURE_UCNT);
+	return dd_meta_feature(txn, err, DD_META_FEATURE_UCNT, true);
 }
 
 static unsigned dd_ucnt_popcount(const uint8_t *bits)
@@ -153,16 +146,9 @@ uint64_t dd_ucnt_count(const dd_ucnt_set *set)
 
 int dd_ucnt_settle(dd_txn *txn, dd_err *err, const dd_ucnt_set *left)
 {
-	uint64_t f = 0;
-	int rc;
-
 	if (dd_ucnt_count(left))
 		return 0;
-	rc = dd_meta_get_u64(txn, err, "features", &f);
-	if (rc == DD_ENOENT || (!rc && !(f & DD_META_FEATURE_UCNT)))
-		return 0;
-	return rc ? rc : dd_meta_put_u64(txn, err, "features",
-					  f & ~(uint64_t)DD_META_FEATURE_UCNT);
+	return dd_meta_feature(txn, err, DD_META_FEATURE_UCNT, false);
 }
 
 static int dd_ucnt_put(dd_txn *txn, dd_err *err, uint64_t id, uint64_t row,
