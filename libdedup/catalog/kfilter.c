@@ -31,13 +31,23 @@
 #include "common/endian.h"
 #include "common/io.h"
 
+/* One segment of the mapped file (format/kfilter.md §1, §4). */
+struct dd_kf_seg {
+	_Atomic uint64_t *ks_bits; /* ks_nblocks blocks of 8 words */
+	uint8_t *ks_sums;          /* each block's CRC-32C, LE32 (§1) */
+	uint64_t ks_nblocks;
+	uint64_t ks_added;         /* DDT entries when it was added */
+};
+
 struct dd_kf {
 	uint8_t *kf_map;           /* the whole file */
 	size_t kf_len;
-	_Atomic uint64_t *kf_bits; /* kf_nblocks blocks of 8 words */
-	uint8_t *kf_sums;          /* each block's CRC-32C, LE32 (§1) */
-	uint64_t kf_nblocks;
+	unsigned kf_nseg;          /* inserts go to the last */
+	struct dd_kf_seg kf_seg[DD_KF_SEG_MAX];
 	uint64_t kf_gen;
+	uint64_t kf_walked;        /* header: entries segment 0 was built of */
+	dev_t kf_dev;              /* the file mapped (dd_kf_grow) */
+	ino_t kf_ino;
 	struct dd_kf *kf_retired;  /* mappings made before this one */
 };
 
@@ -54,22 +64,28 @@ static uint64_t dd_kf_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-/* The block a hash's bits are in, and the DD_KF_PROBES 9-bit positions
- * in it, from the hash's first 16 bytes (format/kfilter.md §2). */
-static uint64_t dd_kf_block(uint64_t nblocks, const uint8_t *hash,
-			    uint64_t *bits)
-{
-	uint64_t a = dd_kf_mix(dd_get_le64(hash));
+/* A hash's place (format/kfilter.md §2): `a` picks its block in each
+ * segment, `bits` the DD_KF_PROBES 9-bit positions in that block. */
+struct dd_kf_pos {
+	uint64_t a, bits;
+};
 
-	*bits = dd_kf_mix(dd_get_le64(hash + 8) ^ 0x9e3779b97f4a7c15ull);
-	return (uint64_t)(((unsigned __int128)a * nblocks) >> 64);
+static struct dd_kf_pos dd_kf_pos_of(const uint8_t *hash)
+{
+	return (struct dd_kf_pos){
+		.a = dd_kf_mix(dd_get_le64(hash)),
+		.bits = dd_kf_mix(dd_get_le64(hash + 8) ^
+				  0x9e3779b97f4a7c15ull),
+	};
 }
 
-static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
+static uint64_t dd_kf_block(const struct dd_kf_seg *ks, struct dd_kf_pos p)
 {
-	uint64_t bits, b = dd_kf_block(kf->kf_nblocks, hash, &bits);
-	_Atomic uint64_t *w = kf->kf_bits + b * 8;
+	return (uint64_t)(((unsigned __int128)p.a * ks->ks_nblocks) >> 64);
+}
 
+static bool dd_kf_block_has(const _Atomic uint64_t *w, uint64_t bits)
+{
 	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
 		unsigned bit = bits & 511;
 
@@ -80,6 +96,24 @@ static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
 	return true;
 }
 
+/* Is the hash in some segment?  Its block in each is fetched before any
+ * is tested: one cache miss's wait for all of them. */
+static bool dd_kf_test(const struct dd_kf *kf, struct dd_kf_pos p)
+{
+	const _Atomic uint64_t *w[DD_KF_SEG_MAX];
+
+	for (unsigned s = 0; s < kf->kf_nseg; s++) {
+		const struct dd_kf_seg *ks = &kf->kf_seg[s];
+
+		w[s] = ks->ks_bits + dd_kf_block(ks, p) * 8;
+		__builtin_prefetch((const void *)w[s]);
+	}
+	for (unsigned s = kf->kf_nseg; s-- > 0;)   /* the newest first */
+		if (dd_kf_block_has(w[s], p.bits))
+			return true;
+	return false;
+}
+
 /* A block's sum (format/kfilter.md §1).  Bits change only inside write
  * transactions, one at a time (LMDB's writer lock): a writer reads a
  * block no other writer is changing.  Probes read bits meanwhile and
@@ -88,43 +122,53 @@ static bool dd_kf_test(const struct dd_kf *kf, const uint8_t *hash)
  * block caught between its bits and its sum only makes that mapping
  * fail -- the writer then maps it again under the lock
  * (dd_db_kf_prepare). */
-static uint32_t dd_kf_block_sum(const struct dd_kf *kf, uint64_t b)
+static uint32_t dd_kf_block_sum(const struct dd_kf_seg *ks, uint64_t b)
 {
 	uint64_t words[8];
 
 	for (int i = 0; i < 8; i++)
-		words[i] = atomic_load_explicit(&kf->kf_bits[b * 8 + i],
+		words[i] = atomic_load_explicit(&ks->ks_bits[b * 8 + i],
 						memory_order_relaxed);
 	return dd_crc32c(0, words, sizeof(words));
 }
 
-static uint32_t *dd_kf_sum_at(const struct dd_kf *kf, uint64_t b)
+static uint32_t *dd_kf_sum_at(const struct dd_kf_seg *ks, uint64_t b)
 {
-	return (uint32_t *)(void *)(kf->kf_sums + b * 4);
+	return (uint32_t *)(void *)(ks->ks_sums + b * 4);
 }
 
-static bool dd_kf_block_ok(const struct dd_kf *kf, uint64_t b)
+static bool dd_kf_block_ok(const struct dd_kf_seg *ks, uint64_t b)
 {
-	uint32_t le = __atomic_load_n(dd_kf_sum_at(kf, b), __ATOMIC_RELAXED);
+	uint32_t le = __atomic_load_n(dd_kf_sum_at(ks, b), __ATOMIC_RELAXED);
 
-	return le32toh(le) == dd_kf_block_sum(kf, b);
+	return le32toh(le) == dd_kf_block_sum(ks, b);
 }
 
-static void dd_kf_block_seal(struct dd_kf *kf, uint64_t b)
+static bool dd_kf_seg_ok(const struct dd_kf_seg *ks)
 {
-	__atomic_store_n(dd_kf_sum_at(kf, b), htole32(dd_kf_block_sum(kf, b)),
+	for (uint64_t b = 0; b < ks->ks_nblocks; b++)
+		if (!dd_kf_block_ok(ks, b))
+			return false;
+	return true;
+}
+
+static void dd_kf_block_seal(struct dd_kf_seg *ks, uint64_t b)
+{
+	__atomic_store_n(dd_kf_sum_at(ks, b), htole32(dd_kf_block_sum(ks, b)),
 			 __ATOMIC_RELAXED);
 }
 
-/* Sets a hash's bits in block *b; true if one was not set. */
-static bool dd_kf_set(struct dd_kf *kf, const uint8_t *hash, uint64_t *b)
+/* Sets a hash's bits in its block *b of the newest segment; true if one
+ * was not set. */
+static bool dd_kf_set(struct dd_kf *kf, struct dd_kf_pos p, uint64_t *b)
 {
-	uint64_t bits;
+	struct dd_kf_seg *ks = &kf->kf_seg[kf->kf_nseg - 1];
+	uint64_t bits = p.bits;
 	_Atomic uint64_t *w;
 	bool changed = false;
 
-	*b = dd_kf_block(kf->kf_nblocks, hash, &bits);
-	w = kf->kf_bits + *b * 8;
+	*b = dd_kf_block(ks, p);
+	w = ks->ks_bits + *b * 8;
 	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
 		unsigned bit = bits & 511;
 		uint64_t m = (uint64_t)1 << (bit & 63);
@@ -141,46 +185,103 @@ static bool dd_kf_set(struct dd_kf *kf, const uint8_t *hash, uint64_t *b)
 
 /* ---- the file --------------------------------------------------------------*/
 
-static void dd_kf_header(uint8_t *h, uint64_t nblocks, uint64_t gen,
-			 uint64_t entries)
+/* What a header says (format/kfilter.md §1). */
+struct dd_kf_layout {
+	unsigned kl_nseg;
+	uint64_t kl_nblocks[DD_KF_SEG_MAX];
+	uint64_t kl_added[DD_KF_SEG_MAX];
+	uint64_t kl_gen;
+	uint64_t kl_walked;
+};
+
+static void dd_kf_header(uint8_t *h, const struct dd_kf_layout *kl)
 {
 	memset(h, 0, DD_KF_HDR_SIZE);
 	memcpy(h, DD_KF_MAGIC, 8);
 	dd_put_le32(h + 8, DD_KF_VERSION);
 	dd_put_le32(h + 12, DD_KF_PROBES);
-	dd_put_le64(h + 16, nblocks);
-	dd_put_le64(h + 24, gen);
-	dd_put_le64(h + 32, entries);
-	dd_put_le32(h + 60, dd_crc32c(0, h, 60));
+	dd_put_le32(h + 16, kl->kl_nseg);
+	dd_put_le64(h + 24, kl->kl_gen);
+	dd_put_le64(h + 32, kl->kl_walked);
+	for (unsigned s = 0; s < kl->kl_nseg; s++) {
+		dd_put_le64(h + 64 + 16 * s, kl->kl_nblocks[s]);
+		dd_put_le64(h + 72 + 16 * s, kl->kl_added[s]);
+	}
+	dd_put_le32(h + DD_KF_HDR_SIZE - 4,
+		    dd_crc32c(0, h, DD_KF_HDR_SIZE - 4));
 }
 
-/* A file of nblocks: the header, the blocks, their sums (§1). */
-static uint64_t dd_kf_file_size(uint64_t nblocks)
+/* A segment's bytes: its blocks, then their sums (§1). */
+static uint64_t dd_kf_seg_size(uint64_t nblocks)
 {
-	return DD_KF_HDR_SIZE + nblocks * (DD_KF_BLOCK + 4);
+	return nblocks * (DD_KF_BLOCK + 4);
 }
 
-static void dd_kf_lay_out(struct dd_kf *kf, uint8_t *file, uint64_t nblocks)
+static uint64_t dd_kf_file_size(const struct dd_kf_layout *kl)
 {
-	kf->kf_bits = (_Atomic uint64_t *)(file + DD_KF_HDR_SIZE);
-	kf->kf_sums = file + DD_KF_HDR_SIZE + nblocks * DD_KF_BLOCK;
-	kf->kf_nblocks = nblocks;
+	uint64_t len = DD_KF_HDR_SIZE;
+
+	for (unsigned s = 0; s < kl->kl_nseg; s++)
+		len += dd_kf_seg_size(kl->kl_nblocks[s]);
+	return len;
+}
+
+static void dd_kf_lay_out(struct dd_kf *kf, uint8_t *file,
+			  const struct dd_kf_layout *kl)
+{
+	uint8_t *at = file + DD_KF_HDR_SIZE;
+
+	kf->kf_nseg = kl->kl_nseg;
+	kf->kf_gen = kl->kl_gen;
+	kf->kf_walked = kl->kl_walked;
+	for (unsigned s = 0; s < kl->kl_nseg; s++) {
+		struct dd_kf_seg *ks = &kf->kf_seg[s];
+
+		ks->ks_nblocks = kl->kl_nblocks[s];
+		ks->ks_added = kl->kl_added[s];
+		ks->ks_bits = (_Atomic uint64_t *)(void *)at;
+		ks->ks_sums = at + ks->ks_nblocks * DD_KF_BLOCK;
+		at += dd_kf_seg_size(ks->ks_nblocks);
+	}
+}
+
+static bool dd_kf_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
 }
 
 /* The header's fields, if it is one this build writes, for a file of len
  * bytes. */
-static bool dd_kf_header_ok(const uint8_t *h, uint64_t len, uint64_t *nblocks,
-			    uint64_t *gen)
+static bool dd_kf_header_ok(const uint8_t *h, uint64_t len,
+			    struct dd_kf_layout *kl)
 {
 	if (len < DD_KF_HDR_SIZE || memcmp(h, DD_KF_MAGIC, 8) != 0 ||
-	    dd_get_le32(h + 60) != dd_crc32c(0, h, 60) ||
+	    dd_get_le32(h + DD_KF_HDR_SIZE - 4) !=
+		    dd_crc32c(0, h, DD_KF_HDR_SIZE - 4) ||
 	    dd_get_le32(h + 8) != DD_KF_VERSION ||
 	    dd_get_le32(h + 12) != DD_KF_PROBES)
 		return false;
-	*nblocks = dd_get_le64(h + 16);
-	*gen = dd_get_le64(h + 24);
-	return *nblocks >= 1 && *nblocks <= DD_KF_MAX_BLOCKS &&
-	       len == dd_kf_file_size(*nblocks);
+	kl->kl_nseg = dd_get_le32(h + 16);
+	kl->kl_gen = dd_get_le64(h + 24);
+	kl->kl_walked = dd_get_le64(h + 32);
+	if (kl->kl_nseg < 1 || kl->kl_nseg > DD_KF_SEG_MAX ||
+	    !dd_kf_zero(h + 20, 4) || !dd_kf_zero(h + 40, 24) ||
+	    !dd_kf_zero(h + 64 + 16 * kl->kl_nseg,
+			DD_KF_HDR_SIZE - 4 - 64 - 16 * kl->kl_nseg))
+		return false;
+	for (unsigned s = 0; s < kl->kl_nseg; s++) {
+		kl->kl_nblocks[s] = dd_get_le64(h + 64 + 16 * s);
+		kl->kl_added[s] = dd_get_le64(h + 72 + 16 * s);
+		if (kl->kl_nblocks[s] < 1 ||
+		    kl->kl_nblocks[s] > DD_KF_MAX_BLOCKS ||
+		    (s == 0 ? kl->kl_added[s] != 0
+			    : kl->kl_added[s] < kl->kl_added[s - 1]))
+			return false;
+	}
+	return kl->kl_gen >= 1 && len == dd_kf_file_size(kl);
 }
 
 static int dd_kf_path(dd_db *db, char *out, size_t cap)
@@ -192,12 +293,18 @@ static int dd_kf_path(dd_db *db, char *out, size_t cap)
 	return snprintf(out, cap, "%s/%s", dir, DD_KF_FILE) < (int)cap ? 0 : -1;
 }
 
+static void dd_kf_unmap(struct dd_kf *kf)
+{
+	munmap(kf->kf_map, kf->kf_len);
+	dd_free(kf);
+}
+
 /* Maps the file if it is of generation gen; NULL if not, or absent, or
  * damaged -- all of which a rebuild mends. */
 static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 {
 	uint8_t h[DD_KF_HDR_SIZE];
-	uint64_t nblocks, fgen;
+	struct dd_kf_layout kl;
 	struct dd_kf *kf = NULL;
 	char path[4300];
 	struct stat st;
@@ -211,8 +318,7 @@ static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 		return NULL;
 	if (fstat(fd, &st) != 0 ||
 	    pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &nblocks, &fgen) ||
-	    fgen != gen)
+	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &kl) || kl.kl_gen != gen)
 		goto out;
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
 		   MAP_SHARED, fd, 0);
@@ -225,16 +331,15 @@ static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 	}
 	kf->kf_map = map;
 	kf->kf_len = (size_t)st.st_size;
-	dd_kf_lay_out(kf, kf->kf_map, nblocks);
-	kf->kf_gen = gen;
+	kf->kf_dev = st.st_dev;
+	kf->kf_ino = st.st_ino;
+	dd_kf_lay_out(kf, kf->kf_map, &kl);
 	/* every block's sum: a damaged one is no filter, and is rebuilt
 	 * (about a millisecond per 4 M DDT entries) */
-	for (uint64_t b = 0; b < nblocks; b++)
-		if (!dd_kf_block_ok(kf, b)) {
-			munmap(map, (size_t)st.st_size);
-			dd_free(kf);
+	for (unsigned s = 0; kf && s < kf->kf_nseg; s++)
+		if (!dd_kf_seg_ok(&kf->kf_seg[s])) {
+			dd_kf_unmap(kf);
 			kf = NULL;
-			break;
 		}
 out:
 	close(fd);
@@ -288,8 +393,8 @@ struct dd_kf_pending {
 };
 
 struct dd_kf_build {
-	struct dd_kf kb_kf;        /* over an anonymous buffer */
-	uint64_t *kb_words;        /* kb_kf's bits, for plain stores */
+	struct dd_kf_seg kb_seg;   /* over an anonymous buffer */
+	uint64_t *kb_words;        /* kb_seg's bits, for plain stores */
 	struct dd_kf_pending kb_ring[DD_KF_AHEAD];
 	uint64_t kb_n;
 	uint64_t kb_flagged;       /* entries MISSING or DAMAGED: the walk is
@@ -310,11 +415,12 @@ static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
 {
 	struct dd_kf_build *kb = arg;
 	struct dd_kf_pending *kp = &kb->kb_ring[kb->kb_n % DD_KF_AHEAD];
+	struct dd_kf_pos p = dd_kf_pos_of(key->dk_hash);
 
 	if (kb->kb_n >= DD_KF_AHEAD)
 		dd_kf_build_set(kb, kp);
-	kp->kp_block = dd_kf_block(kb->kb_kf.kf_nblocks, key->dk_hash,
-				   &kp->kp_bits);
+	kp->kp_block = dd_kf_block(&kb->kb_seg, p);
+	kp->kp_bits = p.bits;
 	__builtin_prefetch(kb->kb_words + kp->kp_block * 8, 1);
 	kb->kb_n++;
 	kb->kb_flagged += dd_ddt_ent_flagged(ent);
@@ -330,9 +436,10 @@ static void dd_kf_build_end(struct dd_kf_build *kb)
 		dd_kf_build_set(kb, &kb->kb_ring[i % DD_KF_AHEAD]);
 }
 
-static uint64_t dd_kf_blocks_for(uint64_t entries)
+/* A segment's blocks for `keys` (a rebuild's, or a new segment's). */
+static uint64_t dd_kf_blocks_for(uint64_t keys)
 {
-	uint64_t n = (entries * DD_KF_BUILD_BITS + DD_KF_BLOCK * 8 - 1) /
+	uint64_t n = (keys * DD_KF_BUILD_BITS + DD_KF_BLOCK * 8 - 1) /
 		     (DD_KF_BLOCK * 8);
 
 	if (n < DD_KF_MIN_BLOCKS)
@@ -340,64 +447,231 @@ static uint64_t dd_kf_blocks_for(uint64_t entries)
 	return n > DD_KF_MAX_BLOCKS ? DD_KF_MAX_BLOCKS : n;
 }
 
-/* Is kf, of meta's generation, fit for a DDT of `entries`? */
-static bool dd_kf_fits(const struct dd_kf *kf, uint64_t entries)
+/* Segment s's keys, of a DDT of `entries` (format/kfilter.md §4). */
+static uint64_t dd_kf_seg_keys(const struct dd_kf *kf, unsigned s,
+			       uint64_t entries)
 {
-	return kf->kf_nblocks >= DD_KF_MAX_BLOCKS ||
-	       entries * DD_KF_MIN_BITS <= kf->kf_nblocks * DD_KF_BLOCK * 8;
+	uint64_t from = kf->kf_seg[s].ks_added;
+	uint64_t to = s + 1 < kf->kf_nseg ? kf->kf_seg[s + 1].ks_added
+					  : entries;
+
+	return to > from ? to - from : 0;
+}
+
+/* Does a segment keep at least bits_per_key for `keys`? */
+static bool dd_kf_seg_takes(const struct dd_kf_seg *ks, uint64_t keys,
+			    unsigned bits_per_key)
+{
+	return ks->ks_nblocks >= DD_KF_MAX_BLOCKS ||
+	       keys * bits_per_key <= ks->ks_nblocks * DD_KF_BLOCK * 8;
+}
+
+enum dd_kf_need { DD_KF_ROOM, DD_KF_GROW, DD_KF_REBUILD };
+
+unsigned dd_kf_seg_max = DD_KF_SEG_MAX;
+
+/* What kf, of meta's generation, needs before n more keys go into a DDT
+ * of `entries`: nothing, a segment, or a rebuild (§4). */
+static enum dd_kf_need dd_kf_need(const struct dd_kf *kf, uint64_t entries,
+				  uint64_t n)
+{
+	unsigned last = kf->kf_nseg - 1;
+
+	for (unsigned s = 0; s < kf->kf_nseg; s++)
+		if (!dd_kf_seg_takes(&kf->kf_seg[s],
+				     dd_kf_seg_keys(kf, s, entries),
+				     DD_KF_OVER_BITS))
+			return DD_KF_REBUILD;
+	if (dd_kf_seg_takes(&kf->kf_seg[last],
+			    dd_kf_seg_keys(kf, last, entries) + n,
+			    DD_KF_FULL_BITS))
+		return DD_KF_ROOM;
+	return kf->kf_nseg < dd_kf_seg_max && kf->kf_nseg < DD_KF_SEG_MAX
+		       ? DD_KF_GROW
+		       : DD_KF_REBUILD;
 }
 
 static int dd_kf_meta(dd_txn *txn, dd_err *err, const char *key,
 		      uint64_t *out);
 
-/* Inside the write transaction txn -- no insert runs meanwhile --: the
- * filter of every hash the DDT holds, written whole as a generation no
- * file had before (meta ddt.filter.last counts them: a withdrawn filter
- * leaves ddt.filter 0, and this process may still map its file), with
- * a temporary file, a rename and a directory sync; then meta names it. */
-static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t entries,
-			 uint64_t *genp)
+/* A generation no file had before: meta ddt.filter.last counts them (a
+ * withdrawn filter leaves ddt.filter 0, and this process may still map
+ * its file). */
+static int dd_kf_next_gen(dd_txn *txn, dd_err *err, uint64_t *gen)
 {
-	dd_db *db = txn->tx_db;
-	struct dd_kf_build kb;
-	uint64_t nblocks = dd_kf_blocks_for(entries);
-	size_t len = (size_t)dd_kf_file_size(nblocks);
-	uint64_t gen, last = 0;
-	const char *dir;
-	uint8_t *buf;
-	int rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
+	uint64_t last = 0;
+	int rc = dd_kf_meta(txn, err, "ddt.filter", gen);
 
 	if (!rc)
 		rc = dd_kf_meta(txn, err, "ddt.filter.last", &last);
+	if (!rc)
+		*gen = (last > *gen ? last : *gen) + 1;
+	return rc;
+}
+
+/* Meta names the file of kl's generation, in txn, and this process maps
+ * it for txn's inserts (a file system that cannot map it shared: no
+ * filter, no error). */
+static int dd_kf_name(dd_txn *txn, dd_err *err, const struct dd_kf_layout *kl)
+{
+	int rc = dd_meta_put_u64(txn, err, "ddt.filter", kl->kl_gen);
+
+	if (!rc)
+		rc = dd_meta_put_u64(txn, err, "ddt.filter.last", kl->kl_gen);
+	if (!rc)
+		dd_kf_attach(txn->tx_db, dd_kf_map(txn->tx_db, kl->kl_gen));
+	return rc;
+}
+
+/* The file of kl's generation, buf whole (its header written here),
+ * replaces the one in force: a temporary file, a rename and a directory
+ * sync; then meta names it. */
+static int dd_kf_install(dd_txn *txn, dd_err *err,
+			 const struct dd_kf_layout *kl, uint8_t *buf)
+{
+	const char *dir;
+	int rc;
+
+	if (mdb_env_get_path(txn->tx_db->db_env, &dir) != 0)
+		return dd_err_set(err, DD_EIO, "lmdb: no catalog path");
+	dd_kf_header(buf, kl);
+	rc = dd_io_replace_file(err, dir, DD_KF_FILE, buf,
+				(size_t)dd_kf_file_size(kl));
+	return rc ? rc : dd_kf_name(txn, err, kl);
+}
+
+/* Inside the write transaction txn -- no insert runs meanwhile --: the
+ * filter of every hash the DDT holds, one segment sized for `keys`
+ * (the DDT's entries, and those about to be added). */
+static int dd_kf_rebuild(dd_txn *txn, dd_err *err, uint64_t keys)
+{
+	struct dd_kf_layout kl = {.kl_nseg = 1};
+	struct dd_kf_build kb;
+	uint8_t *buf;
+	int rc = dd_kf_next_gen(txn, err, &kl.kl_gen);
+
 	if (rc)
 		return rc;
-	gen = (last > gen ? last : gen) + 1;
-	memset(&kb, 0, sizeof(kb));
-	if (mdb_env_get_path(db->db_env, &dir) != 0)
-		return dd_err_set(err, DD_EIO, "lmdb: no catalog path");
-	buf = dd_calloc(1, len);
+	kl.kl_nblocks[0] = dd_kf_blocks_for(keys);
+	buf = dd_calloc(1, (size_t)dd_kf_file_size(&kl));
 	if (!buf)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
-	dd_kf_lay_out(&kb.kb_kf, buf, nblocks);
-	kb.kb_words = (uint64_t *)(buf + DD_KF_HDR_SIZE);
+	memset(&kb, 0, sizeof(kb));
+	{
+		struct dd_kf view;
+
+		dd_kf_lay_out(&view, buf, &kl);
+		kb.kb_seg = view.kf_seg[0];
+	}
+	kb.kb_words = (uint64_t *)(void *)kb.kb_seg.ks_bits;
 	/* order does not matter here: one cursor, not the runs' merge */
 	rc = dd_ddt_scan(txn, err, dd_kf_build_one, &kb);
 	dd_kf_build_end(&kb);
-	for (uint64_t b = 0; !rc && b < nblocks; b++)
-		dd_kf_block_seal(&kb.kb_kf, b);
+	for (uint64_t b = 0; !rc && b < kb.kb_seg.ks_nblocks; b++)
+		dd_kf_block_seal(&kb.kb_seg, b);
 	if (!rc)
 		dd_ddt_census_done(txn, kb.kb_flagged);
-	if (!rc) {
-		dd_kf_header(buf, nblocks, gen, kb.kb_n);
-		rc = dd_io_replace_file(err, dir, DD_KF_FILE, buf, len);
-	}
+	kl.kl_walked = kb.kb_n;
+	if (!rc)
+		rc = dd_kf_install(txn, err, &kl, buf);
 	dd_free(buf);
+	if (!rc) {
+		txn->tx_kf_rebuilt = true;
+		txn->tx_kf_holds = true;   /* the walk saw every commit */
+	}
+	return rc;
+}
+
+/* A block whose sum fails: the file was damaged since it was mapped.
+ * The transaction adds to it no more, and withdraws it at its commit
+ * (ddt.filter 0): the next writer rebuilds it. */
+static void dd_kf_txn_damaged(dd_txn *txn)
+{
+	txn->tx_kf_damaged = true;
+	txn->tx_kf_holds = false;
+}
+
+/* The new segment's sums, from `off` of fd: every block zero. */
+static int dd_kf_write_zero_sums(dd_err *err, int fd, uint64_t off,
+				 uint64_t nblocks)
+{
+	static const uint8_t zero[DD_KF_BLOCK];
+	uint32_t sums[4096], le = htole32(dd_crc32c(0, zero, sizeof(zero)));
+	int rc = 0;
+
+	for (size_t i = 0; i < 4096; i++)
+		sums[i] = le;
+	for (uint64_t b = 0; !rc && b < nblocks; b += 4096) {
+		uint64_t n = nblocks - b < 4096 ? nblocks - b : 4096;
+
+		rc = dd_io_pwrite_full(err, fd, sums, (size_t)n * 4, off + b * 4,
+				       DD_KF_FILE);
+	}
+	return rc;
+}
+
+/* Inside the write transaction txn, whose filter kf holds every key of
+ * the commit it starts from: the same file grown by one segment, for
+ * `keys`, without a walk of the DDT (format/kfilter.md §4).  The
+ * segments in force stay where they are, untouched: the new one is
+ * appended, synced, and only then does the header name it, as a new
+ * generation, and meta in txn after it.  A crash between leaves a file
+ * whose size or generation is not meta's: rebuilt. */
+static int dd_kf_grow(dd_txn *txn, dd_err *err, const struct dd_kf *kf,
+		      uint64_t entries, uint64_t keys)
+{
+	struct dd_kf_layout kl = {.kl_nseg = kf->kf_nseg + 1,
+				  .kl_walked = kf->kf_walked};
+	uint8_t h[DD_KF_HDR_SIZE];
+	char path[4300];
+	struct stat st;
+	uint64_t nb;
+	int fd, rc = dd_kf_next_gen(txn, err, &kl.kl_gen);
+
+	if (rc)
+		return rc;
+	/* the segments in force are checked whole (a CRC pass over the
+	 * file, milliseconds): a damaged one is withdrawn now, not grown */
+	for (unsigned s = 0; s < kf->kf_nseg; s++) {
+		if (!dd_kf_seg_ok(&kf->kf_seg[s])) {
+			dd_kf_txn_damaged(txn);
+			return 0;
+		}
+		kl.kl_nblocks[s] = kf->kf_seg[s].ks_nblocks;
+		kl.kl_added[s] = kf->kf_seg[s].ks_added;
+	}
+	nb = kl.kl_nblocks[kf->kf_nseg] = dd_kf_blocks_for(keys);
+	kl.kl_added[kf->kf_nseg] = entries;
+	if (dd_kf_path(txn->tx_db, path, sizeof(path)) != 0)
+		return dd_err_set(err, DD_EINVAL, "%s: path too long",
+				  DD_KF_FILE);
+	fd = dd_io_open(err, path, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	/* the file this process maps, as it mapped it; if not -- replaced
+	 * or cut under it -- it is not the filter in force: withdrawn */
+	if (fstat(fd, &st) != 0 || st.st_ino != kf->kf_ino ||
+	    st.st_dev != kf->kf_dev || (uint64_t)st.st_size != kf->kf_len) {
+		dd_io_close(fd);
+		dd_kf_txn_damaged(txn);
+		return 0;
+	}
+	rc = dd_io_ftruncate(err, fd, kf->kf_len + dd_kf_seg_size(nb),
+			     DD_KF_FILE);
 	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "ddt.filter", gen);
+		rc = dd_kf_write_zero_sums(err, fd,
+					   kf->kf_len + nb * DD_KF_BLOCK, nb);
 	if (!rc)
-		rc = dd_meta_put_u64(txn, err, "ddt.filter.last", gen);
-	txn->tx_kf_rebuilt = !rc;
-	*genp = gen;
+		rc = dd_io_fdatasync(err, fd, DD_KF_FILE);
+	if (!rc) {
+		dd_kf_header(h, &kl);
+		rc = dd_io_pwrite_full(err, fd, h, sizeof(h), 0, DD_KF_FILE);
+	}
+	if (!rc)
+		rc = dd_io_fdatasync(err, fd, DD_KF_FILE);
+	dd_io_close(fd);
+	if (!rc)
+		rc = dd_kf_name(txn, err, &kl);
 	return rc;
 }
 
@@ -417,6 +691,43 @@ static int dd_kf_meta(dd_txn *txn, dd_err *err, const char *key,
 	return rc;
 }
 
+static int dd_kf_txn_filter(dd_txn *txn, dd_err *err, struct dd_kf **out);
+
+/* Makes room in the filter txn adds to for n more keys (format/kfilter.md
+ * §4): a segment, or a rebuild.  With mend (a writer's open), also
+ * rebuilds a filter missing, stale, damaged or whose chain of commits is
+ * broken; without (a flush), leaves those to the next writer's open. */
+static int dd_kf_reserve(dd_txn *txn, dd_err *err, uint64_t n, bool mend)
+{
+	uint64_t entries;
+	struct dd_kf *kf;
+	enum dd_kf_need need;
+	int rc = dd_kf_txn_filter(txn, err, &kf);
+
+	if (rc || !txn->tx_db->db_kf_enabled || txn->tx_kf_damaged)
+		return rc;
+	rc = dd_ddt_count(txn, err, &entries);
+	if (rc)
+		return rc;
+	if (!kf || !txn->tx_kf_holds)
+		need = mend ? DD_KF_REBUILD : DD_KF_ROOM;
+	else
+		need = dd_kf_need(kf, entries, n);
+	switch (need) {
+	case DD_KF_GROW:
+		return dd_kf_grow(txn, err, kf, entries, entries + n);
+	case DD_KF_REBUILD:
+		return dd_kf_rebuild(txn, err, entries + n);
+	default:
+		return 0;
+	}
+}
+
+int dd_kf_txn_reserve(dd_txn *txn, dd_err *err, uint64_t n)
+{
+	return dd_kf_reserve(txn, err, n, false);
+}
+
 /* The generation meta names and the DDT's entries, as txn sees them, and
  * whether meta has the unflagged claim (db.h) at all. */
 static int dd_kf_state(dd_txn *txn, dd_err *err, uint64_t *gen,
@@ -429,23 +740,19 @@ static int dd_kf_state(dd_txn *txn, dd_err *err, uint64_t *gen,
 	return rc ? rc : dd_ddt_unflagged_known(txn, err, claim_known);
 }
 
-/* Whether the filter this process maps is meta's and fits; if not, the
- * file of meta's generation is mapped if it fits. */
+/* Whether the filter of meta's generation is mapped (mapping it if need
+ * be) and has room for the DDT as it is. */
 static bool dd_kf_current(dd_db *db, uint64_t gen, uint64_t entries)
 {
 	struct dd_kf *kf = atomic_load(&db->db_kf);
 
-	if (kf && kf->kf_gen == gen && !atomic_load(&db->db_kf_detached))
-		return dd_kf_fits(kf, entries);
-	kf = gen ? dd_kf_map(db, gen) : NULL;
-	if (kf && !dd_kf_fits(kf, entries)) {
-		munmap(kf->kf_map, kf->kf_len);
-		dd_free(kf);
-		kf = NULL;
-	}
-	if (kf)
+	if (!kf || kf->kf_gen != gen || atomic_load(&db->db_kf_detached)) {
+		kf = gen ? dd_kf_map(db, gen) : NULL;
+		if (!kf)
+			return false;
 		dd_kf_attach(db, kf);
-	return kf != NULL;
+	}
+	return dd_kf_need(kf, entries, 0) == DD_KF_ROOM;
 }
 
 int dd_db_kf_prepare(dd_db *db, dd_err *err)
@@ -463,26 +770,23 @@ int dd_db_kf_prepare(dd_db *db, dd_err *err)
 	dd_txn_abort(txn);
 	if (rc || (dd_kf_current(db, gen, entries) && known))
 		return rc;
-	/* rebuild, unless another process did while this one waited for
-	 * the write transaction; a catalog without the unflagged claim (an
-	 * older build's) gets it from the rebuild's walk, or one of its own */
+	/* rebuild or grow, unless another process did while this one
+	 * waited for the write transaction; a catalog without the
+	 * unflagged claim (an older build's) gets it from the rebuild's
+	 * walk, or one of its own */
 	rc = dd_txn_begin(db, err, true, &txn);
 	if (rc)
 		return rc;
-	rc = dd_kf_state(txn, err, &gen, &entries, &known);
-	if (!rc && !dd_kf_current(db, gen, entries))
-		rc = dd_kf_rebuild(txn, err, entries, &gen);
-	else if (!rc && !known)
+	rc = dd_kf_reserve(txn, err, 0, true);
+	if (!rc && !txn->tx_kf_rebuilt)
+		rc = dd_ddt_unflagged_known(txn, err, &known);
+	if (!rc && !txn->tx_kf_rebuilt && !known)
 		rc = dd_ddt_census(txn, err, NULL);
 	if (rc) {
 		dd_txn_abort(txn);
 		return rc;
 	}
-	rc = dd_txn_commit(txn, err);
-	/* a file system that cannot map it shared: no filter, no error */
-	if (!rc)
-		dd_kf_current(db, gen, entries);
-	return rc;
+	return dd_txn_commit(txn, err);
 }
 
 bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
@@ -490,7 +794,7 @@ bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
 	struct dd_kf *kf = atomic_load_explicit(&db->db_kf,
 						memory_order_acquire);
 
-	return !kf || dd_kf_test(kf, hash);
+	return !kf || dd_kf_test(kf, dd_kf_pos_of(hash));
 }
 
 bool dd_db_kf_mapped(dd_db *db)
@@ -541,43 +845,74 @@ static int dd_kf_txn_filter(dd_txn *txn, dd_err *err, struct dd_kf **out)
 	return 0;
 }
 
-/* A block whose sum fails: the file was damaged since it was mapped.
- * The transaction adds to it no more, and withdraws it at its commit
- * (ddt.filter 0): the next writer rebuilds it. */
-static void dd_kf_txn_damaged(dd_txn *txn)
-{
-	txn->tx_kf_damaged = true;
-	txn->tx_kf_holds = false;
-}
-
 int dd_kf_txn_test_add(dd_txn *txn, dd_err *err, const uint8_t *hash,
 		       bool *absent)
 {
+	struct dd_kf_pos p = dd_kf_pos_of(hash);
 	struct dd_kf *kf;
-	uint64_t bits, b;
+	uint64_t b;
 	int rc = dd_kf_txn_filter(txn, err, &kf);
 
 	*absent = false;
 	if (rc || !kf)
 		return rc;
-	b = dd_kf_block(kf->kf_nblocks, hash, &bits);
-	if (!dd_kf_block_ok(kf, b)) {
-		dd_kf_txn_damaged(txn);
-		return 0;
-	}
-	*absent = txn->tx_kf_holds && !dd_kf_test(kf, hash);
-	if (dd_kf_set(kf, hash, &b)) {
-		dd_kf_block_seal(kf, b);
+	/* the answer rests on the hash's block in every segment */
+	for (unsigned s = 0; s < kf->kf_nseg; s++)
+		if (!dd_kf_block_ok(&kf->kf_seg[s],
+				    dd_kf_block(&kf->kf_seg[s], p))) {
+			dd_kf_txn_damaged(txn);
+			return 0;
+		}
+	*absent = txn->tx_kf_holds && !dd_kf_test(kf, p);
+	if (dd_kf_set(kf, p, &b)) {
+		dd_kf_block_seal(&kf->kf_seg[kf->kf_nseg - 1], b);
 		txn->tx_kf_dirty = kf;
 	}
 	return 0;
 }
 
+void dd_kf_txn_prefetch(dd_txn *txn, const uint8_t *hash)
+{
+	struct dd_kf *kf = atomic_load(&txn->tx_db->db_kf);
+	struct dd_kf_pos p = dd_kf_pos_of(hash);
+
+	if (!txn->tx_kf_checked || !kf)
+		return;
+	for (unsigned s = 0; s < kf->kf_nseg; s++) {
+		const struct dd_kf_seg *ks = &kf->kf_seg[s];
+		uint64_t b = dd_kf_block(ks, p);
+
+		__builtin_prefetch((const void *)(ks->ks_bits + b * 8), 1);
+		__builtin_prefetch(ks->ks_sums + b * 4, 1);
+	}
+}
+
+/* An insert's: only the newest segment's block is read, and only when
+ * a bit is missing there (a flush asked dd_kf_txn_test_add first, which
+ * set them): its sum is checked before the bits change and the sum is
+ * rewritten, so a damaged block is never sealed as good. */
 int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
 {
-	bool absent;
+	struct dd_kf_pos p = dd_kf_pos_of(hash);
+	struct dd_kf_seg *ks;
+	struct dd_kf *kf;
+	uint64_t b;
+	int rc = dd_kf_txn_filter(txn, err, &kf);
 
-	return dd_kf_txn_test_add(txn, err, hash, &absent);
+	if (rc || !kf)
+		return rc;
+	ks = &kf->kf_seg[kf->kf_nseg - 1];
+	b = dd_kf_block(ks, p);
+	if (dd_kf_block_has(ks->ks_bits + b * 8, p.bits))
+		return 0;
+	if (!dd_kf_block_ok(ks, b)) {
+		dd_kf_txn_damaged(txn);
+		return 0;
+	}
+	dd_kf_set(kf, p, &b);
+	dd_kf_block_seal(ks, b);
+	txn->tx_kf_dirty = kf;
+	return 0;
 }
 
 uint64_t dd_kf_txn_gen(dd_txn *txn)

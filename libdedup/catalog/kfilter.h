@@ -16,11 +16,14 @@
  * its commit then references the entry and the copy is garbage for gc
  * (wops.c, dd_apply_new), as when two writers store one block at once.
  *
- * The filter is rebuilt from a walk of the DDT, inside a write
- * transaction so that no insert runs meanwhile, when a writer finds it
- * missing, damaged, of another generation or under 16 bits per entry
- * (dd_db_kf_prepare); it is built at 32 bits per entry, so rebuilds come
- * at each doubling of the DDT.
+ * It is a scalable Bloom filter of up to DD_KF_SEG_MAX segments; inserts
+ * go to the newest.  When that one is full, a writer adds a segment --
+ * the file grown in place, not a walk of the DDT -- before the keys
+ * it is about to insert (dd_kf_txn_reserve, at a flush; at a writer's
+ * open, dd_db_kf_prepare).  It is rebuilt from a walk of the DDT, inside
+ * a write transaction so that no insert runs meanwhile, when a writer
+ * finds it missing, damaged or of another generation, overfilled, or
+ * with DD_KF_SEG_MAX segments full.
  */
 #ifndef DD_CATALOG_KFILTER_H
 #define DD_CATALOG_KFILTER_H
@@ -33,14 +36,20 @@
 
 #define DD_KF_FILE "keys.flt"
 #define DD_KF_MAGIC "DDKEYFLT"
-#define DD_KF_VERSION 2
-#define DD_KF_HDR_SIZE 64
+#define DD_KF_VERSION 3
+#define DD_KF_HDR_SIZE 256        /* with the segment table */
 #define DD_KF_BLOCK 64            /* bytes: one cache line */
 #define DD_KF_PROBES 6            /* bits set per key, in one block */
-#define DD_KF_BUILD_BITS 32       /* per DDT entry, at a rebuild */
-#define DD_KF_MIN_BITS 16         /* per entry: fewer, and it is rebuilt */
+#define DD_KF_SEG_MAX 8           /* segments: past them, a rebuild */
+#define DD_KF_BUILD_BITS 32       /* per key a segment is made for */
+#define DD_KF_FULL_BITS 24        /* per key: fewer, and a segment is full */
+#define DD_KF_OVER_BITS 12        /* per key: fewer, and it is rebuilt */
 #define DD_KF_MIN_BLOCKS 4096     /* 256 KiB */
 #define DD_KF_MAX_BLOCKS ((uint64_t)1 << 32)
+
+/* Segments a writer adds before it rebuilds instead: DD_KF_SEG_MAX
+ * (tests lower it). */
+extern unsigned dd_kf_seg_max;
 
 /* Makes sure the catalog has a filter of the generation meta names, big
  * enough for the DDT, and maps it for this process's probes and inserts;
@@ -53,6 +62,13 @@ int dd_db_kf_prepare(dd_db *db, dd_err *err);
  * true: it may -- or there is no filter. */
 bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
 
+/* Write txn, before it adds n keys (a flush's new ones): makes room for
+ * them in the filter, adding a segment -- the file grown in place, not a
+ * walk of the DDT -- or rebuilding it when it has DD_KF_SEG_MAX
+ * (format/kfilter.md §4).  A filter missing, damaged or whose chain is
+ * broken is left to the next dd_db_kf_prepare. */
+int dd_kf_txn_reserve(dd_txn *txn, dd_err *err, uint64_t n);
+
 /* Does the filter of generation gen hold every hash of the DDT txn
  * starts from?  meta ddt.filter names gen, and ddt.filter.txn that very
  * commit: no build that does not know the filter committed since. */
@@ -64,6 +80,9 @@ int dd_kf_txn_holds(dd_txn *txn, dd_err *err, uint64_t gen, bool *out);
  * withdraws the filter at txn's commit. */
 int dd_kf_txn_test_add(dd_txn *txn, dd_err *err, const uint8_t *hash,
 		       bool *absent);
+/* Write txn: fetches into the cache what dd_kf_txn_test_add will read
+ * of hash, which a loop asks some keys later. */
+void dd_kf_txn_prefetch(dd_txn *txn, const uint8_t *hash);
 /* The generation of the filter write txn adds to (0: none). */
 uint64_t dd_kf_txn_gen(dd_txn *txn);
 

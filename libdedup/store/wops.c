@@ -676,16 +676,28 @@ static int dd_writer_flush_txn_keys(dd_writer *w, uint64_t *per_txn,
  * hash's match is only where comparing starts.  *gen: the filter asked
  * (0: no answer is trusted after this transaction).
  */
+#define DD_FLUSH_KF_AHEAD 8
+
 static int dd_flush_absent(dd_writer *w, uint64_t *gen)
 {
 	dd_wops *wo = &w->w_ops;
 	bool verify = w->w_store->st_verify;
-	int rc = 0;
+	/* room for the new keys first: a segment added to a full filter
+	 * is a copy of it, where filling it past full would cost a walk
+	 * of the DDT at the next writer's open (format/kfilter.md §4) */
+	int rc = dd_kf_txn_reserve(w->w_txn, &w->w_err, wo->wo_nnew);
 
 	for (size_t k = 0; k < wo->wo_n; k++) {
 		dd_wop *op = &wo->wo_op[k];
 		bool absent = false;
 
+		/* each asks a random block (and its sum) of every segment:
+		 * fetched some keys ahead */
+		if (!rc && k + DD_FLUSH_KF_AHEAD < wo->wo_n &&
+		    wo->wo_op[k + DD_FLUSH_KF_AHEAD].op_kind == DD_OP_NEW)
+			dd_kf_txn_prefetch(
+				w->w_txn,
+				wo->wo_op[k + DD_FLUSH_KF_AHEAD].op_key.dk_hash);
 		if (!rc && op->op_kind == DD_OP_NEW)
 			rc = dd_kf_txn_test_add(w->w_txn, &w->w_err,
 						op->op_key.dk_hash, &absent);

@@ -3312,6 +3312,145 @@ static void test_kf_block_sums(void **state)
 	}
 }
 
+/* The header's fields a test reads: segments, entries walked, and a
+ * segment's blocks and `added` (format/kfilter.md §1). */
+struct kf_hdr {
+	unsigned segs;
+	uint64_t walked, blocks[DD_KF_SEG_MAX], added[DD_KF_SEG_MAX];
+};
+
+static struct kf_hdr kf_read_hdr(struct fixture *fx)
+{
+	uint8_t h[DD_KF_HDR_SIZE];
+	struct kf_hdr out = {0};
+	char path[128];
+	int fd;
+
+	kf_path(fx, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	out.segs = dd_get_le32(h + 16);
+	out.walked = dd_get_le64(h + 32);
+	for (unsigned s = 0; s < out.segs && s < DD_KF_SEG_MAX; s++) {
+		out.blocks[s] = dd_get_le64(h + 64 + 16 * s);
+		out.added[s] = dd_get_le64(h + 72 + 16 * s);
+	}
+	return out;
+}
+
+/* What a flush does: room for n keys, then the n inserted. */
+static void kf_flush(struct fixture *fx, const uint8_t *h, size_t n,
+		     uint64_t reserve)
+{
+	const dd_ddt_ent ent = {.de_pack = 1, .de_offset = 64,
+				.de_psize = 10, .de_lsize = 10,
+				.de_refcnt = 1};
+	dd_txn *txn = begin(fx, true);
+	dd_ddt_ent old;
+
+	OK(dd_kf_txn_reserve(txn, &fx->fx_err, reserve));
+	for (size_t i = 0; i < n; i++) {
+		dd_ddt_key key = {.dk_variant = 0};
+
+		memcpy(key.dk_hash, h + i * DD_HASH_SIZE, DD_HASH_SIZE);
+		OK(dd_ddt_insert(txn, &fx->fx_err, &key, &ent, &old));
+	}
+	commit(fx, txn);
+}
+
+static void kf_all_maybe(struct fixture *fx, const uint8_t *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		assert_true(dd_db_kf_maybe(fx->fx_db, h + i * DD_HASH_SIZE));
+}
+
+/* A flush that would fill the newest segment adds one -- appended to the
+ * file, no walk of the DDT (the header's count of entries walked stays)
+ * -- and every key stays in the filter, in this process and in one that
+ * maps the file afresh, with few false "maybe"s.  Past the most
+ * segments it is rebuilt, one segment again.  A growth that finds a
+ * block failing its sum withdraws the filter, and the next writer
+ * rebuilds it. */
+static void test_kf_segments(void **state)
+{
+	struct fixture *fx = *state;
+	enum { K0 = 1000, K1 = 100000 };
+	uint8_t *h = malloc((size_t)(K0 + K1) * DD_HASH_SIZE);
+	struct kf_hdr kh;
+	dd_txn *txn;
+
+	assert_non_null(h);
+	fill_random(h, (size_t)(K0 + K1) * DD_HASH_SIZE);
+	kf_insert(fx, h, K0);
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	kh = kf_read_hdr(fx);
+	assert_int_equal(kh.segs, 1);
+	assert_int_equal(kh.walked, K0);
+
+	/* 100,000 more do not fit segment 0 (4096 blocks: 87,381 keys at
+	 * 24 bits): a segment for the 101,000 entries to be */
+	kf_flush(fx, h + K0 * DD_HASH_SIZE, K1, K1);
+	assert_int_equal(kf_meta_gen(fx), 2);
+	kh = kf_read_hdr(fx);
+	assert_int_equal(kh.segs, 2);
+	assert_int_equal(kh.walked, K0);           /* not walked again */
+	assert_int_equal(kh.blocks[0], DD_KF_MIN_BLOCKS);
+	assert_int_equal(kh.added[1], K0);
+	assert_int_equal(kh.blocks[1], ((K0 + K1) * 32 + 511) / 512);
+	kf_all_maybe(fx, h, K0 + K1);
+	/* 32 bits per key in each: about 0.005% */
+	assert_true(kf_false_maybes(fx, 100000) < 50);
+	kf_reopen_rebuilt(fx, h, K0 + K1, 2);      /* mapped afresh: kept */
+	assert_int_equal(kf_read_hdr(fx).segs, 2);
+
+	/* room for 200,000 more: segment 1 is full, and with at most two
+	 * segments it is rebuilt, one segment for 301,000 keys */
+	dd_kf_seg_max = 2;
+	kf_flush(fx, h, 0, 200000);
+	dd_kf_seg_max = DD_KF_SEG_MAX;
+	assert_int_equal(kf_meta_gen(fx), 3);
+	kh = kf_read_hdr(fx);
+	assert_int_equal(kh.segs, 1);
+	assert_int_equal(kh.walked, K0 + K1);
+	assert_int_equal(kh.blocks[0], (301000 * 32 + 511) / 512);
+	kf_all_maybe(fx, h, K0 + K1);
+
+	/* a segment added, then the bits of segment 0 lost under this
+	 * process: the next growth finds a sum failing, adds nothing, and
+	 * the commit withdraws the filter; the next open rebuilds it */
+	kf_flush(fx, h, 0, 400000);
+	assert_int_equal(kf_meta_gen(fx), 4);
+	assert_int_equal(kf_read_hdr(fx).segs, 2);
+	{
+		char path[128];
+		uint8_t *zero = calloc(kh.blocks[0], DD_KF_BLOCK);
+		int fd;
+
+		assert_non_null(zero);
+		kf_path(fx, path, sizeof(path));
+		fd = open(path, O_WRONLY);
+		assert_true(fd >= 0);
+		assert_int_equal(pwrite(fd, zero, kh.blocks[0] * DD_KF_BLOCK,
+					DD_KF_HDR_SIZE),
+				 (ssize_t)(kh.blocks[0] * DD_KF_BLOCK));
+		close(fd);
+		free(zero);
+	}
+	txn = begin(fx, true);
+	OK(dd_kf_txn_reserve(txn, &fx->fx_err, 5000000));
+	assert_int_equal(dd_kf_txn_gen(txn), 0);
+	commit(fx, txn);
+	assert_int_equal(kf_meta_gen(fx), 0);
+	assert_int_equal(kf_read_hdr(fx).segs, 2);   /* none was added */
+	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 5);
+	assert_int_equal(kf_read_hdr(fx).segs, 1);
+	kf_all_maybe(fx, h, K0 + K1);
+	free(h);
+}
+
 /* A commit of a build that knows no filter (plain LMDB here) inserts a
  * key the filter lacks; the next commit of this build finds the chain of
  * commit ids broken and withdraws the filter, and the next writer's
@@ -3533,18 +3672,22 @@ static void test_ucnt_golden(void **state)
 }
 
 /* The bytes of format/kfilter.md: the header, and exactly the bits §2
- * names, as an independent implementation computed them
- * (tests/golden/kfilter_v2.txt). */
+ * names in the segments §4 makes, as an independent implementation
+ * computed them (tests/golden/kfilter_v3.txt): a build of two keys, a
+ * segment added for the keys a flush is about to insert, and a third
+ * key inserted there. */
 static void test_kf_golden(void **state)
 {
 	struct fixture *fx = *state;
-	uint8_t hdr[DD_KF_HDR_SIZE], want_hdr[DD_KF_HDR_SIZE];
+	static const unsigned seg_blocks[2] = {4096, 8192};
+	uint8_t want_hdr[DD_KF_HDR_SIZE];
 	uint8_t hashes[3][DD_HASH_SIZE], *file;
-	unsigned blk[3], bit[3][6], sum_blk[3], sum[3], zero = 0;
-	char line[512], path[128];
-	size_t nh = 0, ns = 0, len, set = 0;
-	FILE *g = fopen(DD_GOLDEN_DIR "/kfilter_v2.txt", "r");
-	const uint8_t *sums;
+	unsigned seg[3], blk[3], bit[3][6], sum_seg[3], sum_blk[3], sum[3];
+	unsigned zero = 0;
+	char line[1024], path[128];
+	size_t nh = 0, ns = 0, len, set = 0, at;
+	FILE *g = fopen(DD_GOLDEN_DIR "/kfilter_v3.txt", "r");
+	dd_txn *txn;
 	int fd;
 
 	assert_non_null(g);
@@ -3556,16 +3699,18 @@ static void test_kf_golden(void **state)
 		} else if (!strncmp(line, "hash ", 5)) {
 			assert_true(nh < 3);
 			assert_int_equal(sscanf(line + 5, "%64s %u %u %u %u %u "
-						"%u %u", hex, &blk[nh],
-						&bit[nh][0], &bit[nh][1],
-						&bit[nh][2], &bit[nh][3],
-						&bit[nh][4], &bit[nh][5]), 8);
+						"%u %u %u", hex, &seg[nh],
+						&blk[nh], &bit[nh][0],
+						&bit[nh][1], &bit[nh][2],
+						&bit[nh][3], &bit[nh][4],
+						&bit[nh][5]), 9);
 			hex_in(hex, hashes[nh], DD_HASH_SIZE);
 			nh++;
 		} else if (!strncmp(line, "sum ", 4)) {
 			assert_true(ns < 3);
-			assert_int_equal(sscanf(line + 4, "%u %x", &sum_blk[ns],
-						&sum[ns]), 2);
+			assert_int_equal(sscanf(line + 4, "%u %u %x",
+						&sum_seg[ns], &sum_blk[ns],
+						&sum[ns]), 3);
 			ns++;
 		} else if (!strncmp(line, "zero ", 5)) {
 			assert_int_equal(sscanf(line + 5, "%x", &zero), 1);
@@ -3574,40 +3719,62 @@ static void test_kf_golden(void **state)
 	fclose(g);
 	assert_int_equal(nh, 3);
 	assert_int_equal(ns, 3);
-	kf_insert(fx, hashes[0], 3);
+	kf_insert(fx, hashes[0], 2);
 	OK(dd_db_kf_prepare(fx->fx_db, &fx->fx_err));
+	assert_int_equal(kf_meta_gen(fx), 1);
+	/* room for 131,070 more: a segment for 131,072 keys, 8192 blocks */
+	txn = begin(fx, true);
+	OK(dd_kf_txn_reserve(txn, &fx->fx_err, 131070));
+	{
+		const dd_ddt_ent ent = {.de_pack = 1, .de_offset = 64,
+					.de_psize = 10, .de_lsize = 10,
+					.de_refcnt = 1};
+		dd_ddt_key key = {.dk_variant = 0};
+		dd_ddt_ent old;
+
+		memcpy(key.dk_hash, hashes[2], DD_HASH_SIZE);
+		OK(dd_ddt_insert(txn, &fx->fx_err, &key, &ent, &old));
+	}
+	commit(fx, txn);
+	assert_int_equal(kf_meta_gen(fx), 2);
 	kf_path(fx, path, sizeof(path));
 	len = (size_t)kf_size(fx);
-	/* the header, 4096 blocks, their sums (format/kfilter.md §1) */
-	assert_int_equal(len, DD_KF_HDR_SIZE + 4096 * (DD_KF_BLOCK + 4));
+	/* the header, then each segment's blocks and their sums (§1) */
+	assert_int_equal(len, DD_KF_HDR_SIZE +
+				      (4096 + 8192) * (DD_KF_BLOCK + 4));
 	file = malloc(len);
 	assert_non_null(file);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, file, len, 0), (ssize_t)len);
 	close(fd);
-	memcpy(hdr, file, sizeof(hdr));
-	assert_memory_equal(hdr, want_hdr, sizeof(hdr));
-	for (size_t i = 0; i < nh; i++)
-		for (int j = 0; j < 6; j++) {
-			const uint8_t *b = file + DD_KF_HDR_SIZE +
-					   (size_t)blk[i] * DD_KF_BLOCK;
+	assert_memory_equal(file, want_hdr, sizeof(want_hdr));
+	at = DD_KF_HDR_SIZE;
+	for (unsigned s = 0; s < 2; s++) {
+		const uint8_t *bits = file + at;
+		const uint8_t *sums = bits + (size_t)seg_blocks[s] * DD_KF_BLOCK;
 
-			assert_true(b[bit[i][j] / 8] & (1u << (bit[i][j] % 8)));
+		for (size_t i = 0; i < nh; i++)
+			for (int j = 0; s == seg[i] && j < 6; j++) {
+				const uint8_t *b = bits + (size_t)blk[i] *
+								 DD_KF_BLOCK;
+
+				assert_true(b[bit[i][j] / 8] &
+					    (1u << (bit[i][j] % 8)));
+			}
+		for (size_t i = 0; i < (size_t)seg_blocks[s] * DD_KF_BLOCK; i++)
+			set += (size_t)__builtin_popcount(bits[i]);
+		for (unsigned b = 0; b < seg_blocks[s]; b++) {
+			unsigned want = zero;
+
+			for (size_t i = 0; i < ns; i++)
+				if (sum_seg[i] == s && sum_blk[i] == b)
+					want = sum[i];
+			assert_int_equal(dd_get_le32(sums + 4 * b), want);
 		}
-	for (size_t i = DD_KF_HDR_SIZE; i < DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK;
-	     i++)
-		set += (size_t)__builtin_popcount(file[i]);
-	assert_true(set <= 18);   /* no bit the three do not name */
-	sums = file + DD_KF_HDR_SIZE + 4096 * DD_KF_BLOCK;
-	for (unsigned b = 0; b < 4096; b++) {
-		unsigned want = zero;
-
-		for (size_t i = 0; i < ns; i++)
-			if (sum_blk[i] == b)
-				want = sum[i];
-		assert_int_equal(dd_get_le32(sums + 4 * b), want);
+		at += (size_t)seg_blocks[s] * (DD_KF_BLOCK + 4);
 	}
+	assert_true(set <= 18);   /* no bit the three do not name */
 	free(file);
 }
 
@@ -3655,6 +3822,7 @@ int main(void)
 		T(test_kf_chain),
 		T(test_ddt_unflagged),
 		T(test_kf_golden),
+		T(test_kf_segments),
 		T(test_ucnt_golden),
 #undef T
 	};
