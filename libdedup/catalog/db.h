@@ -203,7 +203,9 @@ int dd_ddt_insert(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 		  const dd_ddt_ent *ent, dd_ddt_ent *old);
 /* dd_ddt_insert of a key whose hash no committed DDT state txn starts
  * from holds -- the key filter said so while the chain of commits held
- * (format/ddt.md §5): no part is looked in first. */
+ * (format/ddt.md §5), and that question (dd_kf_txn_test_add) put the
+ * hash in the filter txn keeps: no part is looked in first, and the
+ * filter is not asked again. */
 int dd_ddt_insert_absent(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			 const dd_ddt_ent *ent, dd_ddt_ent *old);
 /* The longest table key of a DDT entry: a run's (format/ddt.md §5). */

@@ -293,8 +293,9 @@ int dd_ddt_find_record(dd_txn *txn, dd_err *err, const uint8_t *hash,
 }
 
 /* An insert: look says whether key may be in a part already (else the
- * caller knows it is in none).  New entries go to a run when the
- * transaction says so (dd_ddt_use_runs), else to the main part. */
+ * caller knows it is in none, from the key filter, which then has its
+ * hash already).  New entries go to a run when the transaction says so
+ * (dd_ddt_use_runs), else to the main part. */
 static int dd_ddt_insert_as(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 			    const dd_ddt_ent *ent, dd_ddt_ent *old, bool look)
 {
@@ -302,7 +303,7 @@ static int dd_ddt_insert_as(dd_txn *txn, dd_err *err, const dd_ddt_key *key,
 	MDB_val k = {sizeof(kb), kb}, v = {sizeof(vb), vb};
 	MDB_cursor *cur = NULL;
 	int tree = dd_ddt_tree(txn, true);
-	int rc = dd_kf_txn_add(txn, err, key->dk_hash);
+	int rc = look ? dd_kf_txn_add(txn, err, key->dk_hash) : 0;
 
 	/* without runs, main's own insert below is the look */
 	if (!rc && look && (txn->tx_ddt_runs || txn->tx_ddt_to_runs)) {
