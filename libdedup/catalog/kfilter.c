@@ -65,18 +65,27 @@ static uint64_t dd_kf_mix(uint64_t x)
 }
 
 /* A hash's place (format/kfilter.md §2): `a` picks its block in each
- * segment, `bits` the DD_KF_PROBES 9-bit positions in that block. */
+ * segment, `w[0]` and `w[1]` the DD_KF_PROBES 9-bit positions in that
+ * block (seven from the first word, three from the second). */
 struct dd_kf_pos {
-	uint64_t a, bits;
+	uint64_t a, w[2];
 };
 
 static struct dd_kf_pos dd_kf_pos_of(const uint8_t *hash)
 {
 	return (struct dd_kf_pos){
 		.a = dd_kf_mix(dd_get_le64(hash)),
-		.bits = dd_kf_mix(dd_get_le64(hash + 8) ^
-				  0x9e3779b97f4a7c15ull),
+		.w = {dd_kf_mix(dd_get_le64(hash + 8) ^ 0x9e3779b97f4a7c15ull),
+		      dd_kf_mix(dd_get_le64(hash + 16) ^
+				0x7f4a7c159e3779b9ull)},
 	};
+}
+
+/* Bit i of the hash's DD_KF_PROBES, 0..511 in its block. */
+static unsigned dd_kf_bit(const struct dd_kf_pos *p, int i)
+{
+	return i < 7 ? (unsigned)(p->w[0] >> (9 * i)) & 511
+		     : (unsigned)(p->w[1] >> (9 * (i - 7))) & 511;
 }
 
 static uint64_t dd_kf_block(const struct dd_kf_seg *ks, struct dd_kf_pos p)
@@ -84,10 +93,11 @@ static uint64_t dd_kf_block(const struct dd_kf_seg *ks, struct dd_kf_pos p)
 	return (uint64_t)(((unsigned __int128)p.a * ks->ks_nblocks) >> 64);
 }
 
-static bool dd_kf_block_has(const _Atomic uint64_t *w, uint64_t bits)
+static bool dd_kf_block_has(const _Atomic uint64_t *w,
+			    const struct dd_kf_pos *p)
 {
-	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
-		unsigned bit = bits & 511;
+	for (int i = 0; i < DD_KF_PROBES; i++) {
+		unsigned bit = dd_kf_bit(p, i);
 
 		if (!(atomic_load_explicit(&w[bit >> 6], memory_order_relaxed) &
 		      ((uint64_t)1 << (bit & 63))))
@@ -109,7 +119,7 @@ static bool dd_kf_test(const struct dd_kf *kf, struct dd_kf_pos p)
 		__builtin_prefetch((const void *)w[s]);
 	}
 	for (unsigned s = kf->kf_nseg; s-- > 0;)   /* the newest first */
-		if (dd_kf_block_has(w[s], p.bits))
+		if (dd_kf_block_has(w[s], &p))
 			return true;
 	return false;
 }
@@ -159,24 +169,28 @@ static void dd_kf_block_seal(struct dd_kf_seg *ks, uint64_t b)
 }
 
 /* Sets a hash's bits in its block *b of the newest segment; true if one
- * was not set. */
+ * was not set.  Only a write transaction sets bits, one at a time across
+ * processes (LMDB's writer lock), so a word is read and written back
+ * whole -- no read-modify-write bus lock per bit; probes meanwhile read
+ * each word whole, before or after. */
 static bool dd_kf_set(struct dd_kf *kf, struct dd_kf_pos p, uint64_t *b)
 {
 	struct dd_kf_seg *ks = &kf->kf_seg[kf->kf_nseg - 1];
-	uint64_t bits = p.bits;
 	_Atomic uint64_t *w;
 	bool changed = false;
 
 	*b = dd_kf_block(ks, p);
 	w = ks->ks_bits + *b * 8;
-	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9) {
-		unsigned bit = bits & 511;
+	for (int i = 0; i < DD_KF_PROBES; i++) {
+		unsigned bit = dd_kf_bit(&p, i);
 		uint64_t m = (uint64_t)1 << (bit & 63);
 
-		if (!(atomic_load_explicit(&w[bit >> 6], memory_order_relaxed) &
-		      m)) {
-			atomic_fetch_or_explicit(&w[bit >> 6], m,
-						 memory_order_relaxed);
+		uint64_t old = atomic_load_explicit(&w[bit >> 6],
+						    memory_order_relaxed);
+
+		if (!(old & m)) {
+			atomic_store_explicit(&w[bit >> 6], old | m,
+					      memory_order_relaxed);
 			changed = true;
 		}
 	}
@@ -389,7 +403,8 @@ void dd_db_kf_close(dd_db *db)
 #define DD_KF_AHEAD 16
 
 struct dd_kf_pending {
-	uint64_t kp_block, kp_bits;
+	uint64_t kp_block;
+	struct dd_kf_pos kp_pos;
 };
 
 struct dd_kf_build {
@@ -404,10 +419,13 @@ struct dd_kf_build {
 static void dd_kf_build_set(struct dd_kf_build *kb,
 			    const struct dd_kf_pending *kp)
 {
-	uint64_t *w = kb->kb_words + kp->kp_block * 8, bits = kp->kp_bits;
+	uint64_t *w = kb->kb_words + kp->kp_block * 8;
 
-	for (int i = 0; i < DD_KF_PROBES; i++, bits >>= 9)
-		w[(bits & 511) >> 6] |= (uint64_t)1 << (bits & 63);
+	for (int i = 0; i < DD_KF_PROBES; i++) {
+		unsigned bit = dd_kf_bit(&kp->kp_pos, i);
+
+		w[bit >> 6] |= (uint64_t)1 << (bit & 63);
+	}
 }
 
 static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
@@ -420,7 +438,7 @@ static int dd_kf_build_one(void *arg, const dd_ddt_key *key,
 	if (kb->kb_n >= DD_KF_AHEAD)
 		dd_kf_build_set(kb, kp);
 	kp->kp_block = dd_kf_block(&kb->kb_seg, p);
-	kp->kp_bits = p.bits;
+	kp->kp_pos = p;
 	__builtin_prefetch(kb->kb_words + kp->kp_block * 8, 1);
 	kb->kb_n++;
 	kb->kb_flagged += dd_ddt_ent_flagged(ent);
@@ -903,7 +921,7 @@ int dd_kf_txn_add(dd_txn *txn, dd_err *err, const uint8_t *hash)
 		return rc;
 	ks = &kf->kf_seg[kf->kf_nseg - 1];
 	b = dd_kf_block(ks, p);
-	if (dd_kf_block_has(ks->ks_bits + b * 8, p.bits))
+	if (dd_kf_block_has(ks->ks_bits + b * 8, &p))
 		return 0;
 	if (!dd_kf_block_ok(ks, b)) {
 		dd_kf_txn_damaged(txn);

@@ -39,7 +39,7 @@
 #define DD_KF_VERSION 3
 #define DD_KF_HDR_SIZE 256        /* with the segment table */
 #define DD_KF_BLOCK 64            /* bytes: one cache line */
-#define DD_KF_PROBES 6            /* bits set per key, in one block */
+#define DD_KF_PROBES 10           /* bits set per key, in one block */
 #define DD_KF_SEG_MAX 8           /* segments: past them, a rebuild */
 #define DD_KF_BUILD_BITS 32       /* per key a segment is made for */
 #define DD_KF_FULL_BITS 24        /* per key: fewer, and a segment is full */

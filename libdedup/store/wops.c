@@ -94,11 +94,10 @@ static void dd_wops_index(dd_wops *wo, uint32_t at)
 	wo->wo_ix[i] = at + 1;
 }
 
-/* Keeps the index at most half full: doubles it and re-enters every NEW
- * op. */
-static int dd_wops_grow_index(dd_wops *wo, dd_err *err)
+/* The key index at cap slots (a power of two, at least twice the NEW
+ * ops): every NEW op re-entered. */
+static int dd_wops_index_at(dd_wops *wo, dd_err *err, size_t cap)
 {
-	size_t cap = wo->wo_ixcap ? wo->wo_ixcap * 2 : 4096;
 	uint32_t *ix = dd_calloc(cap, sizeof(*ix));
 
 	if (!ix)
@@ -110,6 +109,33 @@ static int dd_wops_grow_index(dd_wops *wo, dd_err *err)
 		if (wo->wo_op[i].op_kind == DD_OP_NEW)
 			dd_wops_index(wo, (uint32_t)i);
 	return 0;
+}
+
+/* Keeps the index at most half full: doubles it. */
+static int dd_wops_grow_index(dd_wops *wo, dd_err *err)
+{
+	return dd_wops_index_at(wo, err, wo->wo_ixcap ? wo->wo_ixcap * 2
+						       : 4096);
+}
+
+void dd_wops_reserve(dd_wops *wo, size_t n)
+{
+	size_t cap = wo->wo_ixcap ? wo->wo_ixcap : 4096;
+
+	if (n > UINT32_MAX)
+		n = UINT32_MAX;
+	if (n > wo->wo_cap) {
+		dd_wop *ops = dd_realloc(wo->wo_op, n * sizeof(*ops));
+
+		if (!ops)
+			return;
+		wo->wo_op = ops;
+		wo->wo_cap = n;
+	}
+	while (cap < 2 * n)
+		cap *= 2;
+	if (cap != wo->wo_ixcap)
+		(void)dd_wops_index_at(wo, NULL, cap);   /* a hint */
 }
 
 int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at)

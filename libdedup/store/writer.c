@@ -559,6 +559,17 @@ int dd_writer_write(dd_writer *w, const void *buf, size_t len)
 
 /* The range goes to the pipeline, whose hash stage reads it on the pool
  * (chunk/pipeline.c). */
+/* A deferring writer keeps each block's op until its flush, at most
+ * w_defer_max of them (wops.c): room for a file of len bytes' ops. */
+static void dd_writer_reserve_ops(dd_writer *w, uint64_t len)
+{
+	uint64_t n = len / w->w_store->st_block_size + 1;
+
+	if (n > w->w_defer_max)
+		n = w->w_defer_max;
+	dd_wops_reserve(&w->w_ops, w->w_ops.wo_n + (size_t)n);
+}
+
 int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 {
 	int rc;
@@ -570,6 +581,8 @@ int dd_writer_write_file(dd_writer *w, int fd, uint64_t off, uint64_t len)
 		return dd_writer_fail(w, dd_err_set(&w->w_err, DD_EINVAL,
 				"dd_writer_write_file: bad descriptor or range"));
 	rc = dd_wloc_range(w, fd, off, len);
+	if (!rc && w->w_defer)
+		dd_writer_reserve_ops(w, len);
 	if (!rc)
 		rc = dd_pipe_file(w->w_pipe, fd, off, len, "the input");
 	w->w_fed += len;

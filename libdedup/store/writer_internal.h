@@ -80,6 +80,11 @@ typedef struct dd_wops {
 } dd_wops;
 
 void dd_wops_free(dd_wops *wo);
+/* Room for n ops, and the key index for n NEW ones, before they come: a
+ * list grown by doubling copies itself and re-enters every NEW op at
+ * each step (at 262,144 ops of a 1 GiB put, 5% of its CPU).  Only a
+ * hint: an allocation that fails leaves the list to grow as it goes. */
+void dd_wops_reserve(dd_wops *wo, size_t n);
 /* Adds an op (its index in *at); a NEW one enters the key index. */
 int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at);
 /* The NEW op of this interval with exactly this key, if any. */

@@ -26,11 +26,11 @@ out=["# format/kfilter.md: a filter of generation 2 and two segments: 0 of",
      "# 4096 blocks, built of the hashes of a and b (SHA-256 of those ASCII",
      "# strings); 1 of 8192 blocks, added when the DDT held 2 entries, then",
      "# c inserted.",
-     "# header: its 256 bytes in hex; then per hash: hash, segment, block, six",
+     "# header: its 256 bytes in hex; then per hash: hash, segment, block, ten",
      "# bit numbers; then per block with bits: segment, block, its sum (CRC-32C",
      "# of its 64 bytes); 'zero' the sum of a block without"]
 hdr=bytearray(256); hdr[0:8]=b"DDKEYFLT"
-struct.pack_into("<IIIIQQ",hdr,8,3,6,len(segs),0,2,2)
+struct.pack_into("<IIIIQQ",hdr,8,3,10,len(segs),0,2,2)
 for i,(n,added) in enumerate(segs):
     struct.pack_into("<QQ",hdr,64+16*i,n,added)
 struct.pack_into("<I",hdr,252,crc32c(bytes(hdr[:252])))
@@ -38,10 +38,10 @@ out.append("header "+hdr.hex())
 content={}
 for s,seg in members:
     h=hashlib.sha256(s).digest()
-    a=struct.unpack_from("<Q",h,0)[0]; b=struct.unpack_from("<Q",h,8)[0]
+    a,b,c=struct.unpack_from("<QQQ",h,0)
     blk=(mix(a)*segs[seg][0])>>64
-    w=mix(b^0x9e3779b97f4a7c15)
-    bits=[(w>>(9*i))&511 for i in range(6)]
+    w=mix(b^0x9e3779b97f4a7c15); v=mix(c^0x7f4a7c159e3779b9)
+    bits=[(w>>(9*i))&511 for i in range(7)]+[(v>>(9*i))&511 for i in range(3)]
     out.append("hash %s %d %d %s"%(h.hex(),seg,blk," ".join(map(str,bits))))
     cont=content.setdefault((seg,blk),bytearray(64))
     for bit in bits: cont[bit//8]|=1<<(bit%8)
