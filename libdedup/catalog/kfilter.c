@@ -815,6 +815,20 @@ bool dd_db_kf_maybe(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
 	return !kf || dd_kf_test(kf, dd_kf_pos_of(hash));
 }
 
+void dd_db_kf_prefetch(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
+{
+	struct dd_kf *kf = atomic_load_explicit(&db->db_kf,
+						memory_order_acquire);
+	struct dd_kf_pos p = dd_kf_pos_of(hash);
+
+	for (unsigned s = 0; kf && s < kf->kf_nseg; s++) {
+		const struct dd_kf_seg *ks = &kf->kf_seg[s];
+
+		__builtin_prefetch((const void *)(ks->ks_bits +
+						  dd_kf_block(ks, p) * 8));
+	}
+}
+
 bool dd_db_kf_mapped(dd_db *db)
 {
 	return atomic_load(&db->db_kf) != NULL && !db->db_kf_detached;

@@ -86,6 +86,10 @@ void dd_kf_txn_prefetch(dd_txn *txn, const uint8_t *hash);
 /* The generation of the filter write txn adds to (0: none). */
 uint64_t dd_kf_txn_gen(dd_txn *txn);
 
+/* Fetches into the cache the blocks dd_db_kf_maybe will read for hash,
+ * which the caller asks some hashes later. */
+void dd_db_kf_prefetch(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
+
 /* Is the filter in use (prepared, mapped) in this process? */
 bool dd_db_kf_mapped(dd_db *db);
 

@@ -93,6 +93,10 @@ static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
 	const uint8_t *buf = b->pb_data;
 	size_t buf_off = 0;
 	bool hot = false;
+	void (*ahead)(void *, const dd_pbatch *, size_t) =
+		p->pp_cfg.pc_bytes == DD_PIPE_BYTES_SOME
+			? p->pp_cfg.pc_ops->po_keep_ahead
+			: NULL;
 
 	if (first == last)
 		return;
@@ -120,9 +124,16 @@ static void dd_pipe_hash_region(dd_pipe *p, dd_pbatch *b, size_t r,
 	}
 	dd_blk_hash(p->pp_stage.ps_hasher[worker], b->pb_blk + first,
 		    last - first, buf, buf_off, p->pp_cfg.pc_fast_cuts);
+	for (size_t j = first; hot && ahead && j < last &&
+			       j < first + DD_PIPE_KEEP_AHEAD; j++)
+		if (b->pb_blk[j].bk_kind != DD_BLK_ZERO)
+			ahead(p->pp_cfg.pc_ctx, b, j);
 	for (size_t j = first; hot && j < last; j++) {
 		dd_blk *bk = &b->pb_blk[j];
 
+		if (ahead && j + DD_PIPE_KEEP_AHEAD < last &&
+		    b->pb_blk[j + DD_PIPE_KEEP_AHEAD].bk_kind != DD_BLK_ZERO)
+			ahead(p->pp_cfg.pc_ctx, b, j + DD_PIPE_KEEP_AHEAD);
 		if (bk->bk_kind != DD_BLK_ZERO &&
 		    p->pp_cfg.pc_bytes == DD_PIPE_BYTES_SOME &&
 		    p->pp_cfg.pc_ops->po_keep(p->pp_cfg.pc_ctx, b, j, worker))

@@ -125,6 +125,8 @@ typedef int (*dd_compress_fn)(dd_codec_ctx *ctx, dd_err *err, void *dst,
 			      const void *src, size_t len, uint32_t *psize,
 			      uint8_t *codec);
 
+#define DD_PIPE_KEEP_AHEAD 4
+
 typedef struct dd_pipe_ops {
 	/* Stage 2, on the caller's thread, batches in order. */
 	int (*po_lookup)(void *ctx, dd_pbatch *b);
@@ -139,6 +141,10 @@ typedef struct dd_pipe_ops {
 	 * 2-4?  On the pool; it may set block i's bk_aux. */
 	bool (*po_keep)(void *ctx, const dd_pbatch *b, size_t i,
 			unsigned worker);
+	/* Optional, with po_keep: block i is hashed, and po_keep will be
+	 * asked about it DD_PIPE_KEEP_AHEAD blocks from now -- a chance to
+	 * fetch what it will read into the cache.  On the pool. */
+	void (*po_keep_ahead)(void *ctx, const dd_pbatch *b, size_t i);
 	/* DD_PIPE_READ_ZERO: `bytes` of a range in image `image` failed to
 	 * read (why) and became zeros.  On the caller's thread. */
 	void (*po_lost)(void *ctx, const char *label, uint64_t image,

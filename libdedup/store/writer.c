@@ -175,6 +175,17 @@ static bool dd_writer_keep(void *ctx, const dd_pbatch *b, size_t i,
 	}
 }
 
+/* po_keep_ahead: the key filter's blocks for block i, whose probe comes
+ * a few blocks later -- one cache miss per segment, waited for once
+ * for several blocks instead of once per block. */
+static void dd_writer_keep_ahead(void *ctx, const dd_pbatch *b, size_t i)
+{
+	dd_writer *w = ctx;
+
+	if (!w->w_store->st_verify)
+		dd_db_kf_prefetch(w->w_store->st_db, b->pb_blk[i].bk_hash);
+}
+
 /* ---- stage 2: lookup ---------------------------------------------------*/
 
 int dd_writer_same_ent(dd_writer *w, const dd_ddt_key *key,
@@ -426,6 +437,7 @@ static const dd_pipe_ops dd_writer_ops = {
 	.po_store = dd_writer_store,
 	.po_store_late = dd_writer_store_late,
 	.po_keep = dd_writer_keep,
+	.po_keep_ahead = dd_writer_keep_ahead,
 };
 
 /* ---- public ------------------------------------------------------------*/
