@@ -15,4 +15,8 @@ void *dd_realloc(void *p, size_t size);
 char *dd_strdup(const char *s);
 void dd_free(void *p);
 
+/* A hint for a large array about to be filled: back it with huge pages
+ * where whole ones fit (alloc.c).  Changes nothing the caller sees. */
+void dd_advise_huge(void *p, size_t len);
+
 #endif

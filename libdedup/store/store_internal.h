@@ -245,9 +245,10 @@ extern void *dd_gc_test_ctx;
  * max(dd_writer_defer_min, min(DDT entries / 2, dd_writer_defer_max)) ops,
  * dd_writer_flush_keys distinct keys per write transaction, or more when
  * they fall on fewer leaf pages (dd_writer_flush_leaf, wops.c; 0: no
- * more); defer_min 0: no writer defers.  Tests lower them. */
+ * more), dd_writer_run_keys when they are appended to a sorted run;
+ * defer_min 0: no writer defers.  Tests lower them. */
 extern uint64_t dd_writer_defer_min, dd_writer_defer_max;
-extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf;
+extern uint32_t dd_writer_flush_keys, dd_writer_flush_leaf, dd_writer_run_keys;
 /* A flush leaves references to entries alive in its transaction
  * uncounted (catalog/ucnt.h); false: it counts every one, as before. */
 extern bool dd_writer_uncounted;

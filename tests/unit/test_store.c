@@ -2197,6 +2197,30 @@ static void half_new_pair(uint64_t seed, size_t n, uint8_t **a, uint8_t **c)
 	fill_random(*c + n / 2, n / 2);
 }
 
+/* A new 4 KiB store without verify or compression, and half_new_pair's
+ * images of 1 MiB. */
+static dd_store *pair_store(uint64_t seed, char **path, uint8_t **a,
+			    uint8_t **c)
+{
+	*path = th_tmp_store();
+	half_new_pair(seed, MiB, a, c);
+	return create(*path, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+}
+
+/* The end of a test of half_new_pair's images: the store scrubs clean,
+ * snapshot `first` reads as a and "c" as c; then all of it is freed. */
+static void pair_done(dd_store *s, char *path, const char *first,
+		      uint8_t *a, uint8_t *c, size_t n)
+{
+	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
+	th_check_image(s, first, a, n);
+	th_check_image(s, "c", c, n);
+	dd_store_close(s);
+	free(a);
+	free(c);
+	th_rm_store(path);
+}
+
 /* The id of the store's last commit. */
 static uint64_t last_commit(dd_store *s)
 {
@@ -2217,15 +2241,13 @@ static uint64_t last_commit(dd_store *s)
 static void test_uncounted_flush_txns(void **state)
 {
 	const size_t n = MiB, nblk = n / 4096;
-	char *path = th_tmp_store();
-	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
-			     DD_HASH_SHA256);
+	char *path;
 	uint8_t *a, *c;
+	dd_store *s = pair_store(57, &path, &a, &c);
 	uint64_t t0, t1, t2;
 	bool feature;
 
 	(void)state;
-	half_new_pair(57, n, &a, &c);
 	assert_int_equal(th_put(s, "a", a, n, n), 0);
 	dd_writer_flush_keys = 3;
 	dd_writer_flush_leaf = 0;
@@ -2240,13 +2262,51 @@ static void test_uncounted_flush_txns(void **state)
 	assert_true(t2 - t1 >= nblk / 2 / 3);
 	dd_writer_flush_keys = 8192;
 	dd_writer_flush_leaf = 32;
-	assert_int_equal(dd_store_scrub(s, NULL, NULL, NULL), 0);
-	th_check_image(s, "b", a, n);
-	th_check_image(s, "c", c, n);
-	dd_store_close(s);
-	free(a);
-	free(c);
-	th_rm_store(path);
+	pair_done(s, path, "b", a, c, n);
+}
+
+/* meta ddt.runs: the DDT's sorted runs (format/ddt.md §5). */
+static uint64_t ddt_runs(dd_store *s)
+{
+	uint64_t n = 0;
+	dd_txn *txn;
+	dd_err err;
+	int rc;
+
+	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
+	rc = dd_meta_get_u64(txn, &err, "ddt.runs", &n);
+	assert_true(rc == 0 || rc == DD_ENOENT);
+	dd_txn_abort(txn);
+	return n;
+}
+
+/* A flush that appends its new keys to a run takes dd_writer_run_keys of
+ * them a transaction (wops.c: LMDB's dirty pages are reused from one to
+ * the next), and each transaction after the first continues the run the
+ * one before it left: one run per flush, whatever its transactions. */
+static void test_run_flush_txns(void **state)
+{
+	const size_t n = MiB, nblk = n / 4096;
+	char *path;
+	uint8_t *a, *c;
+	dd_store *s = pair_store(58, &path, &a, &c);
+	uint64_t t0, t1, t2;
+
+	(void)state;
+	dd_writer_run_keys = 5;
+	t0 = last_commit(s);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	t1 = last_commit(s);
+	assert_true(t1 - t0 >= nblk / 5);
+	assert_int_equal(ddt_runs(s), 1);
+	/* half of c is new: a flush into a second run, in 26 transactions */
+	assert_int_equal(th_put(s, "c", c, n, n), 0);
+	t2 = last_commit(s);
+	assert_true(t2 - t1 >= nblk / 2 / 5);
+	assert_int_equal(ddt_runs(s), 2);
+	dd_writer_run_keys = 65536;
+	assert_int_equal(STAT(s, ddt_entries), nblk + nblk / 2);
+	pair_done(s, path, "a", a, c, n);
 }
 
 /* A re-put of blocks the store holds leaves their references uncounted:
@@ -3041,6 +3101,7 @@ int main(void)
 		cmocka_unit_test(test_reput_source_gone),
 		cmocka_unit_test(test_uncounted_refs),
 		cmocka_unit_test(test_uncounted_flush_txns),
+		cmocka_unit_test(test_run_flush_txns),
 		cmocka_unit_test(test_uncounted_scrub),
 		cmocka_unit_test(test_fault_walk_reput_heal),
 		cmocka_unit_test(test_fault_walk_format2_upgrade),
