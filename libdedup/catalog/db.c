@@ -462,6 +462,9 @@ static int dd_txn_start(dd_txn *txn, dd_err *err, bool renew)
 		if (rc)
 			return dd_mdb_error(err, rc, renew ? "lmdb renew"
 							   : "lmdb begin");
+		txn->tx_same_snap = renew && dd_guard_holds(txn);
+		if (txn->tx_same_snap)
+			return 0;
 		rc = dd_guard_begin(txn, err);
 		if (rc == 0)
 			return 0;
@@ -573,7 +576,7 @@ int dd_txn_renew(dd_txn *txn, dd_err *err)
 	if (rc)
 		return rc; /* still parked */
 	txn->tx_parked = false;
-	return dd_txn_load_ddt(txn, err);
+	return txn->tx_same_snap ? 0 : dd_txn_load_ddt(txn, err);
 }
 
 /* ---- a table's operations, guarded ------------------------------------------*/

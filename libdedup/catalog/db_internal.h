@@ -48,6 +48,8 @@ struct dd_db {
 	uint32_t db_psize;
 	uint64_t db_max_pg;        /* the last page the map can hold */
 	_Atomic uint64_t *db_sound; /* which pages passed, and as what */
+	/* the last write transaction's branch-page cache (guard.c) */
+	uint8_t *_Atomic db_guard_wcache;
 	size_t db_sound_bytes;
 	char db_file[4200];        /* data.mdb's path, for messages */
 	/* the snapshot (txnid) whose free list was last checked against the
@@ -123,6 +125,8 @@ struct dd_guard_snap {
 	uint64_t *gs_slot_pgno;    /* 0: empty */
 	uint8_t *gs_slot_next;     /* per set of DD_GUARD_WAYS: next to go */
 	struct dd_guard_leaf gs_leaf[DD_DBI_COUNT];
+	uint64_t gs_txnid;         /* the snapshot all of the above is of */
+	bool gs_ready;             /* dd_guard_begin passed it */
 };
 
 struct dd_txn {
@@ -133,6 +137,11 @@ struct dd_txn {
 	unsigned tx_ddt_which;     /* 0: ddt0 live, 1: ddt1 live */
 	bool tx_write;
 	bool tx_parked;            /* a read txn after dd_txn_reset */
+	/* renewed on the snapshot it parked on -- nothing committed
+	 * meanwhile (LMDB numbers every commit) --: what the guard and
+	 * dd_txn_load_ddt read of it still holds, and is not read again
+	 * (a writer's lookup renews once a batch: 15 page reads each) */
+	bool tx_same_snap;
 	struct dd_guard_snap tx_guard;
 	/* key ranges each table's cursors pass over (dd_txn_skip) */
 	const dd_key_range *tx_skip[DD_DBI_COUNT];
@@ -209,6 +218,9 @@ void dd_guard_close(dd_db *db);
 /* After mdb_txn_begin or mdb_txn_renew; DD_DB_CHECK_RETRY when a read
  * txn's snapshot was overwritten meanwhile (begin it again). */
 int dd_guard_begin(dd_txn *txn, dd_err *err);
+/* Does txn's guard state hold for the snapshot its LMDB transaction is
+ * on -- a read transaction renewed on the one it last began on? */
+bool dd_guard_holds(const dd_txn *txn);
 void dd_guard_end(dd_txn *txn);
 int dd_guard_key(dd_txn *txn, dd_err *err, int tree, const void *key,
 		 size_t klen, enum dd_guard_op op);

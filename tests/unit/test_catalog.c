@@ -351,6 +351,45 @@ static void get_by_lmdb(struct fixture *fx, dd_txn *txn, void *k,
 	assert_int_equal(dd_guard_get(txn, DD_DBI_PACKS, &mk, &mv), -1);
 }
 
+/* A read transaction renewed on the snapshot it parked on -- nothing
+ * committed meanwhile -- keeps what the guard and the DDT's meta told it
+ * (tx_same_snap); one renewed after a commit reads them again, and sees
+ * the commit: a table emptied, meta's runs, a key added. */
+static void test_renew_same_snapshot(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t k[36] = {1}, v[32] = {2};
+	MDB_val mk = {sizeof(k), k}, mv;
+	dd_txn *w = begin(fx, true), *r;
+
+	raw_put(w, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v, sizeof(v));
+	commit(fx, w);
+	r = begin(fx, false);
+	OK(dd_table_get(r, &fx->fx_err, DD_DBI_PACKS, &mk, &mv, "get"));
+	dd_txn_reset(r);
+	OK(dd_txn_renew(r, &fx->fx_err));
+	assert_true(r->tx_same_snap);
+	OK(dd_table_get(r, &fx->fx_err, DD_DBI_PACKS, &mk, &mv, "get"));
+	assert_int_equal(mv.mv_size, sizeof(v));
+	dd_txn_reset(r);
+	w = begin(fx, true);
+	k[0] = 3;
+	raw_put(w, fx->fx_db->db_dbi[DD_DBI_PACKS], k, sizeof(k), v, sizeof(v));
+	OK(dd_meta_put_u64(w, &fx->fx_err, "ddt.runs", 2));
+	commit(fx, w);
+	OK(dd_txn_renew(r, &fx->fx_err));
+	assert_false(r->tx_same_snap);
+	assert_int_equal(dd_ddt_runs(r), 2);
+	OK(dd_table_get(r, &fx->fx_err, DD_DBI_PACKS, &mk, &mv, "get"));
+	/* and renewed on that one again: the same answers */
+	dd_txn_reset(r);
+	OK(dd_txn_renew(r, &fx->fx_err));
+	assert_true(r->tx_same_snap);
+	assert_int_equal(dd_ddt_runs(r), 2);
+	OK(dd_table_get(r, &fx->fx_err, DD_DBI_PACKS, &mk, &mv, "get"));
+	dd_txn_abort(r);
+}
+
 /* A read transaction's gets are answered from the leaf the guard
  * checked (dd_guard_get), not by a second descent: on a table of three
  * levels, every key present and absent gets mdb_get's answer (bytes,
@@ -3788,6 +3827,7 @@ int main(void)
 		T(test_ddt_roundtrip),
 		T(test_ddt_add_refs),
 		T(test_guard_get),
+		T(test_renew_same_snapshot),
 		T(test_guard_foreign_map),
 		T(test_ddt_encoding_bytes),
 		T(test_ddt_damaged),
