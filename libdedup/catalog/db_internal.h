@@ -48,9 +48,9 @@ struct dd_db {
 	uint32_t db_psize;
 	uint64_t db_max_pg;        /* the last page the map can hold */
 	_Atomic uint64_t *db_sound; /* which pages passed, and as what */
+	size_t db_sound_bytes;
 	/* the last write transaction's branch-page cache (guard.c) */
 	uint8_t *_Atomic db_guard_wcache;
-	size_t db_sound_bytes;
 	char db_file[4200];        /* data.mdb's path, for messages */
 	/* the snapshot (txnid) whose free list was last checked against the
 	 * pages in use, or that this process's own writer committed on one

@@ -746,25 +746,26 @@ static int dd_kf_reserve(dd_txn *txn, dd_err *err, uint64_t n, bool mend)
  * since the last sync is a page fault (the kernel tracks dirty pages);
  * a flush of 262,144 keys into a 16 MiB segment took 4,096 of them, one
  * at a time, where one madvise takes them all.  Only when n keys would
- * touch most pages anyway (a page holds 64 blocks, a key sets bits in
- * one): the pages made writable are written at the sync, changed or
- * not.  A hint: a kernel without MADV_POPULATE_WRITE (before 5.14)
+ * touch most pages anyway (a 4 KiB page holds 64 blocks, a key sets
+ * bits in one): the pages made writable are written at the sync,
+ * changed or not.  A hint: a kernel without MADV_POPULATE_WRITE (before 5.14)
  * faults them one by one as before. */
 static void dd_kf_populate(const struct dd_kf *kf, uint64_t n)
 {
-	const struct dd_kf_seg *ks = &kf->kf_seg[kf->kf_nseg - 1];
-	uint64_t per_page = 4096 / DD_KF_BLOCK;
-	uintptr_t page = 4095, lo, hi;
-
-	if (n < 2 * (ks->ks_nblocks / per_page))
-		return;
 #ifdef MADV_POPULATE_WRITE
+	const struct dd_kf_seg *ks = &kf->kf_seg[kf->kf_nseg - 1];
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo, hi;
+
+	if (n < 2 * (ks->ks_nblocks / (page / DD_KF_BLOCK)))
+		return;
 	/* the segment's bits and sums are contiguous (format/kfilter.md §1) */
-	lo = (uintptr_t)ks->ks_bits & ~page;
-	hi = ((uintptr_t)(ks->ks_sums + ks->ks_nblocks * 4) + page) & ~page;
+	lo = (uintptr_t)ks->ks_bits & ~(page - 1);
+	hi = ((uintptr_t)(ks->ks_sums + ks->ks_nblocks * 4) + page - 1) &
+	     ~(page - 1);
 	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 #else
-	(void)page, (void)lo, (void)hi;
+	(void)kf, (void)n;
 #endif
 }
 

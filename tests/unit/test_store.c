@@ -2265,17 +2265,16 @@ static void test_uncounted_flush_txns(void **state)
 	pair_done(s, path, "b", a, c, n);
 }
 
-/* meta ddt.runs: the DDT's sorted runs (format/ddt.md §5). */
+/* The DDT's sorted runs (format/ddt.md §5), as a transaction loads them
+ * from meta ddt.runs. */
 static uint64_t ddt_runs(dd_store *s)
 {
-	uint64_t n = 0;
 	dd_txn *txn;
 	dd_err err;
-	int rc;
+	uint64_t n;
 
 	assert_int_equal(dd_txn_begin(s->st_db, &err, false, &txn), 0);
-	rc = dd_meta_get_u64(txn, &err, "ddt.runs", &n);
-	assert_true(rc == 0 || rc == DD_ENOENT);
+	n = dd_ddt_runs(txn);
 	dd_txn_abort(txn);
 	return n;
 }
