@@ -285,6 +285,56 @@ int dd_io_fdatasync(dd_err *err, int fd, const char *what)
 	return 0;
 }
 
+/* [off, off + len) to whole pages, the one holding off + len left out
+ * (an append to it would read it back first): [*beg, *end). */
+static void io_page_range(uint64_t off, uint64_t len, uint64_t *beg,
+			  uint64_t *end)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	*beg = off / page * page;
+	*end = (off + len) / page * page;
+}
+
+void dd_io_drop_cached(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t beg, end;
+
+	io_page_range(off, len, &beg, &end);
+	/* a hint: dirty pages stay, clean ones go, nothing is lost */
+	if (end > beg)
+		(void)posix_fadvise(fd, (off_t)beg, (off_t)(end - beg),
+				    POSIX_FADV_DONTNEED);
+}
+
+int dd_io_drop_written(dd_err *err, int fd, uint64_t off, uint64_t len,
+		       const char *what)
+{
+	uint64_t beg, end;
+	int e, r;
+
+	if (!what)
+		what = "file";
+	io_page_range(off, len, &beg, &end);
+	if (end <= beg)
+		return 0;
+	e = dd_fault_check(DD_FAULT_SYNC);
+	if (e)
+		return dd_err_set_errno(err, e, "write back %s", what);
+	do
+		r = sync_file_range(fd, (off64_t)beg, (off64_t)(end - beg),
+				    SYNC_FILE_RANGE_WAIT_BEFORE |
+					    SYNC_FILE_RANGE_WRITE |
+					    SYNC_FILE_RANGE_WAIT_AFTER);
+	while (r < 0 && errno == EINTR);
+	if (r < 0 && (errno == EINVAL || errno == ESPIPE || errno == ENOSYS))
+		return 0;
+	if (r < 0)
+		return dd_err_set_errno(err, errno, "write back %s", what);
+	dd_io_drop_cached(fd, beg, end - beg);
+	return 0;
+}
+
 int dd_io_fsync_dir(dd_err *err, const char *dir)
 {
 	int e, fd, r;

@@ -183,6 +183,12 @@ void dd_vfile_writeback(dd_vfile *f, uint64_t off, uint64_t len)
 	f->vf_dir->vd_ops->writeback(f, off, len);
 }
 
+int dd_vfile_drop_written(dd_vfile *f, dd_err *err, uint64_t off,
+			  uint64_t len, bool synced)
+{
+	return f->vf_dir->vd_ops->drop_written(f, err, off, len, synced);
+}
+
 int dd_vfile_lock(dd_vfile *f, dd_err *err)
 {
 	return f->vf_dir->vd_ops->lock(f, err);

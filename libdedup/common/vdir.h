@@ -23,7 +23,8 @@
  *    the store holds the store-wide RADOS lock whenever it writes
  *    (store/rstore.c), so no other process can append to a pack;
  *  - dd_vfile_punch is DD_ENOTSUP on RADOS, and dd_vfile_writeback a
- *    hint that does nothing there.
+ *    hint that does nothing there, as dd_vfile_drop_written does (a
+ *    RADOS write leaves nothing in this host's page cache).
  *
  * Errors are DD_E* codes with one line naming the file (local: "NAME";
  * RADOS: "POOL/NS/OBJECT"); a missing name is DD_ENOENT, an exclusive
@@ -90,6 +91,12 @@ int dd_vfile_truncate(dd_vfile *f, dd_err *err, uint64_t len);
 int dd_vfile_sync(dd_vfile *f, dd_err *err);
 /* Starts writing [off, off + len) back without waiting (a hint). */
 void dd_vfile_writeback(dd_vfile *f, uint64_t off, uint64_t len);
+/* Waits for [off, off + len) to be written back, then drops it from the
+ * page cache (dd_io_drop_written): an error means written data is lost,
+ * and the next sync of f will not say so.  synced: a dd_vfile_sync since
+ * the range was written returned 0, so there is nothing to wait for. */
+int dd_vfile_drop_written(dd_vfile *f, dd_err *err, uint64_t off,
+			  uint64_t len, bool synced);
 /* Exclusive, without waiting, for as long as f stays open: DD_EBUSY when
  * another handle holds it. */
 int dd_vfile_lock(dd_vfile *f, dd_err *err);
@@ -132,6 +139,8 @@ typedef struct dd_vdir_ops {
 	int (*truncate)(dd_vfile *f, dd_err *err, uint64_t len);
 	int (*file_sync)(dd_vfile *f, dd_err *err);
 	void (*writeback)(dd_vfile *f, uint64_t off, uint64_t len);
+	int (*drop_written)(dd_vfile *f, dd_err *err, uint64_t off,
+			    uint64_t len, bool synced);
 	int (*lock)(dd_vfile *f, dd_err *err);
 	int (*punch)(dd_vfile *f, dd_err *err, uint64_t off, uint64_t len);
 } dd_vdir_ops;

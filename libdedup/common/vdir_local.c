@@ -201,6 +201,16 @@ static void dd_vl_writeback(dd_vfile *f, uint64_t off, uint64_t len)
 			      SYNC_FILE_RANGE_WRITE);
 }
 
+static int dd_vl_drop_written(dd_vfile *f, dd_err *err, uint64_t off,
+			      uint64_t len, bool synced)
+{
+	if (synced) {
+		dd_io_drop_cached(dd_vl_fd(f), off, len);
+		return 0;
+	}
+	return dd_io_drop_written(err, dd_vl_fd(f), off, len, f->vf_name);
+}
+
 static int dd_vl_lock(dd_vfile *f, dd_err *err)
 {
 	while (flock(dd_vl_fd(f), LOCK_EX | LOCK_NB) != 0) {
@@ -253,6 +263,7 @@ static const dd_vdir_ops dd_vl_ops = {
 	.truncate = dd_vl_truncate,
 	.file_sync = dd_vl_file_sync,
 	.writeback = dd_vl_writeback,
+	.drop_written = dd_vl_drop_written,
 	.lock = dd_vl_lock,
 	.punch = dd_vl_punch,
 };

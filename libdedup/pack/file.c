@@ -57,6 +57,7 @@ struct dd_pack {
 	int pk_broken;          /* a write or sync failed: no more appends */
 	uint64_t pk_end;        /* where the next record goes */
 	uint64_t pk_flushed;    /* writeback started up to here */
+	uint64_t pk_dropped;    /* ... and out of the page cache up to here */
 	uint8_t *pk_wbuf;       /* appended, not yet written: the bytes */
 	size_t pk_wlen;         /* [pk_end - pk_wlen, pk_end) of the file */
 	char pk_name[DD_PACK_NAME_LEN];
@@ -68,18 +69,54 @@ struct dd_pack {
  * writer waits -- the disk works while the cores hash and compress. */
 #define DD_PACK_FLUSH_BYTES ((uint64_t)8 << 20)
 
+/* Appended bytes this far behind the end, written back by now, leave the
+ * page cache (drop-behind), as do all of them once synced.  A store's
+ * packs are written far more than they are read soon after, and keeping
+ * them cached has two costs: a put of new data evicts the host's working
+ * set for bytes nobody reads, and each page it adds to the cache is a
+ * page the kernel takes from its free lists -- on a virtual machine
+ * whose host took back the free memory (free page reporting, ballooning)
+ * every such page is a fault in the host, which made writing 1 GiB cost
+ * 1.8 s of system time here against 0.2 s when the pages were ones just
+ * dropped (tests/bench/README.md, seventeenth session).  Dropped pages go
+ * back to the free lists, and the next appends reuse them. */
+#define DD_PACK_DROP_LAG ((uint64_t)32 << 20)
+
 /* Records gather in a buffer of this size; a bigger one is written alone. */
 #define DD_PACK_WBUF_BYTES ((size_t)1 << 20)
 
-static void pack_start_writeback(dd_pack *p)
+/* Drops what was written back up to upto (see DD_PACK_DROP_LAG).  Its
+ * wait is where a writeback error shows, and only once: the handle
+ * becomes unusable, as after a failed write. */
+static int pack_drop_written(dd_pack *p, dd_err *err, uint64_t upto,
+			     bool synced)
+{
+	int rc;
+
+	if (upto <= p->pk_dropped)
+		return 0;
+	rc = dd_vfile_drop_written(p->pk_f, err, p->pk_dropped,
+				   upto - p->pk_dropped, synced);
+	if (rc) {
+		p->pk_broken = 1;
+		return rc;
+	}
+	p->pk_dropped = upto;
+	return 0;
+}
+
+static int pack_start_writeback(dd_pack *p, dd_err *err)
 {
 	uint64_t written = p->pk_end - p->pk_wlen;
 
 	if (written < p->pk_flushed + DD_PACK_FLUSH_BYTES)
-		return;
+		return 0;
 	/* a hint: its failure changes nothing, the sync reports errors */
 	dd_vfile_writeback(p->pk_f, p->pk_flushed, written - p->pk_flushed);
 	p->pk_flushed = written;
+	if (written < p->pk_dropped + DD_PACK_DROP_LAG + DD_PACK_FLUSH_BYTES)
+		return 0;
+	return pack_drop_written(p, err, written - DD_PACK_DROP_LAG, false);
 }
 
 /* Writes the buffer out.  On failure the records in it are lost, though
@@ -100,8 +137,7 @@ static int pack_write_buffer(dd_pack *p, dd_err *err)
 		(void)dd_vfile_truncate(p->pk_f, NULL, at);
 		return rc;
 	}
-	pack_start_writeback(p);
-	return 0;
+	return pack_start_writeback(p, err);
 }
 
 void dd_pack_name(char *buf, size_t len, uint32_t id)
@@ -194,6 +230,7 @@ int dd_pack_create(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id)
 	}
 	p->pk_end = DD_PACK_FILE_HDR_SIZE;
 	p->pk_flushed = p->pk_end;
+	p->pk_dropped = p->pk_end;
 	*out = p;
 	return 0;
 fail:
@@ -252,6 +289,7 @@ int dd_pack_open(dd_pack **out, dd_err *err, dd_vdir *dir, uint32_t id,
 	/* The store truncates to its committed length before appending. */
 	p->pk_end = size;
 	p->pk_flushed = p->pk_end;
+	p->pk_dropped = p->pk_end;
 	*out = p;
 	return 0;
 fail:
@@ -329,6 +367,7 @@ int dd_pack_truncate(dd_pack *p, dd_err *err, uint64_t end)
 	}
 	p->pk_end = end;
 	p->pk_flushed = p->pk_end;
+	p->pk_dropped = p->pk_end;
 	return 0;
 }
 
@@ -385,8 +424,7 @@ int dd_pack_append(dd_pack *p, dd_err *err, const dd_pack_rec *rec,
 	}
 	p->pk_end = off + size;
 	*offset = off;
-	pack_start_writeback(p);
-	return 0;
+	return pack_start_writeback(p, err);
 }
 
 int dd_pack_flush(dd_pack *p, dd_err *err)
@@ -411,9 +449,12 @@ int dd_pack_sync(dd_pack *p, dd_err *err)
 	if (rc)
 		return rc;
 	rc = dd_vfile_sync(p->pk_f, err);
-	if (rc)
+	if (rc) {
 		p->pk_broken = 1;
-	return rc;
+		return rc;
+	}
+	/* all of it is clean now: nothing to wait for */
+	return pack_drop_written(p, err, p->pk_end, true);
 }
 
 /* Decodes the header at buf and wraps any error with pack and offset. */

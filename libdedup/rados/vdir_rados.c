@@ -452,6 +452,17 @@ static void vr_writeback(dd_vfile *vf, uint64_t off, uint64_t len)
 	(void)len;
 }
 
+static int vr_drop_written(dd_vfile *vf, dd_err *err, uint64_t off,
+			   uint64_t len, bool synced)
+{
+	(void)synced;
+	(void)vf;
+	(void)err;
+	(void)off;
+	(void)len;
+	return 0;
+}
+
 /* The store-wide RADOS lock makes its holder the only appender. */
 static int vr_lock(dd_vfile *vf, dd_err *err)
 {
@@ -588,6 +599,7 @@ static const dd_vdir_ops vr_ops = {
 	.truncate = vr_truncate,
 	.file_sync = vr_file_sync,
 	.writeback = vr_writeback,
+	.drop_written = vr_drop_written,
 	.lock = vr_lock,
 	.punch = vr_punch,
 };
