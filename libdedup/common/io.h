@@ -46,11 +46,11 @@ int dd_io_fdatasync(dd_err *err, int fd, const char *what);
 void dd_io_drop_cached(int fd, uint64_t off, uint64_t len);
 /* Waits until [off, off + len) of fd is written back (starting what is
  * not), then drops it as dd_io_drop_cached does.  Durable it is not:
- * that is still dd_io_fdatasync's.  An error is a
- * write error, and it is reported here instead of by the next fdatasync
- * of this fd (the kernel reports a writeback error once per open file):
- * the caller must treat the data as lost.  Where the file system cannot
- * wait for a range (EINVAL, ESPIPE) it is 0 and nothing is dropped. */
+ * that is still dd_io_fdatasync's.  An error is a write error, reported
+ * here instead of by the next fdatasync of this fd (the kernel reports a
+ * writeback error once per open file): the caller must treat the data as
+ * lost.  Where the file system cannot wait for a range (EINVAL, ESPIPE,
+ * ENOSYS) it is 0 and nothing is dropped. */
 int dd_io_drop_written(dd_err *err, int fd, uint64_t off, uint64_t len,
 		       const char *what);
 int dd_io_fsync_dir(dd_err *err, const char *dir);

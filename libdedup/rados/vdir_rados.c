@@ -455,11 +455,11 @@ static void vr_writeback(dd_vfile *vf, uint64_t off, uint64_t len)
 static int vr_drop_written(dd_vfile *vf, dd_err *err, uint64_t off,
 			   uint64_t len, bool synced)
 {
-	(void)synced;
 	(void)vf;
 	(void)err;
 	(void)off;
 	(void)len;
+	(void)synced;
 	return 0;
 }
 
