@@ -454,14 +454,16 @@ static void dd_kf_build_end(struct dd_kf_build *kb)
 		dd_kf_build_set(kb, &kb->kb_ring[i % DD_KF_AHEAD]);
 }
 
+uint64_t dd_kf_min_blocks = DD_KF_MIN_BLOCKS;
+
 /* A segment's blocks for `keys` (a rebuild's, or a new segment's). */
 static uint64_t dd_kf_blocks_for(uint64_t keys)
 {
 	uint64_t n = (keys * DD_KF_BUILD_BITS + DD_KF_BLOCK * 8 - 1) /
 		     (DD_KF_BLOCK * 8);
 
-	if (n < DD_KF_MIN_BLOCKS)
-		n = DD_KF_MIN_BLOCKS;
+	if (n < dd_kf_min_blocks)
+		n = dd_kf_min_blocks;
 	return n > DD_KF_MAX_BLOCKS ? DD_KF_MAX_BLOCKS : n;
 }
 

@@ -19,8 +19,9 @@
  * It is a scalable Bloom filter of up to DD_KF_SEG_MAX segments; inserts
  * go to the newest.  When that one is full, a writer adds a segment --
  * the file grown in place, not a walk of the DDT -- before the keys
- * it is about to insert (dd_kf_txn_reserve, at a flush; at a writer's
- * open, dd_db_kf_prepare).  It is rebuilt from a walk of the DDT, inside
+ * it is about to insert (dd_kf_txn_reserve, at a flush or at the commit
+ * of a writer that does not defer; at a writer's open,
+ * dd_db_kf_prepare).  It is rebuilt from a walk of the DDT, inside
  * a write transaction so that no insert runs meanwhile, when a writer
  * finds it missing, damaged or of another generation, overfilled, or
  * with DD_KF_SEG_MAX segments full.
@@ -50,6 +51,9 @@
 /* Segments a writer adds before it rebuilds instead: DD_KF_SEG_MAX
  * (tests lower it). */
 extern unsigned dd_kf_seg_max;
+/* The fewest blocks a segment is made with: DD_KF_MIN_BLOCKS (tests lower
+ * it, to fill a segment with a few thousand keys). */
+extern uint64_t dd_kf_min_blocks;
 
 /* Makes sure the catalog has a filter of the generation meta names, big
  * enough for the DDT, and maps it for this process's probes and inserts;

@@ -547,7 +547,12 @@ static int dd_wops_map(dd_writer *w)
 }
 
 /* The interval's DDT changes in key order, one update per key; then its
- * block map in the image's order. */
+ * block map in the image's order.  Room in the key filter first, for its
+ * new keys at most, as a deferring writer's flush makes (dd_flush_absent):
+ * a writer that does not defer (a receive, verify mode) would otherwise
+ * fill its newest segment past full over its commits, and the next
+ * writer's open would rebuild the filter from a walk of the whole DDT
+ * (format/kfilter.md §4). */
 static int dd_apply_ops(dd_writer *w)
 {
 	dd_wops *wo = &w->w_ops;
@@ -555,7 +560,9 @@ static int dd_apply_ops(dd_writer *w)
 
 	if (!wo->wo_n)
 		return 0;                /* holes only */
-	rc = dd_wops_sort(w);
+	rc = dd_kf_txn_reserve(w->w_txn, &w->w_err, wo->wo_nnew);
+	if (!rc)
+		rc = dd_wops_sort(w);
 	for (size_t i = 0, j; !rc && i < wo->wo_n; i = j) {
 		bool wrote;
 

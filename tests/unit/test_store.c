@@ -26,6 +26,7 @@
 #include "helpers.h"
 #include "common/faults.h"
 #include "hash/hash.h"
+#include "catalog/kfilter.h"
 #include "catalog/ucnt.h"
 #include "store/defer.h"
 #include "store/store_internal.h"
@@ -3053,6 +3054,121 @@ static void test_kfilter_lost_bits(void **state)
 	th_rm_store(path);
 }
 
+/* The key filter's header: segments, and the DDT entries its last
+ * rebuild walked (format/kfilter.md §1). */
+static void kfilter_hdr(const char *path, uint32_t *segs, uint64_t *walked)
+{
+	uint8_t h[40];
+	char flt[4200];
+	int fd;
+
+	snprintf(flt, sizeof(flt), "%s/db/keys.flt", path);
+	fd = open(flt, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	*segs = (uint32_t)h[16] | (uint32_t)h[17] << 8 |
+		(uint32_t)h[18] << 16 | (uint32_t)h[19] << 24;
+	*walked = 0;
+	for (int i = 7; i >= 0; i--)
+		*walked = *walked << 8 | h[32 + i];
+}
+
+typedef struct mem_stream {
+	uint8_t *buf;
+	size_t len, cap, at;
+} mem_stream;
+
+static int mem_stream_write(void *ctx, const void *buf, size_t len)
+{
+	mem_stream *m = ctx;
+
+	if (m->len + len > m->cap) {
+		size_t cap = (m->len + len) * 2;
+		uint8_t *b = realloc(m->buf, cap);
+
+		if (!b)
+			return DD_ENOMEM;
+		m->buf = b;
+		m->cap = cap;
+	}
+	memcpy(m->buf + m->len, buf, len);
+	m->len += len;
+	return 0;
+}
+
+static int mem_stream_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	mem_stream *m = ctx;
+	size_t n = m->len - m->at < len ? m->len - m->at : len;
+
+	memcpy(buf, m->buf + m->at, n);
+	m->at += n;
+	*got = n;
+	return 0;
+}
+
+/* *s, just written, closed: its filter has more than one segment, and the
+ * next writer's open keeps it -- no rebuild walked the DDT again.  *s is
+ * open again after. */
+static void kfilter_grew_and_kept(const char *path, dd_store **s,
+				  const uint8_t *block)
+{
+	uint64_t walked, walked2;
+	uint32_t segs, segs2;
+
+	dd_store_close(*s);
+	kfilter_hdr(path, &segs, &walked);
+	assert_true(segs > 1);
+	assert_int_equal(dd_store_open(s, path, NULL), 0);
+	assert_int_equal(th_put(*s, "b", block, 4 * KiB, 4 * KiB), 0);
+	kfilter_hdr(path, &segs2, &walked2);
+	assert_int_equal(segs2, segs);
+	assert_int_equal(walked2, walked);
+}
+
+/* Writers that do not defer their DDT changes -- verify mode, a receive --
+ * make room in the key filter at each commit, as a deferring one does at
+ * its flush: with segments of 64 blocks (1,365 keys before full at 24
+ * bits, 2,730 before overfilled at 12), 4,096 new keys grow the filter by
+ * segments as they go, never filling one past full; so the next writer's
+ * open finds room and keeps the filter instead of rebuilding it from a
+ * walk of the DDT (the header's count of entries walked stays).  Checked
+ * to fail without the room made (the segments stay 1, the open walks). */
+static void test_kfilter_room_without_defer(void **state)
+{
+	const size_t n = 4096 * 4 * KiB;
+	char *path = th_tmp_store(), *path2 = th_tmp_store();
+	dd_store *s = create(path, 4 * KiB, 1, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	dd_store *r;
+	uint8_t *a = malloc(n);
+	mem_stream m = {0};
+
+	(void)state;
+	assert_non_null(a);
+	dd_kf_min_blocks = 64;
+	th_rng_state = 777;
+	fill_random(a, n);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	kfilter_grew_and_kept(path, &s, a);
+
+	/* a receive of the same 4,096 blocks into a new store */
+	assert_int_equal(dd_send(s, "a", NULL, mem_stream_write, &m), 0);
+	r = create(path2, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
+	assert_int_equal(dd_recv(r, NULL, mem_stream_read, &m, NULL), 0);
+	th_check_image(r, "a", a, n);
+	kfilter_grew_and_kept(path2, &r, a);
+	assert_int_equal(dd_store_scrub(r, NULL, NULL, NULL), 0);
+	dd_store_close(r);
+	dd_kf_min_blocks = DD_KF_MIN_BLOCKS;
+	dd_store_close(s);
+	free(m.buf);
+	free(a);
+	th_rm_store(path);
+	th_rm_store(path2);
+}
+
 int main(void)
 {
 	/* the sixteen lanes without their timing where the CPU has them, so
@@ -3068,6 +3184,7 @@ int main(void)
 		cmocka_unit_test(test_write_file_verify),
 		cmocka_unit_test(test_write_file_fault_walk),
 		cmocka_unit_test(test_kfilter_lost_bits),
+		cmocka_unit_test(test_kfilter_room_without_defer),
 		cmocka_unit_test(test_verify_mode_exact),
 		cmocka_unit_test(test_verify_repeat_in_own_pack),
 		cmocka_unit_test(test_no_verify_shows_risk),
