@@ -145,7 +145,12 @@ static void stat_json(dd_store *s, const dd_stat *st,
 	json_u64("ddt_bytes", st->ddt_bytes);
 	json_u64("meta_bytes", st->meta_bytes);
 	json_u64("lmdb_file_bytes", st->lmdb_file_bytes);
+	json_u64("ddt_runs", st->ddt_runs);
+	json_u64("filter_segments", st->filter_segments);
+	json_u64("filter_bytes", st->filter_bytes);
 	printf("  ");
+	json_double(stdout, "filter_bits_per_entry", st->filter_bits_per_entry,
+		    ",\n  ");
 	json_double(stdout, "dedup_ratio", st->dedup_ratio, ",\n  ");
 	json_double(stdout, "compress_ratio", st->compress_ratio, ",\n");
 	cache_stat_json(s, stdout);  /* "cache": {...}, dedup_cache.c */
@@ -180,9 +185,19 @@ static void stat_text(dd_store *s, const char *path, const dd_stat *st,
 	       st->unique_blocks, human_size(b, sizeof(b), st->unique_bytes),
 	       human_size(comp, sizeof(comp), st->stored_bytes));
 	printf("DDT: %" PRIu64 " entries, %s on disk (%.0f bytes/entry), "
-	       "%" PRIu64 " awaiting gc\n", st->ddt_entries,
-	       human_size(a, sizeof(a), st->ddt_bytes), perentry,
-	       st->unreferenced_blocks);
+	       "%" PRIu64 " awaiting gc, %" PRIu64 " sorted run%s to fold\n",
+	       st->ddt_entries, human_size(a, sizeof(a), st->ddt_bytes),
+	       perentry, st->unreferenced_blocks, st->ddt_runs,
+	       st->ddt_runs == 1 ? "" : "s");
+	if (st->filter_segments)
+		printf("key filter: %" PRIu64 " segment%s, %s, %.1f bits/entry"
+		       "\n", st->filter_segments,
+		       st->filter_segments == 1 ? "" : "s",
+		       human_size(a, sizeof(a), st->filter_bytes),
+		       st->filter_bits_per_entry);
+	else
+		printf("key filter: none in force (the next writer builds "
+		       "it)\n");
 	printf("packs: %" PRIu64 " files, %s; metadata %s, LMDB file %s\n",
 	       st->pack_files, human_size(a, sizeof(a), st->pack_bytes),
 	       human_size(b, sizeof(b), st->meta_bytes),

@@ -598,8 +598,18 @@ typedef struct dd_stat {
 	double dedup_ratio;        /* referenced_bytes / unique_bytes */
 	double compress_ratio;     /* unique_bytes / stored_bytes */
 	dd_hist_row hist[DD_HIST_BUCKETS];
+	/* ---- version 2: a version 1 caller's struct ends above ---- */
+	uint64_t ddt_runs;         /* sorted runs of new entries a flush
+				      appended, not yet folded into the
+				      table (format/ddt.md §5) */
+	uint64_t filter_segments;  /* the DDT key filter's segments
+				      (format/kfilter.md); 0: none in force,
+				      the next writer builds one */
+	uint64_t filter_bytes;     /* its file's size */
+	double filter_bits_per_entry; /* its bits per DDT entry (a segment
+				      is full under 24, rebuilt under 12) */
 } dd_stat;
-#define DD_STAT_VERSION 1
+#define DD_STAT_VERSION 2
 
 DD_API int dd_store_stat(dd_store *store, dd_stat *out);
 

@@ -866,6 +866,33 @@ void dd_db_kf_prefetch(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
 	}
 }
 
+int dd_kf_txn_info(dd_txn *txn, dd_err *err, dd_kf_info *out)
+{
+	uint8_t h[DD_KF_HDR_SIZE];
+	struct dd_kf_layout kl;
+	char path[4300];
+	struct stat st;
+	uint64_t gen;
+	int fd, rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
+
+	memset(out, 0, sizeof(*out));
+	if (rc || !gen || dd_kf_path(txn->tx_db, path, sizeof(path)) != 0)
+		return rc;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) == 0 &&
+	    pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+	    dd_kf_header_ok(h, (uint64_t)st.st_size, &kl) && kl.kl_gen == gen) {
+		out->ki_segments = kl.kl_nseg;
+		out->ki_bytes = (uint64_t)st.st_size;
+		for (unsigned s = 0; s < kl.kl_nseg; s++)
+			out->ki_bits += kl.kl_nblocks[s] * DD_KF_BLOCK * 8;
+	}
+	close(fd);
+	return 0;
+}
+
 bool dd_db_kf_mapped(dd_db *db)
 {
 	return atomic_load(&db->db_kf) != NULL && !db->db_kf_detached;

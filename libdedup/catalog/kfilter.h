@@ -94,6 +94,17 @@ uint64_t dd_kf_txn_gen(dd_txn *txn);
  * which the caller asks some hashes later. */
 void dd_db_kf_prefetch(dd_db *db, const uint8_t hash[DD_HASH_SIZE]);
 
+/* What `dedup stat` shows of the filter in force: from the header of the
+ * file of the generation meta names (its blocks' sums are the next
+ * writer's to check); all 0 when there is none -- missing, stale or
+ * damaged --, which the next writer rebuilds. */
+typedef struct dd_kf_info {
+	unsigned ki_segments;
+	uint64_t ki_bytes;      /* the file's */
+	uint64_t ki_bits;       /* the segments' */
+} dd_kf_info;
+int dd_kf_txn_info(dd_txn *txn, dd_err *err, dd_kf_info *out);
+
 /* Is the filter in use (prepared, mapped) in this process? */
 bool dd_db_kf_mapped(dd_db *db);
 

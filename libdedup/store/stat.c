@@ -5,8 +5,10 @@
  * table, so the figures are always consistent with each other.  Ratios are
  * those of `zdb -S` (DESIGN.md): on logical sizes, zero blocks excluded.
  */
+#include <stddef.h>
 #include <string.h>
 
+#include "catalog/kfilter.h"
 #include "catalog/ucnt.h"
 #include "common/hist.h"
 #include "store/store_internal.h"
@@ -75,6 +77,7 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 {
 	dd_err err = {0};
 	dd_db_usage use;
+	dd_kf_info kfi = {0};
 	struct dd_stat_packs sp;
 	struct dd_stat_walk sw;
 	dd_stat st;
@@ -107,6 +110,9 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 		rc = dd_packs_walk(txn, &err, dd_stat_pack, &sp);
 	if (!rc)
 		rc = dd_db_usage_get(txn, &err, &use);
+	if (!rc)
+		rc = dd_kf_txn_info(txn, &err, &kfi);
+	st.ddt_runs = dd_ddt_runs(txn);
 	dd_txn_abort(txn);
 	if (rc)
 		return dd_store_fail(s, &err);
@@ -118,6 +124,12 @@ int dd_store_stat(dd_store *s, dd_stat *out)
 		? (double)st.referenced_bytes / (double)st.unique_bytes : 1.0;
 	st.compress_ratio = st.stored_bytes
 		? (double)st.unique_bytes / (double)st.stored_bytes : 1.0;
-	*out = st;
+	st.filter_segments = kfi.ki_segments;
+	st.filter_bytes = kfi.ki_bytes;
+	st.filter_bits_per_entry = st.ddt_entries
+		? (double)kfi.ki_bits / (double)st.ddt_entries : 0.0;
+	/* no further than the caller's version of the struct reaches */
+	memcpy(out, &st, out->version >= 2 ? sizeof(st)
+					   : offsetof(dd_stat, ddt_runs));
 	return 0;
 }

@@ -3169,6 +3169,66 @@ static void test_kfilter_room_without_defer(void **state)
 	th_rm_store(path2);
 }
 
+/* dd_stat version 2: a deferring put of new blocks leaves a sorted run
+ * (its flush appends one, format/ddt.md §5), which gc's compaction folds;
+ * the key filter's segments, file size and bits per entry, and none in
+ * force once its file is gone.  A version 1 caller gets the version 1
+ * fields and nothing written past them. */
+static void test_stat_runs_and_filter(void **state)
+{
+	const size_t n = 64 * 4 * KiB;
+	char *path = th_tmp_store(), flt[4200];
+	dd_store *s = create(path, 4 * KiB, 0, DD_COMPRESS_NONE,
+			     DD_HASH_SHA256);
+	uint8_t *a = malloc(n);
+	dd_stat st = {.version = DD_STAT_VERSION};
+	union {
+		dd_stat st;
+		unsigned char raw[sizeof(dd_stat)];
+	} v1;
+	dd_gc_result gr;
+
+	(void)state;
+	assert_non_null(a);
+	th_rng_state = 2026;
+	fill_random(a, n);
+	assert_int_equal(th_put(s, "a", a, n, n), 0);
+	assert_int_equal(dd_store_stat(s, &st), 0);
+	assert_int_equal(st.ddt_entries, 64);
+	assert_int_equal(st.ddt_runs, 1);
+	assert_true(st.filter_segments >= 1);
+	assert_true(st.filter_bytes > 256);
+	assert_true(st.filter_bits_per_entry >= 24);
+
+	memset(&v1, 0xa5, sizeof(v1));
+	v1.st.version = 1;
+	assert_int_equal(dd_store_stat(s, &v1.st), 0);
+	assert_int_equal(v1.st.ddt_entries, 64);
+	for (size_t i = offsetof(dd_stat, ddt_runs); i < sizeof(v1); i++)
+		assert_int_equal(v1.raw[i], 0xa5);
+
+	assert_int_equal(dd_store_gc(s, NULL, &gr), 0);
+	assert_int_equal(dd_store_stat(s, &st), 0);
+	assert_int_equal(st.ddt_runs, 0);   /* compacted */
+	assert_int_equal(st.ddt_entries, 64);
+	dd_store_close(s);
+
+	snprintf(flt, sizeof(flt), "%s/db/keys.flt", path);
+	assert_int_equal(unlink(flt), 0);
+	assert_int_equal(dd_store_open(&s, path, NULL), 0);
+	assert_int_equal(dd_store_stat(s, &st), 0);
+	assert_int_equal(st.filter_segments, 0);
+	assert_int_equal(st.filter_bytes, 0);
+	assert_true(st.filter_bits_per_entry == 0.0);
+	/* the next writer builds it */
+	assert_int_equal(th_put(s, "b", a, 4 * KiB, 4 * KiB), 0);
+	assert_int_equal(dd_store_stat(s, &st), 0);
+	assert_int_equal(st.filter_segments, 1);
+	dd_store_close(s);
+	free(a);
+	th_rm_store(path);
+}
+
 int main(void)
 {
 	/* the sixteen lanes without their timing where the CPU has them, so
@@ -3185,6 +3245,7 @@ int main(void)
 		cmocka_unit_test(test_write_file_fault_walk),
 		cmocka_unit_test(test_kfilter_lost_bits),
 		cmocka_unit_test(test_kfilter_room_without_defer),
+		cmocka_unit_test(test_stat_runs_and_filter),
 		cmocka_unit_test(test_verify_mode_exact),
 		cmocka_unit_test(test_verify_repeat_in_own_pack),
 		cmocka_unit_test(test_no_verify_shows_risk),
