@@ -154,4 +154,25 @@ assert_eq true "$(json_get "$T/stat.json" "j['unique_blocks'] == 0 and j['refere
 	"empty store stat"
 "$DEDUP" stat "$T/empty" >/dev/null || fail "stat text of an empty store"
 
+# The DDT's runs and its key filter.  The default store above: its puts
+# deferred their DDT changes and appended sorted runs, which gc's
+# compaction folds; its key filter is in force.  With the filter's file
+# gone, stat says none is, and the next writer builds it again.
+S="$T/s-default"
+"$DEDUP" stat --json "$S" >"$T/stat.json"
+assert_eq true "$(json_get "$T/stat.json" "j['ddt_runs'] >= 1 and j['filter_segments'] >= 1 and j['filter_bytes'] > 256 and j['filter_bits_per_entry'] >= 24")" \
+	"stat: runs to fold and a key filter in force"
+"$DEDUP" gc "$S" >/dev/null || fail "gc"
+"$DEDUP" stat --json "$S" >"$T/stat.json"
+assert_eq 0 "$(json_get "$T/stat.json" "j['ddt_runs']")" "stat: runs folded by gc"
+rm "$S/db/keys.flt"
+"$DEDUP" stat --json "$S" >"$T/stat.json"
+assert_eq 0 "$(json_get "$T/stat.json" "j['filter_segments']")" "stat: no key filter in force"
+"$DEDUP" stat "$S" >"$T/stat.txt" || fail "stat text"
+assert_grep '^key filter: none in force' "$T/stat.txt" "stat text without a key filter"
+"$DEDUP" put "$S@d" "$T/a.img"
+"$DEDUP" stat "$S" >"$T/stat.txt" || fail "stat text"
+assert_grep '^key filter: 1 segment, .* bits/entry$' "$T/stat.txt" "stat text: the filter rebuilt by the next writer"
+assert_grep 'sorted runs? to fold$' "$T/stat.txt" "stat text: the DDT's runs"
+
 echo "PASS [$TEST_NAME]"
