@@ -25,6 +25,35 @@
 
 uint64_t th_rng_state;
 
+int th_mem_write(void *ctx, const void *buf, size_t len)
+{
+	th_mem *m = ctx;
+
+	if (m->len + len > m->cap) {
+		m->cap = (m->len + len) * 2 + 4096;
+		m->p = realloc(m->p, m->cap);
+		assert_non_null(m->p);
+	}
+	memcpy(m->p + m->len, buf, len);
+	m->len += len;
+	return 0;
+}
+
+int th_mem_read(void *ctx, void *buf, size_t len, size_t *got)
+{
+	th_mem *m = ctx;
+	size_t n = m->len - m->pos;
+
+	if (n > len)
+		n = len;
+	if (m->max_read && n > m->max_read)
+		n = m->max_read;
+	memcpy(buf, m->p + m->pos, n);
+	m->pos += n;
+	*got = n;
+	return 0;
+}
+
 uint64_t th_rng(void)
 {
 	th_rng_state ^= th_rng_state << 13;

@@ -72,6 +72,17 @@ void th_tmpl_check(th_tmpl *t, const th_image *imgs, size_t nimgs);
 /* Closes s and removes both stores. */
 void th_tmpl_fini(th_tmpl *t);
 
+/* A stream in memory, for dd_send / dd_recv and the stream codec: writes
+ * append to p (grown as needed; free it), reads hand out from pos on, at
+ * most max_read bytes a call when set (0: all asked for). */
+typedef struct th_mem {
+	uint8_t *p;
+	size_t len, cap, pos;
+	size_t max_read;
+} th_mem;
+int th_mem_write(void *ctx, const void *buf, size_t len);
+int th_mem_read(void *ctx, void *buf, size_t len, size_t *got);
+
 /* xorshift64: deterministic bytes, so a failure reproduces.  Set
  * th_rng_state (non-zero) to seed it. */
 extern uint64_t th_rng_state;

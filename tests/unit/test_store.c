@@ -24,6 +24,7 @@
 
 #include "dedup.h"
 #include "helpers.h"
+#include "common/endian.h"
 #include "common/faults.h"
 #include "hash/hash.h"
 #include "catalog/kfilter.h"
@@ -3067,45 +3068,8 @@ static void kfilter_hdr(const char *path, uint32_t *segs, uint64_t *walked)
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
 	close(fd);
-	*segs = (uint32_t)h[16] | (uint32_t)h[17] << 8 |
-		(uint32_t)h[18] << 16 | (uint32_t)h[19] << 24;
-	*walked = 0;
-	for (int i = 7; i >= 0; i--)
-		*walked = *walked << 8 | h[32 + i];
-}
-
-typedef struct mem_stream {
-	uint8_t *buf;
-	size_t len, cap, at;
-} mem_stream;
-
-static int mem_stream_write(void *ctx, const void *buf, size_t len)
-{
-	mem_stream *m = ctx;
-
-	if (m->len + len > m->cap) {
-		size_t cap = (m->len + len) * 2;
-		uint8_t *b = realloc(m->buf, cap);
-
-		if (!b)
-			return DD_ENOMEM;
-		m->buf = b;
-		m->cap = cap;
-	}
-	memcpy(m->buf + m->len, buf, len);
-	m->len += len;
-	return 0;
-}
-
-static int mem_stream_read(void *ctx, void *buf, size_t len, size_t *got)
-{
-	mem_stream *m = ctx;
-	size_t n = m->len - m->at < len ? m->len - m->at : len;
-
-	memcpy(buf, m->buf + m->at, n);
-	m->at += n;
-	*got = n;
-	return 0;
+	*segs = dd_get_le32(h + 16);
+	*walked = dd_get_le64(h + 32);
 }
 
 /* *s, just written, closed: its filter has more than one segment, and the
@@ -3143,7 +3107,7 @@ static void test_kfilter_room_without_defer(void **state)
 			     DD_HASH_SHA256);
 	dd_store *r;
 	uint8_t *a = malloc(n);
-	mem_stream m = {0};
+	th_mem m = {0};
 
 	(void)state;
 	assert_non_null(a);
@@ -3154,16 +3118,16 @@ static void test_kfilter_room_without_defer(void **state)
 	kfilter_grew_and_kept(path, &s, a);
 
 	/* a receive of the same 4,096 blocks into a new store */
-	assert_int_equal(dd_send(s, "a", NULL, mem_stream_write, &m), 0);
+	assert_int_equal(dd_send(s, "a", NULL, th_mem_write, &m), 0);
 	r = create(path2, 4 * KiB, 0, DD_COMPRESS_NONE, DD_HASH_SHA256);
-	assert_int_equal(dd_recv(r, NULL, mem_stream_read, &m, NULL), 0);
+	assert_int_equal(dd_recv(r, NULL, th_mem_read, &m, NULL), 0);
 	th_check_image(r, "a", a, n);
 	kfilter_grew_and_kept(path2, &r, a);
 	assert_int_equal(dd_store_scrub(r, NULL, NULL, NULL), 0);
 	dd_store_close(r);
 	dd_kf_min_blocks = DD_KF_MIN_BLOCKS;
 	dd_store_close(s);
-	free(m.buf);
+	free(m.p);
 	free(a);
 	th_rm_store(path);
 	th_rm_store(path2);

@@ -43,44 +43,9 @@
 
 /* ---- memory callbacks -----------------------------------------------------*/
 
-struct mem {
-	uint8_t *p;
-	size_t len, cap, pos;
-	size_t max_read;      /* hand out at most this much per read (0: all) */
-};
-
-static int mem_write(void *ctx, const void *buf, size_t len)
+static th_mem mem_of(const uint8_t *p, size_t len)
 {
-	struct mem *m = ctx;
-
-	if (m->len + len > m->cap) {
-		m->cap = (m->len + len) * 2 + 4096;
-		m->p = realloc(m->p, m->cap);
-		assert_non_null(m->p);
-	}
-	memcpy(m->p + m->len, buf, len);
-	m->len += len;
-	return 0;
-}
-
-static int mem_read(void *ctx, void *buf, size_t len, size_t *got)
-{
-	struct mem *m = ctx;
-	size_t n = m->len - m->pos;
-
-	if (n > len)
-		n = len;
-	if (m->max_read && n > m->max_read)
-		n = m->max_read;
-	memcpy(buf, m->p + m->pos, n);
-	m->pos += n;
-	*got = n;
-	return 0;
-}
-
-static struct mem mem_of(const uint8_t *p, size_t len)
-{
-	struct mem m = {0};
+	th_mem m = {0};
 
 	m.p = malloc(len ? len : 1);
 	assert_non_null(m.p);
@@ -235,7 +200,7 @@ static void hdr_init(dd_stream_hdr *h, const char *name, uint64_t size)
 
 /* The golden full stream, encoded afresh, its content digest of
  * version dv (2: header flag bit 1). */
-static void encode_golden_full_dv(struct mem *out, int dv)
+static void encode_golden_full_dv(th_mem *out, int dv)
 {
 	static uint8_t img[G_SIZE];
 	uint8_t h[32], rle[11];
@@ -251,7 +216,7 @@ static void encode_golden_full_dv(struct mem *out, int dv)
 	} else {
 		content_digest(img, G_SIZE, BS, hdr.sh_digest);
 	}
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, out), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	dd_sha256(img, BS, h);
 	assert_int_equal(dd_senc_data(e, &err, 0, h, DD_CODEC_NONE, BS, BS,
@@ -275,19 +240,19 @@ static void encode_golden_full_dv(struct mem *out, int dv)
 	dd_senc_free(e);
 }
 
-static void encode_golden_full(struct mem *out)
+static void encode_golden_full(th_mem *out)
 {
 	encode_golden_full_dv(out, DD_DIGEST_V1);
 }
 
-static void encode_golden_digest2(struct mem *out)
+static void encode_golden_digest2(th_mem *out)
 {
 	encode_golden_full_dv(out, DD_DIGEST_V2);
 }
 
 /* The golden incremental stream: 3 blocks against base "monday": a REF to
  * a base block ('B'*4096), a new block ('C'*4096, zstd RLE), a zero. */
-static void encode_golden_incr(struct mem *out)
+static void encode_golden_incr(th_mem *out)
 {
 	uint8_t blk[BS], h[32], rle[11];
 	dd_stream_hdr hdr;
@@ -301,7 +266,7 @@ static void encode_golden_incr(struct mem *out)
 		hdr.sh_digest[i] = (uint8_t)i;
 		hdr.sh_base_digest[i] = (uint8_t)(0xa0 + i);
 	}
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, out), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	memset(blk, 'B', BS);
 	dd_sha256(blk, BS, h);
@@ -378,7 +343,7 @@ static void cdc_digest(const uint8_t *img, const uint32_t *len, size_t n,
 
 /* The golden stream of content-defined blocks: DATA, DATA (zstd RLE),
  * ZERO of two zero blocks given one by one (one record), REF, DATA. */
-static void encode_golden_cdc(struct mem *out)
+static void encode_golden_cdc(th_mem *out)
 {
 	static uint8_t img[GC_SIZE];
 	static const uint32_t len[] = {5000, 3000, 12000, 8000, 5000, 777};
@@ -391,7 +356,7 @@ static void encode_golden_cdc(struct mem *out)
 	hdr_init(&hdr, "golden-cdc", GC_SIZE);
 	hdr.sh_chunker = DD_CHUNKER_FASTCDC;
 	cdc_digest(img, len, 6, BS, hdr.sh_digest);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, out), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, out), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	dd_sha256(img, 5000, h);
 	assert_int_equal(dd_senc_data(e, &err, 0, h, DD_CODEC_NONE, 5000, 5000,
@@ -417,7 +382,7 @@ static void encode_golden_cdc(struct mem *out)
 static int decode_all(const uint8_t *p, size_t len, size_t max_read,
 		      dd_stream_hdr *hdr, uint64_t counts[6], dd_err *err)
 {
-	struct mem m = mem_of(p, len);
+	th_mem m = mem_of(p, len);
 	dd_stream_hdr h;
 	dd_sdec *d;
 	dd_srec r;
@@ -425,7 +390,7 @@ static int decode_all(const uint8_t *p, size_t len, size_t max_read,
 
 	m.max_read = max_read;
 	memset(counts, 0, 6 * sizeof(*counts));
-	assert_int_equal(dd_sdec_new(&d, err, mem_read, &m), 0);
+	assert_int_equal(dd_sdec_new(&d, err, th_mem_read, &m), 0);
 	rc = dd_sdec_header(d, err, hdr ? hdr : &h);
 	while (rc == 0) {
 		rc = dd_sdec_next(d, err, &r);
@@ -463,14 +428,14 @@ static size_t record_off(const uint8_t *p, size_t n)
 	return off;
 }
 
-static void read_file(const char *path, struct mem *m)
+static void read_file(const char *path, th_mem *m)
 {
 	struct stat st;
 	int fd = open(path, O_RDONLY);
 
 	assert_true(fd >= 0);
 	assert_int_equal(fstat(fd, &st), 0);
-	*m = (struct mem){0};
+	*m = (th_mem){0};
 	m->len = m->cap = (size_t)st.st_size;
 	m->p = malloc(m->len);
 	assert_non_null(m->p);
@@ -478,7 +443,7 @@ static void read_file(const char *path, struct mem *m)
 	close(fd);
 }
 
-static void write_file(const char *path, const struct mem *m)
+static void write_file(const char *path, const th_mem *m)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
@@ -491,7 +456,7 @@ static void write_file(const char *path, const struct mem *m)
 
 static void test_roundtrip_every_record(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	dd_stream_hdr h;
 	dd_srec r;
 	dd_sdec *d;
@@ -504,7 +469,7 @@ static void test_roundtrip_every_record(void **state)
 	for (size_t max_read = 0; max_read < 40; max_read += 7) {
 		s.pos = 0;
 		s.max_read = max_read;   /* partial reads of every size */
-		assert_int_equal(dd_sdec_new(&d, &err, mem_read, &s), 0);
+		assert_int_equal(dd_sdec_new(&d, &err, th_mem_read, &s), 0);
 		assert_int_equal(dd_sdec_header(d, &err, &h), 0);
 		assert_string_equal(h.sh_name, "golden");
 		assert_string_equal(h.sh_base, "");
@@ -561,7 +526,7 @@ static void test_golden(void **state)
 {
 	struct {
 		const char *file;
-		void (*encode)(struct mem *);
+		void (*encode)(th_mem *);
 	} g[] = {
 		{DD_GOLDEN_DIR "/stream_v1_full.dds", encode_golden_full},
 		{DD_GOLDEN_DIR "/stream_v1_incr.dds", encode_golden_incr},
@@ -571,7 +536,7 @@ static void test_golden(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
-		struct mem fresh = {0}, gold;
+		th_mem fresh = {0}, gold;
 		uint64_t counts[6];
 		dd_err err = {0};
 
@@ -590,7 +555,7 @@ static void test_golden(void **state)
 
 static void test_golden_fields(void **state)
 {
-	struct mem gold;
+	th_mem gold;
 	dd_stream_hdr h;
 	uint64_t counts[6];
 	dd_err err = {0};
@@ -614,7 +579,7 @@ static void test_golden_fields(void **state)
 }
 
 /* dd_recv_fd of stream s (from its start) into a temporary file. */
-static int recv_fd_rc(struct mem *s)
+static int recv_fd_rc(th_mem *s)
 {
 	struct tmpfile out;
 	dd_stream_info info;
@@ -622,7 +587,7 @@ static int recv_fd_rc(struct mem *s)
 
 	tmp_open(&out);
 	s->pos = 0;
-	rc = dd_recv_fd(out.fd, NULL, mem_read, s, &info);
+	rc = dd_recv_fd(out.fd, NULL, th_mem_read, s, &info);
 	tmp_close(&out);
 	return rc;
 }
@@ -636,7 +601,7 @@ static int recv_fd_rc(struct mem *s)
 static void test_golden_digest2(void **state)
 {
 	static uint8_t img[G_SIZE];
-	struct mem gold, v1;
+	th_mem gold, v1;
 	dd_stream_hdr h;
 	uint64_t counts[6];
 	uint8_t want[32];
@@ -662,18 +627,18 @@ static void test_golden_digest2(void **state)
 	free(gold.p);
 	free(v1.p);
 	/* 2^62 bytes of 4 KiB blocks: version 2 only */
-	gold = (struct mem){0};
+	gold = (th_mem){0};
 	hdr_init(&h, "huge", (uint64_t)1 << 62);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &gold), 0);
 	assert_int_not_equal(dd_senc_header(e, &err, &h), 0);
 	dd_senc_free(e);
 	h.sh_flags = DD_SH_DIGEST2;
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &gold), 0);
 	assert_int_equal(dd_senc_header(e, &err, &h), 0);
 	dd_senc_free(e);
 	h.sh_chunker = DD_CHUNKER_FASTCDC;
 	h.sh_size = G_SIZE;
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &gold), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &gold), 0);
 	assert_int_not_equal(dd_senc_header(e, &err, &h), 0);
 	dd_senc_free(e);
 	free(gold.p);
@@ -683,7 +648,7 @@ static void test_golden_digest2(void **state)
 static void header_patch_refused_cdc(size_t field, uint32_t value, int code,
 				     const char *needle)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 
@@ -706,7 +671,7 @@ static void header_patch_refused_cdc(size_t field, uint32_t value, int code,
 static void test_golden_cdc(void **state)
 {
 	static uint8_t img[GC_SIZE];
-	struct mem gold;
+	th_mem gold;
 	struct tmpfile out;
 	dd_stream_info info;
 	dd_stream_hdr h;
@@ -727,7 +692,7 @@ static void test_golden_cdc(void **state)
 	golden_cdc_image(img);
 	tmp_open(&out);
 	gold.pos = 0;
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, &info), 0);
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &gold, &info), 0);
 	assert_int_equal(pread(out.fd, back, GC_SIZE, 0), GC_SIZE);
 	assert_memory_equal(back, img, GC_SIZE);
 	assert_int_equal(info.zero_records, 1);
@@ -744,7 +709,7 @@ static void test_golden_cdc(void **state)
  * range; and the encoder refuses the same. */
 static void test_cdc_rules(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t off;
@@ -793,11 +758,11 @@ static void test_cdc_rules(void **state)
 	memset(&s, 0, sizeof(s));
 	hdr_init(&hdr, "x", 100000);
 	hdr.sh_chunker = DD_CHUNKER_FASTCDC;
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	assert_int_equal(dd_senc_ref(e, &err, 10, h, 100), DD_EINVAL);
 	dd_senc_free(e);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_header(e, &err, &hdr), 0);
 	assert_int_equal(dd_senc_ref(e, &err, 0, h, 4 * BS + 1), DD_EINVAL);
 	dd_senc_free(e);
@@ -808,7 +773,7 @@ static void test_cdc_rules(void **state)
 
 static void test_truncation_every_byte(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	char want[64];
@@ -829,7 +794,7 @@ static void test_truncation_every_byte(void **state)
 
 static void test_every_byte_flip(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 
@@ -861,7 +826,7 @@ static void test_every_byte_flip(void **state)
 static void header_patch_refused(size_t field, uint32_t v, int code,
 				 const char *needle)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 
@@ -892,7 +857,7 @@ static void test_version_feature_flags(void **state)
 
 static void test_unknown_type_and_frame(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t off;
@@ -930,7 +895,7 @@ static void test_unknown_type_and_frame(void **state)
 static void test_oversize_records(void **state)
 {
 	uint8_t f[16];
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t off;
@@ -961,7 +926,7 @@ static void test_oversize_records(void **state)
 static void test_bad_names(void **state)
 {
 	static const char *const bad[] = {"a/b", "..", ".", "x@y", "t\tab"};
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t name_off = 16 + 110;
@@ -974,7 +939,7 @@ static void test_bad_names(void **state)
 		/* The encoder refuses them... */
 		hdr_init(&h, bad[i], 0);
 		s.len = 0;
-		assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+		assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 		assert_int_equal(dd_senc_header(e, &err, &h), DD_EINVAL);
 		dd_senc_free(e);
 	}
@@ -1008,7 +973,7 @@ static void test_order_and_bounds(void **state)
 		{1, "out of order"}, {3, "out of order"}, {7, "past the image"},
 		{UINT64_MAX, "past the image"},
 	};
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t off;
@@ -1047,7 +1012,7 @@ static void test_order_and_bounds(void **state)
 
 static void test_end_totals_and_digest(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	uint64_t counts[6];
 	dd_err err = {0};
 	size_t off;
@@ -1076,7 +1041,7 @@ static void test_end_totals_and_digest(void **state)
 
 static void test_encoder_misuse(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	dd_stream_hdr h;
 	uint8_t hash[32] = {1}, pay[BS] = {1};
 	dd_senc *e;
@@ -1084,7 +1049,7 @@ static void test_encoder_misuse(void **state)
 
 	(void)state;
 	hdr_init(&h, "x", 3 * BS);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_ref(e, &err, 0, hash, BS), DD_ESTATE);
 	assert_int_equal(dd_senc_header(e, &err, &h), 0);
 	assert_int_equal(dd_senc_data(e, &err, 1, hash, DD_CODEC_NONE, BS, BS,
@@ -1092,16 +1057,16 @@ static void test_encoder_misuse(void **state)
 	assert_int_equal(dd_senc_ref(e, &err, 1, hash, BS), DD_EINVAL);
 	dd_senc_free(e);
 
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_header(e, &err, &h), 0);
 	assert_int_equal(dd_senc_zero(e, &err, 0, 4), DD_EINVAL);
 	dd_senc_free(e);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_header(e, &err, &h), 0);
 	assert_int_equal(dd_senc_data(e, &err, 0, hash, 7, BS, BS, pay),
 			 DD_EINVAL);
 	dd_senc_free(e);
-	assert_int_equal(dd_senc_new(&e, &err, mem_write, &s), 0);
+	assert_int_equal(dd_senc_new(&e, &err, th_mem_write, &s), 0);
 	assert_int_equal(dd_senc_header(e, &err, &h), 0);
 	assert_int_equal(dd_senc_zero(e, &err, 0, 2), 0);
 	assert_int_equal(dd_senc_end(e, &err), DD_EINVAL);  /* incomplete */
@@ -1131,13 +1096,13 @@ static uint8_t *rt_image(void)
 	return img;
 }
 
-static void send_image(const uint8_t *img, size_t size, struct mem *out)
+static void send_image(const uint8_t *img, size_t size, th_mem *out)
 {
 	struct tmpfile in;
 
 	tmp_open(&in);
 	assert_int_equal(write(in.fd, img, size), (ssize_t)size);
-	assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, NULL, mem_write,
+	assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, NULL, th_mem_write,
 				    out), 0);
 	tmp_close(&in);
 }
@@ -1190,7 +1155,7 @@ static void test_send_fd_sparse(void **state)
 	memcpy(img, base, RT_SIZE);
 	img[3 * RT_BS + 5000] = 7;    /* a block of holes but one piece */
 	for (size_t size = RT_SIZE; size <= RT_SIZE + TAIL; size += TAIL) {
-		struct mem dense = {0}, sparse = {0};
+		th_mem dense = {0}, sparse = {0};
 
 		send_image(img, size, &dense);
 		sparse_file(&in, img, size);
@@ -1198,14 +1163,14 @@ static void test_send_fd_sparse(void **state)
 		so.progress_ctx = last;
 		last[0] = 0;
 		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
-					    mem_write, &sparse), 0);
+					    th_mem_write, &sparse), 0);
 		tmp_close(&in);
 		assert_int_equal(last[0], size);
 		assert_int_equal(last[1], size);
 		assert_int_equal(sparse.len, dense.len);
 		assert_memory_equal(sparse.p, dense.p, dense.len);
 		tmp_open(&out);
-		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &sparse,
+		assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &sparse,
 					    &info), 0);
 		back = malloc(size);
 		assert_non_null(back);
@@ -1223,7 +1188,7 @@ static void test_send_fd_sparse(void **state)
 static void test_send_recv_fd_roundtrip(void **state)
 {
 	uint8_t *img = rt_image(), *back, want[32];
-	struct mem s = {0};
+	th_mem s = {0};
 	struct tmpfile out;
 	dd_stream_info info;
 	struct stat st;
@@ -1232,7 +1197,7 @@ static void test_send_recv_fd_roundtrip(void **state)
 	send_image(img, RT_SIZE, &s);
 	tmp_open(&out);
 	assert_int_equal(write(out.fd, "junk", 4), 4); /* truncated first */
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info), 0);
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s, &info), 0);
 	assert_int_equal(fstat(out.fd, &st), 0);
 	assert_int_equal(st.st_size, RT_SIZE);
 	back = malloc(RT_SIZE);
@@ -1256,7 +1221,7 @@ static void test_send_recv_fd_roundtrip(void **state)
 
 	memset(&info, 0, sizeof(info));
 	s.pos = 0;
-	assert_int_equal(dd_stream_check(NULL, mem_read, &s, &info), 0);
+	assert_int_equal(dd_stream_check(NULL, th_mem_read, &s, &info), 0);
 	assert_int_equal(info.data_records, 4);
 	assert_int_equal(info.ref_records, 2);
 	assert_int_equal(info.zero_blocks, 3);
@@ -1269,18 +1234,18 @@ static void test_send_recv_fd_roundtrip(void **state)
 		struct tmpfile in;
 
 		so.digest_version = DD_DIGEST_V1;
-		s = (struct mem){0};
+		s = (th_mem){0};
 		tmp_open(&in);
 		assert_int_equal(write(in.fd, img, RT_SIZE), (ssize_t)RT_SIZE);
 		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
-					    mem_write, &s), 0);
+					    th_mem_write, &s), 0);
 		so.digest_version = 3;
 		assert_int_equal(dd_send_fd(in.fd, "img", RT_BS, 0, &so,
-					    mem_write, &s), DD_EINVAL);
+					    th_mem_write, &s), DD_EINVAL);
 		tmp_close(&in);
 		assert_int_equal(dd_get_le32(s.p + 16 + 16), 0);
 		tmp_open(&out);
-		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info),
+		assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s, &info),
 				 0);
 		content_digest(img, RT_SIZE, RT_BS, want);
 		assert_memory_equal(info.digest, want, 32);
@@ -1303,7 +1268,7 @@ static void test_send_recv_fd_cdc(void **state)
 	uint8_t *img = malloc(n), *back = malloc(n), want[32];
 	uint32_t *len = malloc(n / 1024 * sizeof(*len));
 	dd_send_opts so = DD_SEND_OPTS_INIT;
-	struct mem s = {0};
+	th_mem s = {0};
 	struct tmpfile in, out;
 	dd_stream_info info;
 	dd_cutter c;
@@ -1320,10 +1285,10 @@ static void test_send_recv_fd_cdc(void **state)
 	tmp_open(&in);
 	assert_int_equal(write(in.fd, img, n), (ssize_t)n);
 	so.chunker = DD_CHUNKER_FASTCDC;
-	assert_int_equal(dd_send_fd(in.fd, "cdc", 16384, 0, &so, mem_write,
+	assert_int_equal(dd_send_fd(in.fd, "cdc", 16384, 0, &so, th_mem_write,
 				    &s), 0);
 	tmp_open(&out);
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, &info), 0);
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s, &info), 0);
 	assert_int_equal(pread(out.fd, back, n, 0), (ssize_t)n);
 	assert_memory_equal(back, img, n);
 	assert_memory_equal(info.digest, want, 32);
@@ -1332,7 +1297,7 @@ static void test_send_recv_fd_cdc(void **state)
 	assert_true(info.ref_records >= 3);
 	/* an average the chunker has not: refused */
 	assert_int_equal(dd_send_fd(in.fd, "cdc", 512 * 1024, 0, &so,
-				    mem_write, &s), DD_EINVAL);
+				    th_mem_write, &s), DD_EINVAL);
 	tmp_close(&in);
 	tmp_close(&out);
 	free(len);
@@ -1348,14 +1313,14 @@ static void test_send_fd_edge_sizes(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		uint8_t *img = calloc(1, sizes[i] + 1), *back;
-		struct mem s = {0};
+		th_mem s = {0};
 		struct tmpfile out;
 		dd_stream_info info;
 
 		fill_random(img, sizes[i] / 2, i);
 		send_image(img, sizes[i], &s);
 		tmp_open(&out);
-		assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s,
+		assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s,
 					    &info), 0);
 		back = calloc(1, sizes[i] + 1);
 		assert_int_equal(pread(out.fd, back, sizes[i] + 1, 0),
@@ -1371,7 +1336,7 @@ static void test_send_fd_edge_sizes(void **state)
 static void test_recv_fd_refuses_damage(void **state)
 {
 	uint8_t *img = rt_image();
-	struct mem s = {0};
+	th_mem s = {0};
 	struct tmpfile out;
 	size_t off;
 
@@ -1384,11 +1349,11 @@ static void test_recv_fd_refuses_damage(void **state)
 	fix_record(s.p, off);
 	tmp_open(&out);
 	/* The stream digest no longer matches, but the REF fails first. */
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, NULL),
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s, NULL),
 			 DD_EFORMAT);
 	assert_non_null(strstr(dd_last_errmsg(), "never sent"));
 	s.pos = 0;
-	assert_int_equal(dd_stream_check(NULL, mem_read, &s, NULL),
+	assert_int_equal(dd_stream_check(NULL, th_mem_read, &s, NULL),
 			 DD_EFORMAT);
 	s.p[off + 16 + 8] ^= 0xff;
 	fix_record(s.p, off);
@@ -1404,11 +1369,11 @@ static void test_recv_fd_refuses_damage(void **state)
 	dd_sha256(s.p, off, s.p + off + 16 + 40);
 	fix_record(s.p, off);
 	s.pos = 0;
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &s, NULL),
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &s, NULL),
 			 DD_ECHECKSUM);
 	assert_non_null(strstr(dd_last_errmsg(), "sha256 mismatch"));
 	s.pos = 0;
-	assert_int_equal(dd_stream_check(NULL, mem_read, &s, NULL),
+	assert_int_equal(dd_stream_check(NULL, th_mem_read, &s, NULL),
 			 DD_ECHECKSUM);
 	tmp_close(&out);
 	free(img);
@@ -1417,7 +1382,7 @@ static void test_recv_fd_refuses_damage(void **state)
 
 static void test_check_incremental_base_refs(void **state)
 {
-	struct mem gold;
+	th_mem gold;
 	dd_stream_info info;
 	struct tmpfile out;
 	uint64_t base_refs = 0;
@@ -1426,7 +1391,7 @@ static void test_check_incremental_base_refs(void **state)
 	read_file(DD_GOLDEN_DIR "/stream_v1_incr.dds", &gold);
 	/* The golden incremental's content digest is synthetic: the check
 	 * computes the real one and refuses it. */
-	assert_int_equal(dd_stream_check_ex(NULL, mem_read, &gold, &info,
+	assert_int_equal(dd_stream_check_ex(NULL, th_mem_read, &gold, &info,
 					    &base_refs), DD_ECHECKSUM);
 	assert_int_equal(base_refs, 0);
 	/* Fix the header digest: hashes of 'B'*4096, 'C'*4096, zeros. */
@@ -1458,7 +1423,7 @@ static void test_check_incremental_base_refs(void **state)
 		fix_record(gold.p, off);
 	}
 	gold.pos = 0;
-	assert_int_equal(dd_stream_check_ex(NULL, mem_read, &gold, &info,
+	assert_int_equal(dd_stream_check_ex(NULL, th_mem_read, &gold, &info,
 					    &base_refs), 0);
 	assert_int_equal(base_refs, 1);
 	assert_string_equal(info.base, "monday");
@@ -1467,7 +1432,7 @@ static void test_check_incremental_base_refs(void **state)
 	/* A raw file cannot take an incremental stream. */
 	gold.pos = 0;
 	tmp_open(&out);
-	assert_int_equal(dd_recv_fd(out.fd, NULL, mem_read, &gold, NULL),
+	assert_int_equal(dd_recv_fd(out.fd, NULL, th_mem_read, &gold, NULL),
 			 DD_ENOTSUP);
 	tmp_close(&out);
 	free(gold.p);
@@ -1477,13 +1442,13 @@ static void test_check_incremental_base_refs(void **state)
  * says of it, without the counts; a cut or foreign header refused. */
 static void test_stream_header(void **state)
 {
-	struct mem gold;
+	th_mem gold;
 	dd_stream_info all, hdr;
 	size_t len;
 
 	(void)state;
 	read_file(DD_GOLDEN_DIR "/stream_v1_full.dds", &gold);
-	assert_int_equal(dd_stream_check(NULL, mem_read, &gold, &all), 0);
+	assert_int_equal(dd_stream_check(NULL, th_mem_read, &gold, &all), 0);
 	len = gold.len < DD_STREAM_HEADER_MAX ? gold.len : DD_STREAM_HEADER_MAX;
 	memset(&hdr, 0xa5, sizeof(hdr));
 	assert_int_equal(dd_stream_header(gold.p, len, &hdr), 0);
@@ -1516,15 +1481,15 @@ static void test_stream_header(void **state)
 
 static void test_send_fd_refuses_pipe(void **state)
 {
-	struct mem s = {0};
+	th_mem s = {0};
 	int p[2];
 
 	(void)state;
 	assert_int_equal(pipe(p), 0);
-	assert_int_equal(dd_send_fd(p[0], "x", 0, 0, NULL, mem_write, &s),
+	assert_int_equal(dd_send_fd(p[0], "x", 0, 0, NULL, th_mem_write, &s),
 			 DD_ENOTSUP);
 	assert_non_null(strstr(dd_last_errmsg(), "pipe"));
-	assert_int_equal(dd_send_fd(p[0], "a/b", 0, 0, NULL, mem_write, &s),
+	assert_int_equal(dd_send_fd(p[0], "a/b", 0, 0, NULL, th_mem_write, &s),
 			 DD_ENAME);
 	assert_int_equal(s.len, 0);
 	close(p[0]);
@@ -1540,7 +1505,7 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	dd_create_opts co = DD_CREATE_OPTS_INIT;
 	char *path = th_tmp_store();
 	uint8_t *img = malloc(n);
-	struct mem out = {0};
+	th_mem out = {0};
 	dd_ddt_key key = {.dk_variant = 0};
 	dd_ddt_ent ent;
 	dd_store *s;
@@ -1553,7 +1518,7 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	co.block_size = BS;
 	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
 	assert_int_equal(th_put(s, "a", img, n, n), 0);
-	assert_int_equal(dd_send(s, "a", NULL, mem_write, &out), 0);
+	assert_int_equal(dd_send(s, "a", NULL, th_mem_write, &out), 0);
 
 	/* block 3's entry now claims half a block */
 	dd_sha256_sw(img + 3 * BS, BS, key.dk_hash);
@@ -1564,7 +1529,7 @@ static void test_send_refuses_damaged_ddt_entry(void **state)
 	assert_int_equal(dd_txn_commit(txn, &err), 0);
 	free(out.p);
 	memset(&out, 0, sizeof(out));
-	assert_int_equal(dd_send(s, "a", NULL, mem_write, &out), DD_ECORRUPT);
+	assert_int_equal(dd_send(s, "a", NULL, th_mem_write, &out), DD_ECORRUPT);
 	assert_non_null(strstr(dd_store_errmsg(s), "ddt size"));
 	dd_store_close(s);
 	free(out.p);
@@ -1604,16 +1569,16 @@ static void test_recv_progress_ends_at_size(void **state)
 		uint8_t *img = calloc(1, sizes[i]);
 		dd_recv_opts ro = DD_RECV_OPTS_INIT;
 		struct recv_meter m = {0};
-		struct mem s = {0};
+		th_mem s = {0};
 		char name[8];
 
 		snprintf(name, sizeof(name), "i%zu", i);
 		fill_random(img, sizes[i] / 2, 100 + i);  /* zeros after */
 		assert_int_equal(th_put(a, name, img, sizes[i], sizes[i]), 0);
-		assert_int_equal(dd_send(a, name, NULL, mem_write, &s), 0);
+		assert_int_equal(dd_send(a, name, NULL, th_mem_write, &s), 0);
 		ro.progress = recv_meter_cb;
 		ro.progress_ctx = &m;
-		assert_int_equal(dd_recv(b, &ro, mem_read, &s, NULL), 0);
+		assert_int_equal(dd_recv(b, &ro, th_mem_read, &s, NULL), 0);
 		assert_int_equal(m.total, sizes[i]);
 		assert_int_equal(m.done, sizes[i]);
 		assert_true(m.calls >= 2);
@@ -1642,27 +1607,27 @@ static void test_recv_bad_block_mid_list(void **state)
 	dd_recv_opts ro = DD_RECV_OPTS_INIT;
 	dd_send_opts so = DD_SEND_OPTS_INIT;
 	dd_stream_info info;
-	struct mem s = {0}, rest = {0};
+	th_mem s = {0}, rest = {0};
 	char tok[128], want[32];
 	size_t off;
 
 	(void)state;
 	fill_random(img, nblk * BS, 4242);
 	assert_int_equal(th_put(a, "img", img, nblk * BS, nblk * BS), 0);
-	assert_int_equal(dd_send(a, "img", NULL, mem_write, &s), 0);
+	assert_int_equal(dd_send(a, "img", NULL, th_mem_write, &s), 0);
 	/* record 0 is the header; random blocks are one DATA record each */
 	off = record_off(s.p, 1 + bad);
 	assert_int_equal(s.p[off], DD_SREC_DATA);
 	s.p[off + 16 + 8] ^= 1;   /* its hash: the bytes no longer match */
 	fix_record(s.p, off);
 	ro.resumable = 1;
-	assert_int_equal(dd_recv(b, &ro, mem_read, &s, NULL), DD_ECHECKSUM);
+	assert_int_equal(dd_recv(b, &ro, th_mem_read, &s, NULL), DD_ECHECKSUM);
 	snprintf(want, sizeof(want), "block %zu:", bad);
 	assert_non_null(strstr(dd_store_errmsg(b), want));
 	assert_int_equal(dd_recv_resume_token(b, tok, sizeof(tok)), 0);
 	so.resume_token = tok;
-	assert_int_equal(dd_send(a, "img", &so, mem_write, &rest), 0);
-	assert_int_equal(dd_recv(b, &ro, mem_read, &rest, &info), 0);
+	assert_int_equal(dd_send(a, "img", &so, th_mem_write, &rest), 0);
+	assert_int_equal(dd_recv(b, &ro, th_mem_read, &rest, &info), 0);
 	assert_int_equal(info.resume_from, bad);
 	assert_int_equal(info.data_records, nblk - bad);
 	th_check_image(b, "img", img, nblk * BS);
@@ -1688,7 +1653,7 @@ static void test_recv_verify_store(void **state)
 	dd_store *a = th_create(pa, BS, 0, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	dd_store *b = th_create(pb, BS, 1, DD_COMPRESS_ZSTD, DD_HASH_SHA256);
 	uint8_t *img = malloc(nblk * BS), *half = malloc(nblk * BS / 2);
-	struct mem s = {0};
+	th_mem s = {0};
 	dd_stat before = {.version = DD_STAT_VERSION},
 		after = {.version = DD_STAT_VERSION};
 
@@ -1701,9 +1666,9 @@ static void test_recv_verify_store(void **state)
 	assert_int_equal(th_put(b, "half", half, distinct / 2 * BS,
 				distinct / 2 * BS), 0);
 	assert_int_equal(th_put(a, "img", img, nblk * BS, nblk * BS), 0);
-	assert_int_equal(dd_send(a, "img", NULL, mem_write, &s), 0);
+	assert_int_equal(dd_send(a, "img", NULL, th_mem_write, &s), 0);
 	assert_int_equal(dd_store_stat(b, &before), 0);
-	if (dd_recv(b, NULL, mem_read, &s, NULL) != 0)
+	if (dd_recv(b, NULL, th_mem_read, &s, NULL) != 0)
 		fail_msg("recv: %s", dd_store_errmsg(b));
 	assert_int_equal(dd_store_stat(b, &after), 0);
 	assert_int_equal(after.ddt_entries, distinct);
@@ -1868,14 +1833,14 @@ static void recv_walk_resume(recv_walk *rw, const char *token)
 {
 	dd_send_opts so = DD_SEND_OPTS_INIT;
 	const th_image *img = &rw->imgs[rw->nbefore];
-	struct mem rest = {0};
+	th_mem rest = {0};
 	int rc;
 
 	so.resume_token = token;
 	if (rw->nbefore)
 		so.base = rw->imgs[0].name;
-	assert_int_equal(dd_send(rw->src, img->name, &so, mem_write, &rest), 0);
-	rc = dd_recv(rw->st.s, NULL, mem_read, &rest, NULL);
+	assert_int_equal(dd_send(rw->src, img->name, &so, th_mem_write, &rest), 0);
+	rc = dd_recv(rw->st.s, NULL, th_mem_read, &rest, NULL);
 	if (rc)
 		fail_msg("resuming at %s: %s", token, dd_store_errmsg(rw->st.s));
 	th_check_image(rw->st.s, img->name, img->data, img->size);
@@ -1908,7 +1873,7 @@ static void recv_walk_after(void *ctx, int rc)
 
 /* An empty store or one holding `base` (received from full): a new
  * th_tmp_store path. */
-static char *recv_walk_store(const struct mem *full)
+static char *recv_walk_store(const th_mem *full)
 {
 	dd_create_opts co = DD_CREATE_OPTS_INIT;
 	char *path = th_tmp_store();
@@ -1917,17 +1882,17 @@ static char *recv_walk_store(const struct mem *full)
 	co.block_size = BS;
 	assert_int_equal(dd_store_create(&s, path, &co, NULL), 0);
 	if (full) {
-		struct mem m = *full;
+		th_mem m = *full;
 
 		m.pos = 0;
-		assert_int_equal(dd_recv(s, NULL, mem_read, &m, NULL), 0);
+		assert_int_equal(dd_recv(s, NULL, th_mem_read, &m, NULL), 0);
 	}
 	dd_store_close(s);
 	return path;
 }
 
 /* A temporary file holding the stream m. */
-static void stream_file(struct tmpfile *t, const struct mem *m)
+static void stream_file(struct tmpfile *t, const th_mem *m)
 {
 	tmp_open(t);
 	assert_int_equal(write(t->fd, m->p, m->len), (ssize_t)m->len);
@@ -1957,7 +1922,7 @@ static uint64_t recv_walk_run(recv_walk *rw, char *tmpl, const char *what)
 static void test_fault_walk_recv(void **state)
 {
 	uint8_t *mon = malloc(FW_SIZE), *tue = malloc(FW_SIZE);
-	struct mem full = {0}, incr = {0};
+	th_mem full = {0}, incr = {0};
 	struct tmpfile full_f, incr_f;
 	dd_send_opts so = DD_SEND_OPTS_INIT;
 	char *src = recv_walk_store(NULL);
@@ -1971,9 +1936,9 @@ static void test_fault_walk_recv(void **state)
 	assert_int_equal(dd_store_open(&s, src, NULL), 0);
 	assert_int_equal(th_put(s, "mon", mon, FW_SIZE, 10000), 0);
 	assert_int_equal(th_put(s, "tue", tue, FW_SIZE, 10000), 0);
-	assert_int_equal(dd_send(s, "mon", NULL, mem_write, &full), 0);
+	assert_int_equal(dd_send(s, "mon", NULL, th_mem_write, &full), 0);
 	so.base = "mon";
-	assert_int_equal(dd_send(s, "tue", &so, mem_write, &incr), 0);
+	assert_int_equal(dd_send(s, "tue", &so, th_mem_write, &incr), 0);
 	stream_file(&full_f, &full);
 	stream_file(&incr_f, &incr);
 
@@ -2030,7 +1995,7 @@ static void recv_fd_walk_after(void *ctx, int rc)
 static void test_fault_walk_recv_fd(void **state)
 {
 	uint8_t *img = malloc(FW_SIZE), *back = malloc(FW_SIZE + 1);
-	struct mem s = {0};
+	th_mem s = {0};
 	struct tmpfile in, out, sf;
 	recv_fd_walk fw = {0};
 	th_walk w = {.what = "recv_fd", .classes = recv_faults,
@@ -2042,7 +2007,7 @@ static void test_fault_walk_recv_fd(void **state)
 	fw_image(img, 2);
 	tmp_open(&in);
 	assert_int_equal(write(in.fd, img, FW_SIZE), FW_SIZE);
-	assert_int_equal(dd_send_fd(in.fd, "img", BS, 0, NULL, mem_write, &s),
+	assert_int_equal(dd_send_fd(in.fd, "img", BS, 0, NULL, th_mem_write, &s),
 			 0);
 	tmp_close(&in);
 	stream_file(&sf, &s);
@@ -2091,7 +2056,7 @@ static void test_recv_over_kept(void **state)
 	uint8_t *img = malloc(N);
 	dd_recv_opts ro = DD_RECV_OPTS_INIT;
 	dd_send_opts so = DD_SEND_OPTS_INIT;
-	struct mem full = {0}, cut, rest = {0};
+	th_mem full = {0}, cut, rest = {0};
 	dd_stream_info info;
 	dd_writer *w;
 	char tok[128];
@@ -2100,13 +2065,13 @@ static void test_recv_over_kept(void **state)
 	assert_non_null(img);
 	fill_random(img, N, 77);
 	assert_int_equal(th_put(src, "a", img, N, N), 0);
-	assert_int_equal(dd_send(src, "a", NULL, mem_write, &full), 0);
+	assert_int_equal(dd_send(src, "a", NULL, th_mem_write, &full), 0);
 
 	/* a resumable receive of x, cut half-way: kept */
 	ro.name = "x";
 	ro.resumable = 1;
 	cut = mem_of(full.p, full.len / 2);
-	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	assert_int_not_equal(dd_recv(dst, &ro, th_mem_read, &cut, &info), 0);
 	assert_int_equal(kept_receives(dst), 1);
 	/* a put of x is refused, naming the kept receive */
 	assert_int_equal(dd_writer_begin(&w, dst, "x"), DD_EEXIST);
@@ -2114,7 +2079,7 @@ static void test_recv_over_kept(void **state)
 	/* a whole receive of x commits and drops it */
 	ro.resumable = 0;
 	full.pos = 0;
-	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), 0);
+	assert_int_equal(dd_recv(dst, &ro, th_mem_read, &full, &info), 0);
 	th_check_image(dst, "x", img, N);
 	assert_int_equal(kept_receives(dst), 0);
 	assert_int_equal(dd_recv_resume_token(dst, tok, sizeof(tok)), DD_ENOENT);
@@ -2123,10 +2088,10 @@ static void test_recv_over_kept(void **state)
 	ro.name = "y";
 	ro.resumable = 1;
 	cut.pos = 0;
-	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	assert_int_not_equal(dd_recv(dst, &ro, th_mem_read, &cut, &info), 0);
 	free(cut.p);
 	cut = mem_of(full.p, full.len / 3);
-	assert_int_not_equal(dd_recv(dst, &ro, mem_read, &cut, &info), 0);
+	assert_int_not_equal(dd_recv(dst, &ro, th_mem_read, &cut, &info), 0);
 	snprintf(tok, sizeof(tok), "%s", info.resume_token);
 	assert_true(strncmp(tok, "ddr1:", 5) == 0);
 	assert_int_equal(kept_receives(dst), 2);
@@ -2134,9 +2099,9 @@ static void test_recv_over_kept(void **state)
 			 DD_ENOENT);
 	/* the second resumed: y committed, both gone */
 	so.resume_token = tok;
-	assert_int_equal(dd_send(src, "a", &so, mem_write, &rest), 0);
+	assert_int_equal(dd_send(src, "a", &so, th_mem_write, &rest), 0);
 	assert_true(rest.len < full.len);
-	assert_int_equal(dd_recv(dst, &ro, mem_read, &rest, &info), 0);
+	assert_int_equal(dd_recv(dst, &ro, th_mem_read, &rest, &info), 0);
 	assert_true(info.resume_from > 0);
 	th_check_image(dst, "y", img, N);
 	assert_int_equal(kept_receives(dst), 0);
@@ -2146,7 +2111,7 @@ static void test_recv_over_kept(void **state)
 	ro.name = "z";
 	ro.resumable = 0;
 	full.pos = 0;
-	assert_int_equal(dd_recv(dst, &ro, mem_read, &full, &info), DD_EEXIST);
+	assert_int_equal(dd_recv(dst, &ro, th_mem_read, &full, &info), DD_EEXIST);
 	assert_non_null(strstr(dd_store_errmsg(dst), "being written"));
 	dd_writer_abort(w);
 	dd_writer_free(w);
