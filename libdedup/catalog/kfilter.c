@@ -313,27 +313,43 @@ static void dd_kf_unmap(struct dd_kf *kf)
 	dd_free(kf);
 }
 
+/* Opens the file (open(2) flags) if its header is one of generation gen,
+ * with *kl and *st its header's fields and its stat; -1 if not, or
+ * absent, or its header damaged. */
+static int dd_kf_open_gen(dd_db *db, uint64_t gen, int flags,
+			  struct dd_kf_layout *kl, struct stat *st)
+{
+	uint8_t h[DD_KF_HDR_SIZE];
+	char path[4300];
+	int fd;
+
+	if (dd_kf_path(db, path, sizeof(path)) != 0)
+		return -1;
+	fd = open(path, flags | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st) != 0 ||
+	    pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    !dd_kf_header_ok(h, (uint64_t)st->st_size, kl) ||
+	    kl->kl_gen != gen) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* Maps the file if it is of generation gen; NULL if not, or absent, or
  * damaged -- all of which a rebuild mends. */
 static struct dd_kf *dd_kf_map(dd_db *db, uint64_t gen)
 {
-	uint8_t h[DD_KF_HDR_SIZE];
 	struct dd_kf_layout kl;
 	struct dd_kf *kf = NULL;
-	char path[4300];
 	struct stat st;
 	void *map;
-	int fd;
+	int fd = dd_kf_open_gen(db, gen, O_RDWR, &kl, &st);
 
-	if (dd_kf_path(db, path, sizeof(path)) != 0)
-		return NULL;
-	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &st) != 0 ||
-	    pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    !dd_kf_header_ok(h, (uint64_t)st.st_size, &kl) || kl.kl_gen != gen)
-		goto out;
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
 		   MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
@@ -868,28 +884,22 @@ void dd_db_kf_prefetch(dd_db *db, const uint8_t hash[DD_HASH_SIZE])
 
 int dd_kf_txn_info(dd_txn *txn, dd_err *err, dd_kf_info *out)
 {
-	uint8_t h[DD_KF_HDR_SIZE];
 	struct dd_kf_layout kl;
-	char path[4300];
 	struct stat st;
 	uint64_t gen;
 	int fd, rc = dd_kf_meta(txn, err, "ddt.filter", &gen);
 
 	memset(out, 0, sizeof(*out));
-	if (rc || !gen || dd_kf_path(txn->tx_db, path, sizeof(path)) != 0)
+	if (rc || !gen)
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = dd_kf_open_gen(txn->tx_db, gen, O_RDONLY, &kl, &st);
 	if (fd < 0)
 		return 0;
-	if (fstat(fd, &st) == 0 &&
-	    pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
-	    dd_kf_header_ok(h, (uint64_t)st.st_size, &kl) && kl.kl_gen == gen) {
-		out->ki_segments = kl.kl_nseg;
-		out->ki_bytes = (uint64_t)st.st_size;
-		for (unsigned s = 0; s < kl.kl_nseg; s++)
-			out->ki_bits += kl.kl_nblocks[s] * DD_KF_BLOCK * 8;
-	}
 	close(fd);
+	out->ki_segments = kl.kl_nseg;
+	out->ki_bytes = (uint64_t)st.st_size;
+	for (unsigned s = 0; s < kl.kl_nseg; s++)
+		out->ki_bits += kl.kl_nblocks[s] * DD_KF_BLOCK * 8;
 	return 0;
 }
 
