@@ -79,6 +79,17 @@ uint32_t dd_writer_run_keys = 65536;
 
 /* ---- the ops list and its key index -------------------------------------*/
 
+/*
+ * The key index: open addressing, linear probing, at most half full.  A
+ * slot holds a NEW op's index + 1 in its low 32 bits (0: empty) and 32
+ * other bits of the key's hash in its high ones, its tag.  Nearly every
+ * key a put asks about is not in it (new data) or is the one in the
+ * first slot it probes (a block repeated in the interval); the tag
+ * answers "not this one" from the slot alone, so a probe reads the op
+ * itself only for a likely match -- one cache miss a lookup, not two at
+ * 262,144 ops (about 5% of a put's main thread at 4 KiB blocks), and
+ * that one prefetched (dd_wops_prefetch_key).
+ */
 static size_t dd_wops_slot(const dd_wops *wo, const dd_ddt_key *key)
 {
 	uint64_t h = dd_get_le64(key->dk_hash) ^
@@ -86,6 +97,15 @@ static size_t dd_wops_slot(const dd_wops *wo, const dd_ddt_key *key)
 
 	return (size_t)(h >> 7) & (wo->wo_ixcap - 1);
 }
+
+/* Bits 64-95 of the hash: independent of the slot's. */
+static uint64_t dd_wops_tag(const dd_ddt_key *key)
+{
+	return (uint64_t)dd_get_le32(key->dk_hash + 8) << 32;
+}
+
+#define DD_WOPS_IX_AT(e) ((uint32_t)(e) - 1)
+#define DD_WOPS_IX_TAG(e) ((e) & 0xffffffff00000000ull)
 
 static bool dd_key_eq(const dd_ddt_key *a, const dd_ddt_key *b)
 {
@@ -95,18 +115,19 @@ static bool dd_key_eq(const dd_ddt_key *a, const dd_ddt_key *b)
 
 static void dd_wops_index(dd_wops *wo, uint32_t at)
 {
-	size_t i = dd_wops_slot(wo, &wo->wo_op[at].op_key);
+	const dd_ddt_key *key = &wo->wo_op[at].op_key;
+	size_t i = dd_wops_slot(wo, key);
 
 	while (wo->wo_ix[i])
 		i = (i + 1) & (wo->wo_ixcap - 1);
-	wo->wo_ix[i] = at + 1;
+	wo->wo_ix[i] = dd_wops_tag(key) | ((uint64_t)at + 1);
 }
 
 /* The key index at cap slots (a power of two, at least twice the NEW
  * ops): every NEW op re-entered. */
 static int dd_wops_index_at(dd_wops *wo, dd_err *err, size_t cap)
 {
-	uint32_t *ix = dd_calloc(cap, sizeof(*ix));
+	uint64_t *ix = dd_calloc(cap, sizeof(*ix));
 
 	if (!ix)
 		return dd_err_set(err, DD_ENOMEM, "out of memory");
@@ -184,18 +205,34 @@ int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at)
 
 dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at)
 {
+	uint64_t tag = dd_wops_tag(key);
+
 	if (!wo->wo_nnew)
 		return NULL;
 	for (size_t i = dd_wops_slot(wo, key); wo->wo_ix[i];
 	     i = (i + 1) & (wo->wo_ixcap - 1)) {
-		dd_wop *op = &wo->wo_op[wo->wo_ix[i] - 1];
+		uint64_t e = wo->wo_ix[i];
+		dd_wop *op;
 
+		if (DD_WOPS_IX_TAG(e) != tag)
+			continue;
+		op = &wo->wo_op[DD_WOPS_IX_AT(e)];
 		if (dd_key_eq(&op->op_key, key)) {
-			*at = wo->wo_ix[i] - 1;
+			*at = DD_WOPS_IX_AT(e);
 			return op;
 		}
 	}
 	return NULL;
+}
+
+void dd_wops_prefetch_key(const dd_wops *wo, const uint8_t *hash)
+{
+	dd_ddt_key key = {.dk_variant = 0};
+
+	if (!wo->wo_nnew)
+		return;
+	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
+	__builtin_prefetch(&wo->wo_ix[dd_wops_slot(wo, &key)]);
 }
 
 void dd_wops_reset(dd_wops *wo)

@@ -324,6 +324,10 @@ static int dd_lookup_blk(dd_writer *w, dd_pbatch *b, size_t i,
 			  DD_DDT_MAX_VARIANT + 1);
 }
 
+/* Blocks of a batch whose key-index slot is fetched before their lookup
+ * (dd_wops_prefetch_key): a few lookups' time covers a miss to memory. */
+#define DD_LOOKUP_AHEAD 8
+
 /* po_lookup: against the newest commit, parked again after the batch so
  * that a writer waiting for input holds nothing back. */
 static int dd_writer_lookup(void *ctx, dd_pbatch *b)
@@ -336,6 +340,10 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 		bool probed_new = dd_writer_probed_new(w, bk->bk_aux);
 		bool local = bk->bk_aux == DD_AUX_LOCAL;
 
+		if (i + DD_LOOKUP_AHEAD < b->pb_nblk &&
+		    b->pb_blk[i + DD_LOOKUP_AHEAD].bk_kind != DD_BLK_ZERO)
+			dd_wops_prefetch_key(&w->w_ops,
+					     b->pb_blk[i + DD_LOOKUP_AHEAD].bk_hash);
 		bk->bk_aux = 0;
 		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;

@@ -68,7 +68,8 @@ typedef struct dd_wop {
 typedef struct dd_wops {
 	dd_wop *wo_op;
 	size_t wo_n, wo_cap;
-	uint32_t *wo_ix;          /* NEW ops by key: op index + 1, 0 empty */
+	uint64_t *wo_ix;          /* NEW ops by key: a tag of the hash and
+				     op index + 1, 0 empty (wops.c) */
 	size_t wo_ixcap;          /* a power of two, >= 2 * NEW ops */
 	size_t wo_nnew;
 	dd_wop **wo_ord;          /* the commit's order (wops.c) */
@@ -89,6 +90,9 @@ void dd_wops_reserve(dd_wops *wo, size_t n);
 int dd_wops_add(dd_wops *wo, dd_err *err, const dd_wop *op, uint32_t *at);
 /* The NEW op of this interval with exactly this key, if any. */
 dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at);
+/* Fetches the index slot dd_wops_find_new reads first for this hash
+ * (variant 0) into the cache: asked some blocks ahead of the lookup. */
+void dd_wops_prefetch_key(const dd_wops *wo, const uint8_t *hash);
 /* Empties the list after a commit. */
 void dd_wops_reset(dd_wops *wo);
 /* wo_ord: the ops by DDT key, then by their place in wo_op (dd_wop_cmp,

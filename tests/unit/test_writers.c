@@ -256,6 +256,68 @@ static void test_ops_order(void **state)
 	dd_wops_free(&wo);
 }
 
+/* The index of an interval's NEW ops by key (wops.c): a slot compares a
+ * tag of the hash (bytes 8-11) before the op's key.  Keys that share the
+ * slot's bits (bytes 0-7) but not the tag, keys that share both and
+ * differ after byte 11, and variants of one hash, entered past several
+ * doublings of the index, are each found as the op they were added as;
+ * each altered in one byte of any of those spans, or with another
+ * variant, is not, and neither is any REF op's key. */
+static void test_wops_key_index(void **state)
+{
+	const size_t n = 12000;
+	dd_wops wo;
+	dd_err err;
+
+	(void)state;
+	memset(&wo, 0, sizeof(wo));
+	dd_err_clear(&err);
+	dd_wops_prefetch_key(&wo, (const uint8_t[DD_HASH_SIZE]){0}); /* empty */
+	for (size_t i = 0; i < n; i++) {
+		dd_wop op;
+		uint32_t at = UINT32_MAX;
+
+		memset(&op, 0, sizeof(op));
+		op.op_idx = i;
+		op.op_kind = i % 5 == 4 ? DD_OP_REF : DD_OP_NEW;
+		fill_bytes(op.op_key.dk_hash, DD_HASH_SIZE);
+		if (i >= 3 && i % 3 == 0)   /* the slot's bits of one before */
+			memcpy(op.op_key.dk_hash, wo.wo_op[i - 3].op_key.dk_hash, 8);
+		if (i >= 3 && i % 3 == 1)   /* ... and its tag */
+			memcpy(op.op_key.dk_hash, wo.wo_op[i - 3].op_key.dk_hash, 12);
+		if (i % 7 == 6) {           /* a variant of one before */
+			op.op_key = wo.wo_op[i - 1].op_key;
+			op.op_key.dk_variant = (uint8_t)(op.op_key.dk_variant + 1);
+		}
+		assert_int_equal(dd_wops_add(&wo, &err, &op, &at), 0);
+		assert_int_equal(at, i);
+	}
+	assert_true(wo.wo_ixcap >= 2 * wo.wo_nnew);
+	for (size_t i = 0; i < n; i++) {
+		dd_ddt_key key = wo.wo_op[i].op_key;
+		static const size_t alter[] = { 0, 7, 8, 11, 12, 31 };
+		uint32_t at = UINT32_MAX;
+		dd_wop *got = dd_wops_find_new(&wo, &key, &at);
+
+		dd_wops_prefetch_key(&wo, key.dk_hash);
+		if (wo.wo_op[i].op_kind != DD_OP_NEW) {
+			assert_null(got);   /* no NEW op has a REF's key here */
+			continue;
+		}
+		assert_ptr_equal(got, &wo.wo_op[i]);
+		assert_int_equal(at, i);
+		for (size_t a = 0; a < sizeof(alter) / sizeof(alter[0]); a++) {
+			dd_ddt_key k = key;
+
+			k.dk_hash[alter[a]] ^= 0x5a;
+			assert_null(dd_wops_find_new(&wo, &k, &at));
+		}
+		key.dk_variant = (uint8_t)(key.dk_variant + 9);
+		assert_null(dd_wops_find_new(&wo, &key, &at));
+	}
+	dd_wops_free(&wo);
+}
+
 /* A commit applies its DDT changes in key order, one update per key
  * (wops.c), and the lookup stage takes the probe's answers (writer.c):
  * an image of 200 distinct blocks repeated in every order, holes among
@@ -703,6 +765,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_writers_side_by_side),
 		cmocka_unit_test(test_ops_order),
+		cmocka_unit_test(test_wops_key_index),
 		cmocka_unit_test(test_commit_runs_exact),
 		cmocka_unit_test(test_name_reserved),
 		cmocka_unit_test(test_rm_gc_beside_writer),
