@@ -50,7 +50,7 @@ uint64_t dd_writer_commit_bytes = (uint64_t)512 << 20;
 
 /* A deferring writer's flushes (store/defer.h).  Half the DDT's entries
  * per flush: each leaf page it rewrites then takes a dozen changes or
- * more, whatever the table's size; at most 512 Ki ops (about 48 MiB of
+ * more, whatever the table's size; at most 512 Ki ops (about 57 MiB of
  * ops, sort order and key index, and 8 MiB while they are sorted), which
  * bounds what the writer owns.  A
  * flush transaction applies 8192 distinct keys, as a commit interval
