@@ -118,6 +118,15 @@ mbps() { awk -v b="$SIZE" -v s="$(get "$1_seconds")" 'BEGIN { printf "%.0f", b /
 bench_log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 REF1=$(bench_openssl_sha256 4096 2)
 S=$STORE_DIR/dd-bench-small-store
+COPY=$STORE_DIR/dd-bench-small-copy
+CG=
+# a run that stops early leaves neither its store (in RAM, on tmpfs) nor
+# its cgroup behind
+cleanup() {
+	rm -rf "$S" "$COPY"
+	[[ -z $CG ]] || rmdir "$CG" 2>/dev/null || true
+}
+trap cleanup EXIT
 rm -rf "$S"
 "$DD" init --block-size 4K --compress none "$S" >/dev/null
 
@@ -126,7 +135,6 @@ rm -rf "$S"
 prefault() { bench_prefault; }
 # Each new round, the same bytes written to a new file too, measured the
 # same way: what writing them costs on this machine (see the top).
-COPY=$STORE_DIR/dd-bench-small-copy
 DIRECT=0   # file systems without O_DIRECT: no such copy
 dd if=/dev/zero of="$COPY" bs=4096 count=1 oflag=direct 2>/dev/null && DIRECT=1
 rm -f "$COPY"
@@ -176,7 +184,6 @@ if ((CGROUP)) && [[ -w /sys/fs/cgroup/memory ]]; then
 	CG=/sys/fs/cgroup/memory/dd-bench-small
 	rmdir "$CG" 2>/dev/null || true
 	mkdir "$CG"
-	trap 'rmdir "$CG" 2>/dev/null || true' EXIT
 	# the largest RssAnon of the puts above: a put of new data holds its
 	# deferred DDT changes (format/store.md §7.2), a re-put fewer
 	ANON=0
