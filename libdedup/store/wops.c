@@ -90,12 +90,18 @@ uint32_t dd_writer_run_keys = 65536;
  * 262,144 ops (about 5% of a put's main thread at 4 KiB blocks), and
  * that one prefetched (dd_wops_prefetch_key).
  */
-static size_t dd_wops_slot(const dd_wops *wo, const dd_ddt_key *key)
+static size_t dd_wops_slot_of(const dd_wops *wo, const uint8_t *hash,
+			      uint8_t variant)
 {
-	uint64_t h = dd_get_le64(key->dk_hash) ^
-		     (uint64_t)key->dk_variant * 0x9e3779b97f4a7c15ull;
+	uint64_t h = dd_get_le64(hash) ^
+		     (uint64_t)variant * 0x9e3779b97f4a7c15ull;
 
 	return (size_t)(h >> 7) & (wo->wo_ixcap - 1);
+}
+
+static size_t dd_wops_slot(const dd_wops *wo, const dd_ddt_key *key)
+{
+	return dd_wops_slot_of(wo, key->dk_hash, key->dk_variant);
 }
 
 /* Bits 64-95 of the hash: independent of the slot's. */
@@ -227,12 +233,8 @@ dd_wop *dd_wops_find_new(dd_wops *wo, const dd_ddt_key *key, uint32_t *at)
 
 void dd_wops_prefetch_key(const dd_wops *wo, const uint8_t *hash)
 {
-	dd_ddt_key key = {.dk_variant = 0};
-
-	if (!wo->wo_nnew)
-		return;
-	memcpy(key.dk_hash, hash, DD_HASH_SIZE);
-	__builtin_prefetch(&wo->wo_ix[dd_wops_slot(wo, &key)]);
+	if (wo->wo_nnew)
+		__builtin_prefetch(&wo->wo_ix[dd_wops_slot_of(wo, hash, 0)]);
 }
 
 void dd_wops_reset(dd_wops *wo)

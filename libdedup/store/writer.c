@@ -340,10 +340,12 @@ static int dd_writer_lookup(void *ctx, dd_pbatch *b)
 		bool probed_new = dd_writer_probed_new(w, bk->bk_aux);
 		bool local = bk->bk_aux == DD_AUX_LOCAL;
 
-		if (i + DD_LOOKUP_AHEAD < b->pb_nblk &&
-		    b->pb_blk[i + DD_LOOKUP_AHEAD].bk_kind != DD_BLK_ZERO)
-			dd_wops_prefetch_key(&w->w_ops,
-					     b->pb_blk[i + DD_LOOKUP_AHEAD].bk_hash);
+		const dd_blk *ahead = i + DD_LOOKUP_AHEAD < b->pb_nblk
+					      ? &b->pb_blk[i + DD_LOOKUP_AHEAD]
+					      : NULL;
+
+		if (ahead && ahead->bk_kind != DD_BLK_ZERO)
+			dd_wops_prefetch_key(&w->w_ops, ahead->bk_hash);
 		bk->bk_aux = 0;
 		if (bk->bk_kind == DD_BLK_ZERO) {
 			w->w_zero++;
